@@ -1,0 +1,86 @@
+"""whileai: post-training language models with reinforcement learning.
+
+    import whileai as wai
+
+Every method is a small validated config whose ``update(batch)`` returns the coefficient on every
+token (``whileai.methods``); graded rows are checked and routed by ``whileai.rows``; the engine
+(``whileai.engine``, PyTorch + transformers + PEFT) runs one weighted cross-entropy kernel.
+
+Names are resolved lazily so ``import whileai`` stays fast and never imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from whileai.errors import BatchError, ConfigError, WhileaiError
+
+__version__ = "0.1.0"
+
+# name -> the module that defines it. One place; `dir(whileai)` and the docs read it.
+_EXPORTS: dict[str, str] = {
+    # rows: the batch contract and the graded-rows tools
+    "Batch": "whileai.rows.batch",
+    "load_rows": "whileai.rows.io",
+    "pass_at": "whileai.rows.stats",
+    "PassAt": "whileai.rows.stats",
+    "holdout_size": "whileai.rows.stats",
+    "compare": "whileai.rows.stats",
+    "expected_split_share": "whileai.rows.checks",
+    "truncated_passes": "whileai.rows.checks",
+    "rollouts_per_task": "whileai.rows.checks",
+    "band": "whileai.rows.checks",
+    "split_share": "whileai.rows.checks",
+    "on_policy": "whileai.rows.checks",
+    "teacher_clears": "whileai.rows.checks",
+    "PROVE_EFFECT": "whileai.rows.checks",
+    "select": "whileai.rows.select",
+    "selection_report": "whileai.rows.select",
+    "route": "whileai.rows.route",
+    # methods
+    "Update": "whileai.methods.base",
+    "Method": "whileai.methods.base",
+    "method": "whileai.methods.registry",
+    "method_names": "whileai.methods.registry",
+    "FlashReinforce": "whileai.methods.flash_reinforce",
+    "SAO": "whileai.methods.critic",
+    "BPCO": "whileai.methods.critic",
+    "GRPO": "whileai.methods.grouped",
+    "DrGRPO": "whileai.methods.grouped",
+    "RLOO": "whileai.methods.grouped",
+    "MaxRL": "whileai.methods.grouped",
+    "RAE": "whileai.methods.grouped",
+    "Async": "whileai.methods.async_",
+    "SFT": "whileai.methods.supervised",
+    "DPO": "whileai.methods.supervised",
+    "RM": "whileai.methods.supervised",
+    "OPD": "whileai.methods.distill",
+    "OPSD": "whileai.methods.distill",
+    "Endpoint": "whileai.methods.distill",
+    "GroupwiseGrading": "whileai.methods.shaping",
+    "ReinforceAda": "whileai.methods.shaping",
+    # prime-rl config writer
+    "prime_rl_config": "whileai.prime_rl",
+    "PrimeRLConfig": "whileai.prime_rl",
+    # engine (imports torch when first touched)
+    "load_model": "whileai.engine",
+    "TrainingEngine": "whileai.engine",
+    "AdamParams": "whileai.engine",
+    "SamplingParams": "whileai.engine",
+}
+
+__all__ = ["BatchError", "ConfigError", "WhileaiError", "__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'whileai' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

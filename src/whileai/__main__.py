@@ -1,0 +1,5 @@
+import sys
+
+from whileai.cli import main
+
+sys.exit(main())

@@ -1,0 +1,144 @@
+"""The method contract: a frozen, validated config whose ``update(batch)`` returns an ``Update``.
+
+A method subclass is a frozen dataclass whose fields are declared with ``knob(method, name)``, so
+its defaults, docs and validation rules come from the one table in ``defaults.py``. Construction
+and ``.replace(...)`` validate every field and report every bad one at once, as a ``ConfigError``
+(a ``ValueError``) naming the field, the value and the valid range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from whileai.errors import ConfigError
+from whileai.methods.defaults import DEFAULTS
+from whileai.methods.knobs import Knob
+from whileai.rows.batch import Batch, as_batch
+
+# name -> method class; filled by subclasses that set ``name`` (see Method.__init_subclass__)
+REGISTRY: dict[str, type[Method]] = {}
+
+
+def knob(method: str, name: str) -> Any:
+    """A dataclass field whose default, doc and rule come from ``DEFAULTS[method][name]``."""
+    spec = DEFAULTS[method][name]
+    return field(default=spec.value, metadata={"knob": spec})
+
+
+@dataclass(frozen=True)
+class Method:
+    """Base class of every method. Subclasses set ``name`` and implement ``_update``."""
+
+    name: ClassVar[str] = ""
+    # per-token row fields the update cannot run without, with the reason (checked up front)
+    requires: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__ and cls.name:
+            REGISTRY[cls.name] = cls
+
+    def __post_init__(self) -> None:
+        problems = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, list):  # accept [a, b] for a pair
+                value = tuple(value)
+                object.__setattr__(self, f.name, value)
+            spec: Knob | None = f.metadata.get("knob")
+            if spec is not None and (rule := spec.check(value)) is not None:
+                problems.append(f"{type(self).__name__}.{f.name}={value!r} is invalid: it must be {rule} "
+                                f"({spec.doc}; default {spec.value!r})")
+        problems += self._check()
+        if problems:
+            raise ConfigError("; ".join(problems))
+
+    def _check(self) -> list[str]:
+        """Rules that involve more than one field; return one sentence per problem."""
+        return []
+
+    # ----------------------------------------------------------------- public API
+    def replace(self, **changes: Any) -> Method:
+        """A copy with some fields changed, validated like a new object."""
+        names = [f.name for f in dataclasses.fields(self)]
+        unknown = sorted(set(changes) - set(names))
+        if unknown:
+            raise ConfigError(f"{type(self).__name__} has no field {unknown[0]!r}; its fields are {', '.join(names)}")
+        return dataclasses.replace(self, **changes)
+
+    def update(self, batch: Batch | Iterable[Mapping[str, Any]]) -> Update:
+        """Coefficients for every token of ``batch`` (a list of row dicts or a ``Batch``)."""
+        batch = as_batch(batch)
+        for name, why in self.requires.items():
+            batch.require(name, self.name, why)
+        return self._update(batch)
+
+    def _update(self, batch: Batch) -> Update:
+        raise NotImplementedError(f"{type(self).__name__} does not define _update")
+
+    @classmethod
+    def knobs(cls) -> dict[str, Knob]:
+        """The declared defaults of this method, by field name."""
+        return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls) if "knob" in f.metadata}
+
+
+@dataclass
+class Update:
+    """What an update did: per-token coefficients, advantages, who was admitted, and why."""
+
+    method: str
+    coefficients: list[np.ndarray]
+    advantages: list[np.ndarray]
+    admitted: np.ndarray
+    stats: dict[str, float]
+    notes: list[str] = field(default_factory=list)
+    value_targets: list[np.ndarray] | None = None
+
+    @property
+    def coefficients_flat(self) -> np.ndarray:
+        return np.concatenate(self.coefficients) if self.coefficients else np.zeros(0)
+
+    def __str__(self) -> str:
+        lines = [f"{self.method} update: {int(self.admitted.sum())} of {len(self.admitted)} trajectories admitted"]
+        lines += [f"  {key.replace('_', ' ')}: {_short(value)}" for key, value in self.stats.items()]
+        lines += [f"  {note}" for note in self.notes]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists and floats, for JSON."""
+        out: dict[str, Any] = {
+            "method": self.method,
+            "admitted": [bool(a) for a in self.admitted],
+            "coefficients": [c.tolist() for c in self.coefficients],
+            "advantages": [a.tolist() for a in self.advantages],
+            "stats": {k: float(v) for k, v in self.stats.items()},
+            "notes": list(self.notes),
+        }
+        if self.value_targets is not None:
+            out["value_targets"] = [v.tolist() for v in self.value_targets]
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+
+def _short(value: float) -> str:
+    """0.5 -> '0.5', 0.17461 -> '0.1746': four decimals, trailing zeros dropped."""
+    text = f"{value:.4f}".rstrip("0").rstrip(".")
+    return text if text not in ("", "-0") else "0"
+
+
+def trajectory_list(indices: np.ndarray) -> str:
+    """'(3)' or '(1, 4, 7)', capped at eight indices."""
+    shown = ", ".join(str(int(i)) for i in indices[:8])
+    return f"({shown}{', ...' if len(indices) > 8 else ''})"
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"

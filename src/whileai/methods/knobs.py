@@ -1,0 +1,110 @@
+"""Validation rules for method knobs, and the record every default is declared with.
+
+A ``Knob`` is one default: its value, a one-line doc, the rule that checks a value, and where the
+value comes from (paper, equation, the paper's own value, and why ours differs when it does).
+The tables in ``defaults.py`` are made of these; method classes, reprs, ``wai methods``, the docs
+and the prime-rl writer all read them from there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# A check returns None for a good value, or a phrase describing the valid range.
+Check = Callable[[Any], "str | None"]
+
+
+class _Same:
+    def __repr__(self) -> str:
+        return "same"
+
+
+SAME: Any = _Same()
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One default value with its rule and its source."""
+
+    value: Any
+    doc: str
+    check: Check
+    source: str
+    paper_value: Any = SAME
+    why: str = ""
+
+    @property
+    def paper(self) -> Any:
+        """The value the cited paper used (our value when they agree)."""
+        return self.value if self.paper_value is SAME else self.paper_value
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def number(low: float | None = None, high: float | None = None, *, open_low: bool = False,
+           open_high: bool = False) -> Check:
+    """A finite float inside [low, high] (ends open where asked)."""
+    lo_br, hi_br = ("(" if open_low else "["), (")" if open_high else "]")
+    text = f"a finite number in {lo_br}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_br}"
+
+    def check(x: Any) -> str | None:
+        if not _is_number(x):
+            return text
+        if low is not None and (x < low or (open_low and x == low)):
+            return text
+        if high is not None and (x > high or (open_high and x == high)):
+            return text
+        return None
+
+    return check
+
+
+def integer(low: int = 0, high: int | None = None) -> Check:
+    """A whole number (int, not bool) >= low (and <= high when given)."""
+    text = f"an integer >= {low}" + ("" if high is None else f" and <= {high}")
+
+    def check(x: Any) -> str | None:
+        if isinstance(x, bool) or not isinstance(x, int) or x < low or (high is not None and x > high):
+            return text
+        return None
+
+    return check
+
+
+def one_of(*choices: Any) -> Check:
+    text = "one of " + ", ".join(repr(c) for c in choices)
+
+    def check(x: Any) -> str | None:
+        return None if x in choices else text
+
+    return check
+
+
+def interval(low: float | None = None, high: float | None = None) -> Check:
+    """A pair (a, b) of finite numbers with a < b, both inside [low, high]."""
+    text = f"a pair (low, high) of finite numbers with low < high, inside [{low}, {high}]"
+
+    def check(x: Any) -> str | None:
+        if not isinstance(x, tuple) or len(x) != 2 or not all(_is_number(v) for v in x):
+            return text
+        a, b = x
+        if a >= b or (low is not None and a < low) or (high is not None and b > high):
+            return text
+        return None
+
+    return check
+
+
+def anything(description: str) -> Check:
+    """No rule beyond the type the method checks itself."""
+
+    def check(x: Any) -> str | None:
+        return None
+
+    check.__doc__ = description
+    return check

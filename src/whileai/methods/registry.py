@@ -1,0 +1,40 @@
+"""Methods by name: ``wai.method("grpo")``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from whileai.errors import ConfigError
+from whileai.methods.base import REGISTRY, Method
+
+# Modules whose classes register themselves; importing them fills REGISTRY.
+METHOD_MODULES: tuple[str, ...] = (
+    "whileai.methods.flash_reinforce",
+)
+
+# Names that are another method with some knobs set (e.g. "dr_grpo" is GRPO with loss_type="dr_grpo").
+ALIASES: dict[str, tuple[str, dict[str, Any]]] = {}
+
+
+def _load() -> dict[str, type[Method]]:
+    for module in METHOD_MODULES:
+        importlib.import_module(module)
+    return REGISTRY
+
+
+def method_names() -> list[str]:
+    """Every name ``method()`` accepts."""
+    return sorted({*_load(), *ALIASES})
+
+
+def method(name: str, **overrides: Any) -> Method:
+    """A method object by its registry name, with ``overrides`` applied to its defaults."""
+    registry = _load()
+    key = name.strip().lower().replace("-", "_")
+    if key in ALIASES:
+        base, preset = ALIASES[key]
+        return registry[base](**{**preset, **overrides})
+    if key not in registry:
+        raise ConfigError(f"unknown method {name!r}; valid names: {', '.join(method_names())}")
+    return registry[key](**overrides)

@@ -1,0 +1,249 @@
+"""The batch contract: rows (plain dicts) validated into packed ragged numpy arrays.
+
+A row is one trajectory (DESIGN.md, "A row"). Per-token fields are concatenated into flat
+arrays; ``offsets[i]:offsets[i + 1]`` is trajectory ``i``'s slice. Shape suffixes used below:
+``_B`` one entry per trajectory, ``_N`` one entry per token of the whole batch, ``_NK`` per token
+and per top-k slot.
+
+Validation refuses a bad row with ``BatchError`` naming the row, the field, what is wrong and
+how to fix it. Nothing is dropped silently and the input rows are never mutated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from whileai.errors import BatchError
+
+# Per-token float fields a row may carry, each as long as ``logprobs``.
+FLOAT_TOKEN_FIELDS: tuple[str, ...] = ("behavior_logprobs", "values", "ref_logprobs", "teacher_logprobs")
+# Fields that are log-probabilities and so must be <= 0.
+LOGPROB_FIELDS: frozenset[str] = frozenset({"logprobs", "behavior_logprobs", "ref_logprobs", "teacher_logprobs"})
+# Per-token top-k fields: one list of K entries per token (distillation over a teacher's top-k).
+TOPK_FIELDS: tuple[str, ...] = ("teacher_topk_logprobs", "teacher_topk_tokens")
+# Per-row scalar fields kept as object/float arrays.
+ROW_FIELDS: tuple[str, ...] = ("task_id", "agent", "model")
+
+
+@dataclass(frozen=True, eq=False)
+class Batch:
+    """Validated, packed trajectories. Build one with ``Batch.from_rows(rows)``."""
+
+    rewards_B: np.ndarray
+    offsets: np.ndarray
+    logprobs_N: np.ndarray
+    action_mask_N: np.ndarray
+    truncated_B: np.ndarray
+    # float per-token fields present in every row (behavior_logprobs, values, ...), each (N,)
+    token_fields: dict[str, np.ndarray] = field(default_factory=dict)
+    # top-k per-token fields, each (N, K)
+    topk_fields: dict[str, np.ndarray] = field(default_factory=dict)
+    # per-row fields (task_id, agent, model), each an object array (B,), None where a row lacks it
+    row_fields: dict[str, np.ndarray] = field(default_factory=dict)
+    # the rows as given, for methods that read other keys (scores, pairs); never mutated
+    rows: tuple[Mapping[str, Any], ...] = ()
+
+    # ----------------------------------------------------------------- construction
+    @classmethod
+    def from_rows(cls, rows: Iterable[Mapping[str, Any]]) -> Batch:
+        rows = tuple(rows)
+        if not rows:
+            raise BatchError("the batch is empty: pass at least one row (a dict with 'reward' and 'logprobs')")
+        rewards, lengths = [], []
+        for i, row in enumerate(rows):
+            rewards.append(_check_row(i, row))
+            lengths.append(len(row["logprobs"]))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        logprobs = _concat(rows, "logprobs")
+        mask = np.concatenate([np.asarray(r.get("action_mask", [True] * len(r["logprobs"])), dtype=bool) for r in rows])
+        token_fields = {name: _concat(rows, name) for name in FLOAT_TOKEN_FIELDS if all(name in r for r in rows)}
+        if "behavior_logprobs" not in token_fields and any("behavior_logprobs" in r for r in rows):
+            # a row without the sampler's log-probabilities is on-policy: rho = 1 on its tokens
+            token_fields["behavior_logprobs"] = np.concatenate(
+                [np.asarray(r.get("behavior_logprobs", r["logprobs"]), dtype=np.float64) for r in rows])
+        for name in FLOAT_TOKEN_FIELDS[1:]:
+            _refuse_partial(rows, name)
+        topk = {name: np.concatenate([np.asarray(r[name], dtype=np.float64) for r in rows])
+                for name in TOPK_FIELDS if all(name in r for r in rows)}
+        row_fields = {name: np.array([r.get(name) for r in rows], dtype=object) for name in ROW_FIELDS
+                      if any(name in r for r in rows)}
+        truncated = np.array([bool(r.get("truncated", False)) for r in rows], dtype=bool)
+        return cls(np.asarray(rewards, dtype=np.float64), offsets, logprobs, mask, truncated,
+                   token_fields, topk, row_fields, rows)
+
+    # ----------------------------------------------------------------- shape helpers
+    @property
+    def size(self) -> int:
+        """B, the number of trajectories."""
+        return len(self.rewards_B)
+
+    @property
+    def lengths_B(self) -> np.ndarray:
+        """Tokens per trajectory (action and environment tokens alike)."""
+        return np.diff(self.offsets)
+
+    @property
+    def row_index_N(self) -> np.ndarray:
+        """For every token, the index of the trajectory it belongs to."""
+        return np.repeat(np.arange(self.size), self.lengths_B)
+
+    @property
+    def action_tokens_B(self) -> np.ndarray:
+        """T_i: action tokens per trajectory."""
+        return np.add.reduceat(self.action_mask_N.astype(np.int64), self.offsets[:-1])
+
+    @property
+    def behavior_logprobs_N(self) -> np.ndarray:
+        """The sampler's log-probabilities; the trained model's where a row has none (rho = 1)."""
+        return self.token_fields.get("behavior_logprobs", self.logprobs_N)
+
+    @property
+    def ratio_N(self) -> np.ndarray:
+        """rho = exp(logprobs - behavior_logprobs) per token."""
+        return np.exp(self.logprobs_N - self.behavior_logprobs_N)
+
+    def has(self, name: str) -> bool:
+        return name in self.token_fields or name in self.topk_fields or name in self.row_fields
+
+    def require(self, name: str, method: str, why: str) -> np.ndarray:
+        """Return a per-token field or raise ``BatchError`` saying which method needs it and why."""
+        if name in self.token_fields:
+            return self.token_fields[name]
+        if name in self.topk_fields:
+            return self.topk_fields[name]
+        missing = [i for i, r in enumerate(self.rows) if name not in r]
+        raise BatchError(
+            f"row {missing[0]}: field {name!r} is missing ({len(missing)} of {self.size} rows lack it); "
+            f"{method} needs it: {why}. Add {name!r} to every row, as long as its 'logprobs'."
+        )
+
+    def row_field(self, name: str, method: str, why: str) -> np.ndarray:
+        """Return a per-row field (task_id, agent, model) or raise naming the first row without it."""
+        values = self.row_fields.get(name)
+        missing = [i for i in range(self.size) if values is None or values[i] is None]
+        if missing:
+            raise BatchError(
+                f"row {missing[0]}: field {name!r} is missing ({len(missing)} of {self.size} rows lack it); "
+                f"{method} needs it: {why}. Add {name!r} to every row."
+            )
+        assert values is not None
+        return values
+
+    def per_row_sum(self, values_N: np.ndarray) -> np.ndarray:
+        """Sum a per-token array within each trajectory (every trajectory has >= 1 token)."""
+        return np.add.reduceat(values_N, self.offsets[:-1])
+
+    def spread(self, values_B: np.ndarray) -> np.ndarray:
+        """Repeat a per-trajectory value over that trajectory's tokens."""
+        return np.repeat(values_B, self.lengths_B)
+
+    def split(self, values_N: np.ndarray) -> list[np.ndarray]:
+        """Cut a flat per-token array into one array per trajectory."""
+        return np.split(values_N, self.offsets[1:-1])
+
+
+def as_batch(rows: Batch | Iterable[Mapping[str, Any]]) -> Batch:
+    """A ``Batch`` as is, or rows validated into one."""
+    return rows if isinstance(rows, Batch) else Batch.from_rows(rows)
+
+
+# --------------------------------------------------------------------- validation
+def _check_row(i: int, row: Mapping[str, Any]) -> float:
+    if not isinstance(row, Mapping):
+        raise BatchError(f"row {i}: expected a dict with 'reward' and 'logprobs', got {type(row).__name__}")
+    reward = _check_reward(i, row)
+    logprobs = _token_list(i, row, "logprobs", required=True)
+    n = len(logprobs)
+    if n == 0:
+        raise BatchError(f"row {i}: field 'logprobs' is empty; a trajectory needs at least one generated token. "
+                         "Drop the row before the update, or check the sampler returned its tokens.")
+    for name in (*FLOAT_TOKEN_FIELDS, "action_mask", "tokens"):
+        if name in row:
+            values = _token_list(i, row, name, required=False)
+            if len(values) != n:
+                raise BatchError(f"row {i}: field {name!r} has {len(values)} entries but 'logprobs' has {n}; "
+                                 f"every per-token field needs one entry per generated token.")
+    for name in ("logprobs", *FLOAT_TOKEN_FIELDS):
+        if name in row:
+            _check_floats(i, name, row[name])
+    if "action_mask" in row and not any(bool(m) for m in row["action_mask"]):
+        raise BatchError(f"row {i}: field 'action_mask' is false on all {n} tokens, so the trajectory has no "
+                         "action tokens to train on; drop the row or mark the tokens the model wrote as true.")
+    for name in TOPK_FIELDS:
+        if name in row:
+            _check_topk(i, name, row[name], n)
+    return reward
+
+
+def _check_reward(i: int, row: Mapping[str, Any]) -> float:
+    if "reward" not in row:
+        raise BatchError(f"row {i}: field 'reward' is missing; every trajectory needs a float reward "
+                         "(grade the row first, or drop it if it was never scored).")
+    reward = row["reward"]
+    if isinstance(reward, bool) or not isinstance(reward, (int, float, np.integer, np.floating)):
+        raise BatchError(f"row {i}: field 'reward' is {reward!r} ({type(reward).__name__}); it must be a number.")
+    if not math.isfinite(float(reward)):
+        raise BatchError(f"row {i}: field 'reward' is {reward!r}; it must be finite (fix the grader).")
+    return float(reward)
+
+
+def _token_list(i: int, row: Mapping[str, Any], name: str, required: bool) -> Sequence[Any]:
+    if name not in row:
+        if required:
+            raise BatchError(f"row {i}: field {name!r} is missing; give one log-probability per generated "
+                             "token under the model being trained.")
+        return ()
+    values = row[name]
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise BatchError(f"row {i}: field {name!r} must be a list with one entry per token, got "
+                         f"{type(values).__name__}.")
+    return values  # type: ignore[no-any-return]
+
+
+def _check_floats(i: int, name: str, values: Sequence[Any]) -> None:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise BatchError(f"row {i}: field {name!r} holds something that is not a number; "
+                         "give a flat list of floats.") from None
+    if arr.ndim != 1:
+        raise BatchError(f"row {i}: field {name!r} must be a flat list of floats, got shape {arr.shape}.")
+    bad = np.flatnonzero(~np.isfinite(arr))
+    if bad.size:
+        raise BatchError(f"row {i}: field {name!r} is {arr[bad[0]]} at token {bad[0]} ({bad.size} non-finite "
+                         "values); every value must be finite. Check the engine that produced it.")
+    if name in LOGPROB_FIELDS:
+        above = np.flatnonzero(arr > 0)
+        if above.size:
+            raise BatchError(f"row {i}: field {name!r} is {arr[above[0]]} at token {above[0]}, above 0; a "
+                             "log-probability is <= 0. Pass log-probabilities, not probabilities or logits.")
+
+
+def _check_topk(i: int, name: str, values: Any, n: int) -> None:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise BatchError(f"row {i}: field {name!r} must be {n} lists of K numbers (same K for every token).") from None
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise BatchError(f"row {i}: field {name!r} has shape {arr.shape}; it must be ({n}, K): one list of the "
+                         "teacher's top-K per generated token.")
+    if not np.isfinite(arr).all():
+        raise BatchError(f"row {i}: field {name!r} holds a non-finite value; every value must be finite.")
+
+
+def _concat(rows: Sequence[Mapping[str, Any]], name: str) -> np.ndarray:
+    return np.concatenate([np.asarray(r[name], dtype=np.float64) for r in rows])
+
+
+def _refuse_partial(rows: Sequence[Mapping[str, Any]], name: str) -> None:
+    present = [name in r for r in rows]
+    if any(present) and not all(present):
+        missing = present.index(False)
+        raise BatchError(f"row {missing}: field {name!r} is missing but other rows carry it; give it on every "
+                         "row of the batch or on none (an update cannot mix rows with and without it).")
