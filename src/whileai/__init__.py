@@ -38,6 +38,9 @@ _EXPORTS: dict[str, str] = {
     "select": "whileai.rows.select",
     "selection_report": "whileai.rows.select",
     "route": "whileai.rows.route",
+    "load_graded": "whileai.rows.io",
+    "GradedRows": "whileai.rows.io",
+    "model_mix": "whileai.rows.checks",
     # methods
     "Update": "whileai.methods.base",
     "Method": "whileai.methods.base",

@@ -7,12 +7,32 @@ Where our value differs from the paper's, ``why`` says why.
 
 from __future__ import annotations
 
-from whileai.methods.knobs import Knob, integer, interval, number, one_of
+from whileai.methods.knobs import Knob, anything, integer, interval, number, one_of
 
 FLASH_REINFORCE = "Hu et al. 2026, FlashREINFORCE (NVIDIA)"
 SAO_PAPER = "Hou et al. 2026, SAO, arXiv:2607.07508"
 BPCO_PAPER = "Qi et al. 2026, BPCO, arXiv:2608.23566"
 SCALE_RL = "ScaleRL, arXiv:2510.13786"
+GRPO_PAPER = "Shao et al. 2024, DeepSeekMath (GRPO), arXiv:2402.03300"
+PPO_PAPER = "Schulman et al. 2017, PPO, arXiv:1707.06347"
+DAPO_PAPER = "Yu et al. 2025, DAPO, arXiv:2503.14476"
+RLOO_PAPER = "Ahmadian et al. 2024, Back to Basics (RLOO), arXiv:2402.14740"
+MAX_RL_PAPER = "MaxRL, arXiv:2602.02710"
+SPIRAL_PAPER = "Liu et al. 2025, SPIRAL, arXiv:2506.24119"
+ICEPOP_PAPER = "Ring-1T (IcePop), arXiv:2510.18855"
+# engineer M2's sources
+SFT_SOURCE = "methods reference, L_SFT"
+DPO_PAPER = "Rafailov et al. 2023, DPO, arXiv:2305.18290"
+OUYANG_PAPER = "Ouyang et al. 2022, InstructGPT, arXiv:2203.02155"
+PICK_GUIDE = "pick-a-method guide, question 1"
+GKD_PAPER = "Agarwal et al. 2023, GKD, arXiv:2306.13649"
+TOPK_OPD_PAPER = "Li et al. 2026, arXiv:2604.13016; Fu et al. 2026, arXiv:2603.25562"
+THINKING_MACHINES_OPD = "Thinking Machines 2025, On-Policy Distillation"
+SDFT_PAPER = "Shenfeld et al. 2026, SDFT, arXiv:2601.19897"
+SDPO_PAPER = "Huebotter et al. 2026, SDPO, arXiv:2601.20802"
+OPSD_REFERENCE_PAPER = "Zhao et al. 2026, arXiv:2601.18734"
+MIMO_PAPER = "MiMo-V2.6 2026 (GRS / GAR)"
+REINFORCE_ADA_PAPER = "Xiong et al. 2025, Reinforce-Ada, arXiv:2510.04996"
 
 DEFAULTS: dict[str, dict[str, Knob]] = {
     "flash_reinforce": {
@@ -52,7 +72,164 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "critic_lr": Knob(1e-05, "critic learning rate", number(0.0, open_low=True), f"{BPCO_PAPER}, training setup"),
     },
     # --- grouped / async tables (engineer M1) ---
+    "grpo": {
+        "generations": Knob(8, "k: rollouts sampled per prompt; rows sharing a task_id form one group", integer(1),
+                            f"{GRPO_PAPER}, section 4.2 (64 samples per question)", paper_value=64,
+                            why="8 is the spec's and TRL's default (num_generations=8); DeepSeekMath's 64 costs "
+                            "8x the sampling per prompt"),
+        "clip": Knob(0.2, "PPO clip: the ratio may move within [1 - clip, 1 + clip] before its token stops "
+                     "pushing", number(0.0, open_low=True), f"{PPO_PAPER}, Eq. 7 (GRPO keeps PPO's epsilon)"),
+        "beta": Knob(0.0, "weight of the k3 KL to the reference (needs ref_logprobs on every row when > 0)",
+                     number(0.0), f"{GRPO_PAPER}, Eq. 3-4", paper_value=0.04,
+                     why="DAPO (arXiv:2503.14476), Dr. GRPO (arXiv:2503.20783) and CISPO all train without "
+                     "the KL term, and it needs a reference forward pass per batch"),
+        "loss_type": Knob("grpo", "length weight w_i: 'grpo' 1/(B*T_i), 'bnpo' 1/N, 'dr_grpo' 1/(B*max_tokens) "
+                          "and no std", one_of("grpo", "bnpo", "dr_grpo"), f"{GRPO_PAPER}, Eq. 3 (1/G * 1/|o_i|)"),
+        "truncated": Knob("mask", "a reply cut at max_tokens: 'mask' gives it c = 0 and leaves it out of its "
+                          "group's statistics; 'zero' scores it R = 0", one_of("mask", "zero"),
+                          f"{DAPO_PAPER}, section 3.4 (overlong filtering: a truncated sample's loss is masked; "
+                          "DeepSeekMath itself scores a cut reply like any other, R = 0)"),
+        "max_tokens": Knob(1024, "generation cap per trajectory; also L_max in dr_grpo's weight", integer(1),
+                           f"{GRPO_PAPER}, section 4.2 (max length 1024)"),
+        "temperature": Knob(1.0, "sampling temperature the trajectories were drawn at",
+                            number(0.0, open_low=True), "TRL GRPOConfig (temperature=1.0)"),
+    },
+    "dr_grpo": {
+        "loss_type": Knob("dr_grpo", "fixed for DrGRPO: A = R - mean (no std) and w_i = 1/(B*max_tokens); use "
+                          "GRPO(loss_type=...) for the other weights", one_of("dr_grpo"),
+                          "Liu et al. 2025, Dr. GRPO, arXiv:2503.20783, section 3 (unbiased optimization)"),
+    },
+    "rloo": {
+        "generations": Knob(8, "k: rollouts per prompt; each is judged against the mean of the other k - 1",
+                            integer(1), f"{RLOO_PAPER}, experiments (k = 2 and 4)", paper_value=4,
+                            why="kept equal to GRPO's k so the two compare at the same sampling cost"),
+        "clip": Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
+                     f"{PPO_PAPER}, Eq. 7", paper_value=None,
+                     why="the paper runs on-policy REINFORCE without a clip; we share GRPO's surrogate so a "
+                     "stale batch is handled the same way"),
+        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
+        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+    },
+    "max_rl": {
+        "generations": Knob(8, "k: rollouts per prompt; a group whose mean reward is 0 carries nothing",
+                            integer(1), f"{MAX_RL_PAPER}; k as GRPO's generations"),
+        "clip": Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
+                     f"{PPO_PAPER}, Eq. 7"),
+        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
+        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+    },
+    "rae": {
+        "decay": Knob(0.95, "per-agent running baseline: b <- decay * b + (1 - decay) * R, in batch order",
+                      number(0.0, 1.0, open_high=True), f"{SPIRAL_PAPER}, role-conditioned advantage estimation; "
+                      "prime-rl algo 'rae' (decay = 0.95)"),
+        "generations": Knob(1, "rollouts per prompt; the running baseline works at one", integer(1),
+                            f"{SPIRAL_PAPER}; prime-rl 'rae' accepts any group_size, including 1"),
+        "clip": Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
+                     f"{PPO_PAPER}, Eq. 7"),
+        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
+        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+    },
+    "async": {
+        "correction": Knob("ipo", "per-token sampler/trainer correction: 'ipo' masks |pi - mu| > threshold, "
+                           "'icepop' masks a ratio outside the band, 'tis' caps the ratio at max_ratio",
+                           one_of("ipo", "icepop", "tis"), "prime-rl trainer.loss type 'ipo' (its masking default "
+                           "family); Yao et al. 2025 for the three corrections"),
+        "off_policy_steps": Knob(8, "largest lag, in optimizer steps, between the sampler and the policy",
+                                 integer(0), f"{SCALE_RL}, off-policy bound 8; prime-rl max_off_policy_steps = 8"),
+        "threshold": Knob(0.3, "ipo: a token is masked when its probability moved more than this",
+                          number(0.0, 1.0, open_low=True), "methods reference, Staleness (Yao et al. 2025, "
+                          "epsilon = 0.3)", paper_value=0.3,
+                          why="prime-rl's own ipo_threshold default is 0.1; the spec's 0.3 is used here"),
+        "ratio": Knob((0.5, 5.0), "icepop: the band [low, high] a token's ratio must stay inside",
+                      interval(0.0), f"{ICEPOP_PAPER}; OpenRLHF is_correction thresholds [0.5, 5.0]"),
+        "max_ratio": Knob(2.0, "tis: the cap on the ratio inside c", number(1.0),
+                          "verl rollout_correction TIS; Yao et al. 2025 (C = 2)"),
+    },
     # --- supervised / distillation / shaping tables (engineer M2) ---
+    "sft": {
+        "normalize": Knob("sum", "normalizer inside c: 'sum' c = 1 (the reference's L_SFT), 'token_mean' c = 1/N, "
+                          "'sequence_mean' c = 1/(B*T_i)", one_of("sum", "token_mean", "sequence_mean"),
+                          f"{SFT_SOURCE} (a plain sum over kept tokens)"),
+    },
+    "dpo": {
+        "beta": Knob(0.1, "strength of the implicit KL to the reference: z = beta * (policy margin - reference "
+                     "margin)", number(0.0, open_low=True), f"{DPO_PAPER}, Eq. 7 (beta = 0.1 in its experiments)"),
+        "pass_reward": Knob(1.0, "a row with reward >= this is a pass (chosen); below it a fail (rejected); used "
+                            "only when rows carry no explicit 'pair'/'chosen'", number(),
+                            f"{PICK_GUIDE} (a pass is reward >= 1.0)"),
+    },
+    "rm": {
+        "pass_reward": Knob(1.0, "a row with reward >= this is a pass (chosen); below it a fail (rejected); used "
+                            "only when rows carry no explicit 'pair'/'chosen'", number(),
+                            f"{PICK_GUIDE} (a pass is reward >= 1.0); Bradley-Terry as in {OUYANG_PAPER}, Eq. 1"),
+    },
+    "opd": {
+        "top_k": Knob(32, "K: teacher slots per position in the top-k form (the rows' K when smaller)", integer(1),
+                      f"{TOPK_OPD_PAPER}; methods reference, OPD defaults"),
+        "samples": Knob(4, "student rollouts per prompt the loop draws (no group is formed)", integer(1),
+                        f"{THINKING_MACHINES_OPD}; methods reference, OPD defaults"),
+        "divergence": Knob("reverse_kl", "per-token divergence: 'reverse_kl' KL(student || teacher), 'forward_kl' "
+                           "KL(teacher || student), 'jsd' Jensen-Shannon (beta = 0.5)",
+                           one_of("reverse_kl", "forward_kl", "jsd"), f"{GKD_PAPER}, section 3 (divergences)"),
+        "temperature": Knob(1.0, "sampling temperature, the same on both sides so the teacher scores the "
+                            "distribution the student drew from", number(0.0, open_low=True),
+                            "methods reference, OPD defaults"),
+        "max_tokens": Knob(8192, "generation cap per student rollout", integer(1), "whileai default",
+                           paper_value=None, why="the papers tie the cap to their tasks; 8192 matches "
+                           "FlashReinforce's cap"),
+    },
+    "opsd": {
+        "privileged": Knob("reference", "what the teacher copy sees that the student does not: 'reference' answer, "
+                           "a passing 'demonstration', a 'hint', or the environment's 'feedback'",
+                           one_of("reference", "demonstration", "hint", "feedback"),
+                           f"{OPSD_REFERENCE_PAPER} ('reference'); {SDFT_PAPER} ('demonstration'); "
+                           f"{SDPO_PAPER} ('feedback')"),
+        "anchor": Knob("ema:0.01", "teacher weights: 'ema:<rate>' a moving average theta_bar <- (1 - rate) "
+                       "theta_bar + rate theta, 'initial' the frozen start, 'live' the current student",
+                       anything("'ema:<rate>' with 0 < rate <= 1, 'initial' or 'live'"),
+                       f"{SDFT_PAPER} (EMA teacher, rate 0.01); {OPSD_REFERENCE_PAPER} ('initial')"),
+        "top_k": Knob(32, "K: teacher slots per position in the top-k form", integer(1),
+                      f"{TOPK_OPD_PAPER}; methods reference, OPD defaults"),
+        "samples": Knob(1, "student rollouts per prompt; there is no group to form", integer(1),
+                        f"{SDFT_PAPER}; methods reference, OPSD"),
+        "divergence": Knob("reverse_kl", "per-token divergence (as OPD's)", one_of("reverse_kl", "forward_kl", "jsd"),
+                           f"{SDFT_PAPER}; {GKD_PAPER}, section 3"),
+        "temperature": Knob(1.0, "sampling temperature, the same on both sides", number(0.0, open_low=True),
+                            "methods reference, OPD defaults"),
+        "max_tokens": Knob(8192, "generation cap per student rollout", integer(1), "whileai default",
+                           paper_value=None, why="as OPD's max_tokens"),
+    },
+    "groupwise_grading": {
+        "mode": Knob("reward", "'reward' (GRS): the grader's rank reshapes each pass's reward before the grouped "
+                     "method runs; 'advantage' (GAR): the rank is added to each pass's advantage",
+                     one_of("reward", "advantage"), f"{MIMO_PAPER}, section 4.3"),
+        "spread": Knob(0.5, "how far the grader's ranking moves a pass: the worst pass of a group gets reward "
+                       "R - spread (GRS) or advantage A - spread/2 (GAR), the best keeps R or gets A + spread/2",
+                       number(0.0, 1.0, open_low=True, open_high=True), f"{MIMO_PAPER}, section 4.3",
+                       paper_value=None, why="no value is given where we read the method (the pick-a-method "
+                       "guide); 0.5 keeps the worst pass (reward 0.5) above every fail (reward 0)"),
+        "pass_reward": Knob(1.0, "a row with reward >= this is a pass, and only passes are ranked", number(),
+                            f"{PICK_GUIDE} (a pass is reward >= 1.0)"),
+    },
+    "reinforce_ada": {
+        "exit": Knob("balance", "when a prompt stops being sampled: 'balance' once it has group_size/2 passes "
+                     "and group_size/2 fails, 'pos' once it has one pass", one_of("balance", "pos"),
+                     f"{REINFORCE_ADA_PAPER}, Reinforce-Ada-balance / Reinforce-Ada-pos"),
+        "group_size": Knob(4, "n: rollouts per prompt kept for the update, chosen to mix passes and fails",
+                           integer(2), f"{REINFORCE_ADA_PAPER}, experiments (n = 4)", paper_value=None,
+                           why="not checked against the paper's tables from here; 4 is its reported group size "
+                           "as we read the abstract-level descriptions"),
+        "round_size": Knob(8, "M: rollouts drawn per active prompt per sampling round", integer(1),
+                           f"{REINFORCE_ADA_PAPER}, Alg. 1", paper_value=None,
+                           why="a budget choice, not a paper value checked from here"),
+        "max_rounds": Knob(4, "budget cap: rounds after which a prompt stops being sampled even without exit",
+                           integer(1), f"{REINFORCE_ADA_PAPER}, Alg. 1", paper_value=None,
+                           why="a budget choice, not a paper value checked from here"),
+        "pass_reward": Knob(1.0, "a row with reward >= this is a pass", number(),
+                            f"{PICK_GUIDE} (a pass is reward >= 1.0)"),
+        "clip": Knob(0.2, "PPO clip of the grouped update on the kept groups", number(0.0, open_low=True),
+                     f"{PPO_PAPER}, Eq. 7 (the GRPO surrogate Reinforce-Ada keeps)"),
+    },
 }
 
 __all__ = ["DEFAULTS", "one_of"]

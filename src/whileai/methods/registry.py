@@ -11,6 +11,12 @@ from whileai.methods.base import REGISTRY, Method
 # Modules whose classes register themselves; importing them fills REGISTRY.
 METHOD_MODULES: tuple[str, ...] = (
     "whileai.methods.flash_reinforce",
+    "whileai.methods.supervised",
+    "whileai.methods.distill",
+    "whileai.methods.shaping",
+    "whileai.methods.grouped",
+    "whileai.methods.async_",
+    "whileai.methods.critic",
 )
 
 # Names that are another method with some knobs set (e.g. "dr_grpo" is GRPO with loss_type="dr_grpo").

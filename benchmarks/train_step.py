@@ -1,0 +1,113 @@
+"""Training throughput of the engine as a fraction of the machine's matrix-multiply peak.
+
+    python benchmarks/train_step.py            # builtin:small (~25M parameters), 8 x 512 tokens a step
+    python benchmarks/train_step.py --json
+
+One step = ``TrainingEngine.forward_backward(data, "cross_entropy")`` + ``optim_step(AdamParams())``
+with full fine-tuning, float32. Achieved FLOP/s uses the usual 6 * N * tokens rule (2 N for the
+forward, 4 N for the backward), with N the parameters that take part in matrix multiplies (the
+input embedding is a lookup and is left out); attention-score FLOPs are ignored, which understates
+the work done. The peak is ``torch.matmul`` of two float32 square matrices (default 2048) on the
+same cores and thread count, measured in the same run before and after the training steps; the
+larger of the two is used, so the fraction errs low.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+
+def matmul_peak(size: int, seconds: float) -> float:
+    """FLOP/s of repeated ``a @ b`` on (size, size) float32 matrices for about ``seconds``."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.matmul(a, b)  # warm up
+    flops_each = 2 * size**3
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        torch.matmul(a, b)
+        count += 1
+    return flops_each * count / (time.perf_counter() - start)
+
+
+def matmul_parameters(model: torch.nn.Module) -> int:
+    """Parameters used in matrix multiplies: all of them except the input embedding (unless tied)."""
+    embedding = model.get_input_embeddings().weight
+    output = model.get_output_embeddings().weight
+    total = sum(p.numel() for p in model.parameters())
+    return total if embedding is output else total - embedding.numel()
+
+
+def make_data(batch: int, length: int, vocab: int, seed: int = 0) -> list[dict]:
+    from whileai.engine import make_datum
+
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(3, vocab, (batch, length + 1), generator=generator).tolist()
+    return [make_datum(row[:1], row[1:]) for row in tokens]
+
+
+def run(args: argparse.Namespace) -> dict:
+    from whileai.engine import AdamParams, TrainingEngine
+
+    engine = TrainingEngine(args.model, micro_batch_tokens=args.batch * args.length)
+    data = make_data(args.batch, args.length, engine.vocab_size)
+    adam = AdamParams(learning_rate=1e-4)
+    peak_before = matmul_peak(args.matmul_size, args.matmul_seconds)
+    engine.forward_backward(data, "cross_entropy")  # warm up (allocator, kernels)
+    engine.optim_step(adam)
+    step_seconds = []
+    for _ in range(args.steps):
+        start = time.perf_counter()
+        engine.forward_backward(data, "cross_entropy")
+        engine.optim_step(adam)
+        step_seconds.append(time.perf_counter() - start)
+    peak_after = matmul_peak(args.matmul_size, args.matmul_seconds)
+    tokens = args.batch * args.length
+    n_matmul = matmul_parameters(engine.model)
+    seconds = min(step_seconds)  # the least disturbed step on a shared machine
+    achieved = 6 * n_matmul * tokens / seconds
+    peak = max(peak_before, peak_after)
+    return {
+        "model": args.model, "parameters": sum(p.numel() for p in engine.model.parameters()),
+        "matmul_parameters": n_matmul, "tokens_per_step": tokens, "step_seconds": step_seconds,
+        "tokens_per_second": tokens / seconds, "achieved_flops": achieved,
+        "matmul_peak_flops": [peak_before, peak_after], "fraction_of_peak": achieved / peak,
+        "torch_threads": torch.get_num_threads(), "load_average_1min": os.getloadavg()[0],
+        "mean_step_fraction": 6 * n_matmul * tokens / (sum(step_seconds) / len(step_seconds)) / peak,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="builtin:small", help="model to train (default builtin:small, ~25M)")
+    parser.add_argument("--batch", type=int, default=8, help="sequences per step (default 8)")
+    parser.add_argument("--length", type=int, default=512, help="tokens per sequence (default 512)")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps after one warm-up step (default 3)")
+    parser.add_argument("--matmul-size", type=int, default=2048, help="side of the peak matmul (default 2048)")
+    parser.add_argument("--matmul-seconds", type=float, default=3.0, help="seconds per peak measurement (default 3)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    result = run(args)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{result['model']}: {result['parameters']:,} parameters ({result['matmul_parameters']:,} in matmuls), "
+          f"{result['tokens_per_step']:,} tokens a step, {result['torch_threads']} threads, float32, full fine-tune, "
+          f"load average {result['load_average_1min']:.1f} on {os.cpu_count()} cores")
+    print("step seconds: " + ", ".join(f"{s:.2f}" for s in result["step_seconds"]))
+    print(f"tokens/s: {result['tokens_per_second']:,.0f} (fastest step)")
+    print(f"achieved: {result['achieved_flops'] / 1e9:.1f} GFLOP/s (6 * N * tokens); matmul peak: "
+          + " / ".join(f"{p / 1e9:.1f}" for p in result["matmul_peak_flops"]) + " GFLOP/s (before / after)")
+    print(f"fraction of matmul peak: {result['fraction_of_peak']:.3f} fastest step, "
+          f"{result['mean_step_fraction']:.3f} mean step  (goal >= 0.30: "
+          f"{'met' if result['fraction_of_peak'] >= 0.3 else 'NOT met'})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,158 @@
+"""`wai update` and `wai methods`: run one method's update on a rows file, or list every method.
+
+``wai update --method NAME rows.jsonl`` prints the update's report (``--json`` the whole Update as
+JSON); ``--out FILE`` writes the coefficients, one JSON line per trajectory, to a temporary file that
+replaces FILE only once it is complete. ``--set key=value`` changes a knob (the value is read as JSON
+when it parses, e.g. ``--set ratio=[0.5,5]``, else as a string). ``wai methods`` lists every method with
+each default and where it comes from, read from the one defaults table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import BatchError, ConfigError
+from whileai.methods.base import REGISTRY, Method, Update
+from whileai.methods.registry import method, method_names
+from whileai.rows.io import atomic_write, load_rows
+
+
+def register(subparsers: Any) -> None:
+    names = method_names()
+    update = subparsers.add_parser(
+        "update", help="run one method's update on a rows file and print what it did",
+        description="Validate the rows, run METHOD's update, and print its report (first line: "
+                    "'<method> update: A of B trajectories admitted').")
+    update.add_argument("rows", type=Path, help="a JSONL file, one trajectory per line with 'reward' and "
+                        "'logprobs' (optional: behavior_logprobs, action_mask, values, task_id, ...)")
+    update.add_argument("--method", required=True, metavar="NAME",
+                        help=f"the method to run; one of: {', '.join(names)}")
+    update.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                        help="change one knob, e.g. --set trust=0.01 (repeatable; `wai methods` lists the knobs)")
+    update.add_argument("--json", action="store_true", help="print the whole Update as JSON instead of the report")
+    update.add_argument("--out", type=Path, default=None, metavar="FILE",
+                        help="also write the coefficients to FILE: one JSON line per trajectory "
+                             "({\"row\", \"admitted\", \"coefficients\"}), written atomically")
+    update.set_defaults(func=cmd_update)
+    methods = subparsers.add_parser("methods", help="list every method with its defaults and their sources",
+                                    description="Every method, every knob, its default, the paper it comes from, "
+                                                "the paper's own value and why ours differs.")
+    methods.add_argument("--json", action="store_true", help="print JSON instead of a listing")
+    methods.set_defaults(func=cmd_methods)
+
+
+# --------------------------------------------------------------------- wai update
+def parse_settings(settings: list[str]) -> dict[str, Any]:
+    """['trust=0.01', 'ratio=[0.5,5]'] -> {'trust': 0.01, 'ratio': [0.5, 5]}."""
+    out: dict[str, Any] = {}
+    for item in settings:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set trust=0.01")
+        try:
+            value: Any = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        out[key.strip()] = value
+    return out
+
+
+def build_method(name: str, settings: list[str]) -> Method:
+    overrides = parse_settings(settings)
+    names = method_names()
+    key = name.strip().lower().replace("-", "_")
+    if key not in names:
+        raise ConfigError(f"unknown method {name!r}; valid names: {', '.join(names)}")
+    fields = [f.name for f in dataclasses.fields(REGISTRY[key])] if key in REGISTRY else []
+    unknown = sorted(set(overrides) - set(fields)) if fields else []
+    if unknown:
+        raise ConfigError(f"--set {unknown[0]}: {name} has no knob {unknown[0]!r}; its knobs are {', '.join(fields)}")
+    return method(key, **overrides)
+
+
+def cmd_update(args: argparse.Namespace) -> int:
+    chosen = build_method(args.method, args.settings)
+    rows = load_rows(args.rows, require=("reward",))
+    try:
+        update = chosen.update(rows)
+    except BatchError as err:
+        raise BatchError(f"{args.rows} (rows counted from 0, blank lines skipped): {err}") from None
+    if args.out is not None:
+        write_coefficients(args.out, update)
+    print(update.to_json() if args.json else str(update))
+    return 0
+
+
+def write_coefficients(path: Path, update: Update) -> None:
+    """One JSON line per trajectory, replacing ``path`` only once every line is written."""
+    with atomic_write(path) as handle:
+        for i, (admitted, coefficients) in enumerate(zip(update.admitted, update.coefficients)):
+            line = {"row": i, "admitted": bool(admitted), "coefficients": coefficients.tolist()}
+            handle.write(json.dumps(line) + "\n")
+
+
+# --------------------------------------------------------------------- wai methods
+def describe_methods() -> dict[str, Any]:
+    """{name: {"class": ..., "knobs": {field: {value, doc, source, paper_value, why}}}} for every method."""
+    method_names()  # imports every method module
+    out: dict[str, Any] = {}
+    for name in sorted(REGISTRY):
+        cls = REGISTRY[name]
+        knobs = {}
+        for field, spec in cls.knobs().items():
+            knobs[field] = {"value": _plain(spec.value), "doc": spec.doc, "source": spec.source,
+                            "paper_value": _plain(spec.paper), "why": spec.why}
+        out[name] = {"class": cls.__name__, "knobs": knobs}
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    table = describe_methods()
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return 0
+    lines = []
+    for name, entry in table.items():
+        lines.append(f"{name} (wai.{entry['class']})")
+        if not entry["knobs"]:
+            lines.append("  (no knobs)")
+        for field, knob in entry["knobs"].items():
+            paper = "" if knob["paper_value"] == knob["value"] else f"; paper: {knob['paper_value']!r}"
+            lines.append(f"  {field} = {knob['value']!r}  [{knob['source']}{paper}]")
+            if knob["why"]:
+                lines.append(f"      why ours differs: {knob['why']}")
+        lines.append("")
+    print("\n".join(lines).rstrip())
+    return 0
+
+
+# --------------------------------------------------------------------- docs/methods.md tables
+def markdown_table(name: str) -> str:
+    """The defaults table of one method as Markdown (docs/methods.md embeds these, checked by a test)."""
+    entry = describe_methods()[name]
+    lines = ["| knob | default | source | paper's value | why ours differs |", "|---|---|---|---|---|"]
+    for field, knob in entry["knobs"].items():
+        paper = "same" if knob["paper_value"] == knob["value"] else f"`{knob['paper_value']!r}`"
+        lines.append(f"| `{field}` | `{knob['value']!r}` | {knob['source']} | {paper} | {knob['why']} |")
+    return "\n".join(lines)
+
+
+def render_tables(text: str) -> str:
+    """Replace every ``<!-- defaults:NAME -->`` ... ``<!-- /defaults -->`` block with the current table."""
+    out, rest = [], text
+    while (start := rest.find("<!-- defaults:")) >= 0:
+        head_end = rest.index("-->", start) + 3
+        name = rest[start + len("<!-- defaults:"):head_end - 3].strip()
+        stop = rest.index("<!-- /defaults -->", head_end)
+        out.append(rest[:head_end] + "\n" + markdown_table(name) + "\n")
+        rest = rest[stop:]
+    out.append(rest)
+    return "".join(out)

@@ -1,0 +1,117 @@
+"""The reference policy: the model as it was before training, for KL terms and ref_logprobs.
+
+    reference = ReferencePolicy(model)      # decide once, at construction, before the first step
+    ref_BT = reference.logprobs(input_ids_BT, targets_BT)
+
+Under LoRA (a PEFT model) the reference is the same model with its adapters switched off
+(``model.disable_adapter()``): the frozen base weights are the pre-training policy, so it costs no
+second copy of anything. For full fine-tuning there is no untouched copy left in the model, so the
+reference is a frozen deep copy made once, at construction: build it before training starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from whileai.engine.logprobs import hidden_states, token_logprobs
+
+
+def has_adapters(model: Any) -> bool:
+    """True for a PEFT model, whose base weights stay frozen and can be reached with adapters off."""
+    try:
+        from peft import PeftModel
+    except ImportError:  # pragma: no cover - peft is a dependency
+        return False
+    return isinstance(model, PeftModel)
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
+def _check_inputs(input_ids: Any, targets: Any, attention_mask: Any) -> tuple[torch.Tensor, ...]:
+    input_ids_BT = torch.as_tensor(input_ids, dtype=torch.long)
+    targets_BT = torch.as_tensor(targets, dtype=torch.long)
+    if input_ids_BT.dim() == 1:
+        input_ids_BT, targets_BT = input_ids_BT.unsqueeze(0), targets_BT.unsqueeze(0)
+        attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).unsqueeze(0)
+    if input_ids_BT.shape != targets_BT.shape or input_ids_BT.dim() != 2:
+        raise ValueError(f"input_ids {tuple(input_ids_BT.shape)} and targets {tuple(targets_BT.shape)} must have "
+                         "the same shape (B, T) or (T,): position i's target is the token that follows it")
+    mask_BT = None if attention_mask is None else torch.as_tensor(attention_mask, dtype=torch.long)
+    if mask_BT is not None and mask_BT.shape != input_ids_BT.shape:
+        raise ValueError(f"attention_mask {tuple(mask_BT.shape)} must have the shape of input_ids "
+                         f"{tuple(input_ids_BT.shape)}")
+    return input_ids_BT, targets_BT, mask_BT
+
+
+def model_logprobs(model: Any, input_ids: Any, targets: Any, attention_mask: Any = None) -> torch.Tensor:
+    """``log pi(targets | prefix)`` per position ``(B, T)`` (or ``(T,)``) of ``model`` as it is, no grad.
+
+    Positions where ``attention_mask`` is 0 are returned as 0.0.
+    """
+    one_sequence = torch.as_tensor(input_ids).dim() == 1
+    input_ids_BT, targets_BT, mask_BT = _check_inputs(input_ids, targets, attention_mask)
+    device = next(model.parameters()).device
+    input_ids_BT, targets_BT = input_ids_BT.to(device), targets_BT.to(device)
+    mask_BT = None if mask_BT is None else mask_BT.to(device)
+    with torch.no_grad(), _eval_mode(model):
+        hidden_BTH = hidden_states(model, input_ids_BT, mask_BT)
+        positions = None if mask_BT is None else mask_BT.reshape(-1).bool()
+        flat = token_logprobs(model, hidden_BTH.reshape(-1, hidden_BTH.shape[-1]), targets_BT.reshape(-1), positions)
+    logprobs_BT = flat.reshape(targets_BT.shape)
+    return logprobs_BT[0] if one_sequence else logprobs_BT
+
+
+def reference_logprobs(model: Any, input_ids: Any, targets: Any, attention_mask: Any = None) -> torch.Tensor:
+    """Reference log-probabilities: a PEFT model with its adapters disabled; any other model as it is.
+
+    For a full fine-tune, pass the frozen copy (or use :class:`ReferencePolicy`, which keeps one).
+    """
+    if has_adapters(model):
+        with model.disable_adapter():
+            return model_logprobs(model, input_ids, targets, attention_mask)
+    return model_logprobs(model, input_ids, targets, attention_mask)
+
+
+class ReferencePolicy:
+    """The pre-training policy, decided at construction from the kind of model.
+
+    - PEFT model: shares the model and runs it with adapters disabled (``shares_weights`` is True).
+    - Anything else: a deep copy, frozen (``requires_grad=False``) and in eval mode, made now.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self.shares_weights = has_adapters(model)
+        if self.shares_weights:
+            self.model = model
+        else:
+            self.model = copy.deepcopy(model).eval()
+            self.model.requires_grad_(False)
+
+    def logprobs(self, input_ids: Any, targets: Any, attention_mask: Any = None) -> torch.Tensor:
+        """Per-position reference log-probabilities (see :func:`model_logprobs`)."""
+        return reference_logprobs(self.model, input_ids, targets, attention_mask)
+
+    def extra_parameter_bytes(self, policy: Any) -> int:
+        """Bytes of parameter storage the reference holds that ``policy`` does not (0 under LoRA)."""
+        policy_storages = {p.untyped_storage().data_ptr() for p in policy.parameters()}
+        seen: set[int] = set()
+        extra = 0
+        for parameter in self.model.parameters():
+            storage = parameter.untyped_storage()
+            if storage.data_ptr() not in policy_storages and storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                extra += storage.nbytes()
+        return extra

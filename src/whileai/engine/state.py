@@ -1,0 +1,178 @@
+"""Saving and restoring a ``TrainingEngine``, and exporting its weights for serving.
+
+Layout of a state directory::
+
+    path/LATEST                      name of the newest complete snapshot (replaced atomically)
+    path/step-00000012-1a2b3c4d/     weights.safetensors  (trainable parameters, by name)
+                                     optimizer.pt         (AdamW moments and step counts)
+                                     critic.pt            (value head + its optimizer, if any)
+                                     rng.pt               (torch / CUDA / numpy / python RNG states)
+                                     meta.json            (step, how the model was loaded)
+
+A snapshot is written under a temporary name, fsynced, renamed into place, and only then is
+``LATEST`` switched to it (write-temp-then-``os.replace``), so a crash at any point leaves the
+previous state loadable. Older snapshots are deleted after the switch. Every file is read with
+``torch.load(weights_only=True)`` or safetensors: loading a state runs no pickled code.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from whileai.errors import ConfigError
+
+FORMAT = 1
+LATEST = "LATEST"
+# load_model arguments that must match between the saving and the loading engine
+MUST_MATCH = ("name_or_path", "lora_rank", "lora_alpha", "target_modules", "train_attn", "train_mlp",
+              "train_unembed")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every global RNG as tensors and plain lists (loadable with ``weights_only=True``)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    version, internal, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"kind": kind, "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
+                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "python": {"version": version, "internal": list(internal), "gauss": py_gauss},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(p["internal"]), p["gauss"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _write_snapshot(engine: Any, folder: Path) -> None:
+    weights = {n: p.detach().contiguous().cpu() for n, p in engine.named_params.items()}
+    save_file(weights, str(folder / "weights.safetensors"))
+    torch.save(engine.optimizer.state_dict(), folder / "optimizer.pt")
+    if engine.critic is not None:
+        torch.save(engine.critic.state_dict(), folder / "critic.pt")
+    torch.save(rng_state(), folder / "rng.pt")
+    meta = {"format": FORMAT, "step": engine.step, "load_args": engine.loaded.load_args,
+            "has_critic": engine.critic is not None}
+    (folder / "meta.json").write_text(json.dumps(meta, indent=2))
+    for file in folder.iterdir():
+        _fsync(file)
+
+
+def save_state(engine: Any, path: str | os.PathLike[str]) -> str:
+    """Write a new snapshot under ``path`` and point ``LATEST`` at it; returns the snapshot's path."""
+    root = Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{engine.step:08d}-{uuid.uuid4().hex[:8]}"
+    tmp = root / f".tmp-{name}"
+    tmp.mkdir()
+    try:
+        _write_snapshot(engine, tmp)
+        os.replace(tmp, root / name)
+        pointer = root / f".tmp-{LATEST}-{name}"
+        pointer.write_text(name)
+        _fsync(pointer)
+        os.replace(pointer, root / LATEST)
+        _fsync(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in root.glob("step-*"):
+        if old.name != name:
+            shutil.rmtree(old, ignore_errors=True)
+    return str(root / name)
+
+
+def snapshot_dir(path: str | os.PathLike[str]) -> Path:
+    """The snapshot to load: ``path`` itself if it is one, else the one ``path/LATEST`` names."""
+    root = Path(path)
+    if (root / "meta.json").is_file():
+        return root
+    pointer = root / LATEST
+    if not pointer.is_file():
+        raise ConfigError(f"no saved state at {str(root)!r}: expected {LATEST} or meta.json there "
+                          "(write one with engine.save_state(path))")
+    folder = root / pointer.read_text().strip()
+    if not (folder / "meta.json").is_file():
+        raise ConfigError(f"{str(pointer)!r} names {folder.name!r}, which is not a complete snapshot")
+    return folder
+
+
+def load_state(engine: Any, path: str | os.PathLike[str]) -> None:
+    """Restore weights, optimizer, step, RNG and critic written by ``save_state``."""
+    folder = snapshot_dir(path)
+    meta = json.loads((folder / "meta.json").read_text())
+    saved, mine = meta["load_args"], engine.loaded.load_args
+    differ = [f"{k}: saved {saved.get(k)!r}, this engine {mine.get(k)!r}" for k in MUST_MATCH
+              if saved.get(k) != mine.get(k)]
+    if differ:
+        raise ConfigError(f"the state at {str(folder)!r} was saved by a different model setup ({'; '.join(differ)}); "
+                          "build the engine with the saved load_model arguments")
+    weights = load_file(str(folder / "weights.safetensors"))
+    if set(weights) != set(engine.named_params):
+        missing = sorted(set(engine.named_params) - set(weights))[:3]
+        raise ConfigError(f"the saved weights do not match this model's trainable parameters (e.g. missing {missing})")
+    with torch.no_grad():
+        for n, p in engine.named_params.items():
+            p.copy_(weights[n])
+    engine.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", weights_only=True))
+    if meta.get("has_critic"):
+        if engine.critic is None:
+            raise ConfigError("the saved state has a critic: call engine.add_critic(...) with the same settings "
+                              "before load_state")
+        engine.critic.load_state_dict(torch.load(folder / "critic.pt", weights_only=True))
+    set_rng_state(torch.load(folder / "rng.pt", weights_only=True))
+    engine.step = int(meta["step"])
+
+
+def export(engine: Any, path: str | os.PathLike[str], *, merged: bool = False, overwrite: bool = False) -> str:
+    """Write a PEFT adapter dir (``merged=False``) or a full model dir with the tokenizer; atomic rename."""
+    target = Path(path)
+    if target.exists() and any(target.iterdir()) and not overwrite:
+        raise ConfigError(f"{str(target)!r} exists and is not empty; pass overwrite=True or another path")
+    is_lora = engine.loaded.lora is not None
+    if not merged and not is_lora:
+        raise ConfigError("this engine trains every weight (no LoRA), so there is no adapter to export; "
+                          "use export(path, merged=True) for a full model directory")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".tmp-export-{uuid.uuid4().hex[:8]}"
+    try:
+        model = engine.model
+        if merged and is_lora:
+            model = copy.deepcopy(model).merge_and_unload()
+        model.save_pretrained(str(tmp))
+        engine.tokenizer.save_pretrained(str(tmp))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return str(target)

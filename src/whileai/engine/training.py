@@ -1,0 +1,498 @@
+"""``TrainingEngine``: everything that touches the weights, in the shape of the Tinker training API.
+
+    engine = TrainingEngine("builtin:tiny", lora_rank=8)
+    out = engine.forward_backward([datum, ...], "cross_entropy")     # gradients accumulate
+    engine.optim_step(AdamParams(learning_rate=1e-3))                 # AdamW, returns the grad norm
+    engine.train_step(method, rows)                                   # the method bridge
+
+Every loss is summed over tokens and datums, so splitting a batch across calls never changes a
+gradient. The engine never branches on a method's name: ``train_step`` runs one forward, hands
+the detached log-probabilities to ``method.update()``, and runs the kernel with its coefficients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from whileai.engine import state as state_io
+from whileai.engine.datums import Prepared, check_tokens, make_datum, prepare, prepare_datum
+from whileai.engine.logprobs import DEFAULT_CHUNK, hidden_states, select_logprobs, topk_logprobs
+from whileai.engine.losses import LOSSES, LossSpec, loss_spec, per_token_loss, resolve_config
+from whileai.engine.models import LoadedModel, load_model
+from whileai.errors import BatchError, ConfigError, WhileaiError
+
+
+@dataclass(frozen=True)
+class AdamParams:
+    """AdamW settings of one ``optim_step`` (defaults as Tinker's ``AdamParams``)."""
+
+    learning_rate: float = 1e-4
+    """Step size."""
+    beta1: float = 0.9
+    """Decay of the first-moment (mean) estimate."""
+    beta2: float = 0.95
+    """Decay of the second-moment (variance) estimate."""
+    eps: float = 1e-12
+    """Added to the root of the second moment (the Tinker cookbook passes 1e-8)."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay: each step multiplies the weights by 1 - learning_rate * weight_decay."""
+    grad_clip_norm: float = 0.0
+    """Clip the global gradient norm to this; 0 = no clipping."""
+
+    def __post_init__(self) -> None:
+        rules = {"learning_rate": (0.0, math.inf), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0),
+                 "eps": (0.0, math.inf), "weight_decay": (0.0, math.inf), "grad_clip_norm": (0.0, math.inf)}
+        for name, (low, high) in rules.items():
+            value = getattr(self, name)
+            ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+                  and low <= value and (value < high or high == math.inf))
+            if not ok:
+                raise ConfigError(f"AdamParams.{name}={value!r} must be a finite number in [{low}, {high})")
+
+
+@dataclass
+class ForwardBackwardOutput:
+    """Per-datum outputs (``logprobs``, or ``values`` for a value loss) and ``name:reduction`` metrics."""
+
+    loss_fn_outputs: list[dict[str, np.ndarray]]
+    metrics: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"loss_fn_outputs": [{k: v.tolist() for k, v in out.items()} for out in self.loss_fn_outputs],
+                "metrics": dict(self.metrics)}
+
+
+@dataclass
+class OptimStepOutput:
+    """The global gradient norm before clipping, and the step's metrics."""
+
+    grad_norm: float
+    metrics: dict[str, float]
+
+    def __float__(self) -> float:
+        return self.grad_norm
+
+
+@dataclass
+class TrainStepOutput:
+    """What ``train_step`` did: the method's ``Update``, the log-probabilities it saw, metrics."""
+
+    update: Any
+    logprobs: list[np.ndarray]
+    metrics: dict[str, float]
+    optim: OptimStepOutput | None = None
+
+
+@dataclass
+class _Trajectory:
+    item: Prepared
+    row: dict[str, Any] = field(default_factory=dict)
+
+
+class TrainingEngine:
+    """A model, its optimizer, and the operations of the training API.
+
+    ``model``: a ``LoadedModel`` or a name for ``load_model`` (then ``load_kwargs`` go there).
+    ``reference``: keep a reference policy for ``compute_logprobs(..., reference=True)`` and for
+    methods that need ``ref_logprobs``; None = only when it is free (under LoRA).
+    ``micro_batch_tokens``: padded tokens per forward pass; splitting never changes a gradient.
+    """
+
+    def __init__(self, model: LoadedModel | str = "builtin:tiny", *, reference: bool | None = None,
+                 micro_batch_tokens: int = 8192, logprob_chunk: int = DEFAULT_CHUNK,
+                 keep_sampler_versions: int = 8, **load_kwargs: Any) -> None:
+        self.loaded = model if isinstance(model, LoadedModel) else load_model(model, **load_kwargs)
+        self.model = self.loaded.model
+        self.tokenizer = self.loaded.tokenizer
+        self.device = self.loaded.device
+        self.micro_batch_tokens = micro_batch_tokens
+        self.logprob_chunk = logprob_chunk
+        self.keep_sampler_versions = keep_sampler_versions
+        self.named_params = {n: p for n, p in self.model.named_parameters() if p.requires_grad}
+        defaults = AdamParams()
+        self.optimizer = torch.optim.AdamW(list(self.named_params.values()), lr=defaults.learning_rate,
+                                           betas=(defaults.beta1, defaults.beta2), eps=defaults.eps,
+                                           weight_decay=defaults.weight_decay)
+        self.step = 0
+        self.critic: Any = None
+        self.reference: Any = None
+        self.sampler_weights: dict[int, dict[str, torch.Tensor]] = {}
+        if reference or (reference is None and self.loaded.lora is not None):
+            from whileai.engine.reference import ReferencePolicy
+
+            self.reference = ReferencePolicy(self.model)
+
+    # ------------------------------------------------------------------ info
+    @property
+    def vocab_size(self) -> int:
+        return self.loaded.vocab_size
+
+    @property
+    def max_context(self) -> int:
+        return self.loaded.max_context
+
+    def info(self) -> dict[str, Any]:
+        """Model name, LoRA settings, sizes, the weights version (= optimizer steps taken)."""
+        return {"model_name": self.loaded.name, "is_lora": self.loaded.lora is not None,
+                "lora": self.loaded.lora, "vocab_size": self.vocab_size, "max_context": self.max_context,
+                "trainable_parameters": sum(p.numel() for p in self.named_params.values()),
+                "step": self.step, "device": str(self.device), "dtype": str(self.loaded.dtype),
+                "losses": list(LOSSES), "has_critic": self.critic is not None,
+                "has_reference": self.reference is not None}
+
+    # ------------------------------------------------------------------ forward passes
+    def _microbatches(self, items: Sequence[Any], length_of: Any) -> Iterator[list[Any]]:
+        batch: list[Any] = []
+        longest = 0
+        for item in items:
+            grown = max(longest, length_of(item))
+            if batch and grown * (len(batch) + 1) > self.micro_batch_tokens:
+                yield batch
+                batch, grown = [], length_of(item)
+            batch.append(item)
+            longest = grown
+        if batch:
+            yield batch
+
+    def _hidden(self, items: Sequence[Prepared]) -> torch.Tensor:
+        """Last hidden states ``(B, T, H)`` of right-padded inputs (padding never affects real positions)."""
+        longest = max(it.length for it in items)
+        ids = torch.zeros(len(items), longest, dtype=torch.long)
+        mask = torch.zeros(len(items), longest, dtype=torch.long)
+        for b, it in enumerate(items):
+            ids[b, :it.length] = torch.from_numpy(it.input_ids)
+            mask[b, :it.length] = 1
+        attention = None if bool(mask.all()) else mask.to(self.device)
+        return hidden_states(self.model, ids.to(self.device), attention)
+
+    def _scored_logprobs(self, item: Prepared, hidden_TH: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(index_P, logprobs_P[K])`` at the datum's scored positions, float32, differentiable."""
+        index = torch.from_numpy(np.flatnonzero(item.scored)).to(self.device)
+        targets = torch.from_numpy(item.targets).to(self.device)
+        targets_PK = targets[index].reshape(len(index), -1)
+        logp = select_logprobs(self.model, hidden_TH[index], targets_PK, chunk_size=self.logprob_chunk)
+        return index, (logp.squeeze(-1) if item.targets.ndim == 1 else logp)
+
+    def _datum_loss(self, spec: LossSpec, config: dict[str, Any], item: Prepared,
+                    hidden_TH: torch.Tensor) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        if spec.on_values:
+            index = torch.from_numpy(np.flatnonzero(item.scored)).to(self.device)
+            x = self.critic.head(hidden_TH[index].detach())
+            name, shape = "values", (item.length,)
+        else:
+            index, x = self._scored_logprobs(item, hidden_TH)
+            name, shape = "logprobs", item.targets.shape
+        inputs = {k: torch.from_numpy(v[item.scored]).to(self.device) for k, v in item.inputs.items()}
+        loss = per_token_loss(spec, x.double(), inputs, config).sum()
+        full = np.zeros(shape, dtype=np.float32)
+        full[item.scored] = x.detach().float().cpu().numpy()
+        return loss, {name: full}
+
+    @contextlib.contextmanager
+    def _mode(self, train: bool) -> Iterator[None]:
+        was = self.model.training
+        self.model.train(train)
+        try:
+            yield
+        finally:
+            self.model.train(was)
+
+    def _run(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None,
+             backward: bool) -> ForwardBackwardOutput:
+        spec = loss_spec(loss_fn)
+        config = resolve_config(loss_fn, loss_fn_config)
+        if spec.on_values and self.critic is None:
+            raise ConfigError(f"loss {loss_fn!r} trains the critic, and this engine has none: call "
+                              "engine.add_critic(learning_rate=...) first")
+        items = prepare(data, spec, self.vocab_size, self.max_context)
+        outputs: list[dict[str, np.ndarray]] = [{} for _ in items]
+        total, tokens = 0.0, 0
+        policy_grad = backward and not spec.on_values
+        with self._mode(backward):
+            for batch in self._microbatches(items, lambda it: it.length):
+                with torch.set_grad_enabled(policy_grad):
+                    hidden = self._hidden(batch)
+                with torch.set_grad_enabled(backward):
+                    losses = []
+                    for b, item in enumerate(batch):
+                        loss, outputs[item.index] = self._datum_loss(spec, config, item, hidden[b, :item.length])
+                        losses.append(loss)
+                        tokens += int(item.scored.sum())
+                    loss_sum = torch.stack(losses).sum()
+                    _check_finite_loss(loss_sum, loss_fn, batch)
+                    if backward and loss_sum.requires_grad:
+                        loss_sum.backward()
+                total += float(loss_sum.detach())
+        metrics = {"loss:sum": total, "num_tokens:sum": float(tokens), "num_datums:sum": float(len(items))}
+        return ForwardBackwardOutput(outputs, metrics)
+
+    def forward_backward(self, data: Sequence[Any], loss_fn: str,
+                         loss_fn_config: Mapping[str, Any] | None = None) -> ForwardBackwardOutput:
+        """Compute the summed loss of ``data`` and add its gradient to the accumulated one."""
+        return self._run(data, loss_fn, loss_fn_config, backward=True)
+
+    def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
+                loss_fn_config: Mapping[str, Any] | None = None) -> ForwardBackwardOutput:
+        """The same outputs and metrics as ``forward_backward``, without gradients (eval mode)."""
+        with torch.no_grad():
+            return self._run(data, loss_fn, loss_fn_config, backward=False)
+
+    # ------------------------------------------------------------------ optimizer
+    def optim_step(self, adam_params: AdamParams | None = None) -> OptimStepOutput:
+        """One AdamW step on the accumulated gradients, then clear them. Returns the norm before clipping.
+
+        A critic with accumulated gradients (from ``ppo_critic``) takes a step of its own optimizer.
+        A non-finite gradient norm raises and clears the gradients without touching the weights.
+        """
+        adam = adam_params or AdamParams()
+        params = list(self.named_params.values())
+        for group in self.optimizer.param_groups:
+            group.update(lr=adam.learning_rate, betas=(adam.beta1, adam.beta2), eps=adam.eps,
+                         weight_decay=adam.weight_decay)
+        max_norm = adam.grad_clip_norm if adam.grad_clip_norm > 0 else math.inf
+        grads = [p for p in params if p.grad is not None]
+        norm = float(torch.nn.utils.clip_grad_norm_(grads, max_norm)) if grads else 0.0
+        if not math.isfinite(norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise WhileaiError(f"the gradient norm is {norm}; the step was skipped and the gradients cleared. "
+                               "Check the weights/advantages for huge values or lower the learning rate")
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics = {"grad_norm": norm, "learning_rate": adam.learning_rate}
+        if self.critic is not None and any(p.grad is not None for p in self.critic.head.parameters()):
+            self.critic.optimizer.step()
+            self.critic.optimizer.zero_grad(set_to_none=True)
+            metrics["critic_learning_rate"] = self.critic.learning_rate
+        self.step += 1
+        metrics["step"] = float(self.step)
+        return OptimStepOutput(norm, metrics)
+
+    def zero_grad(self) -> None:
+        """Drop the accumulated gradients without stepping."""
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # ------------------------------------------------------------------ log-probabilities
+    def _check_sequence(self, tokens: Any, what: str) -> np.ndarray:
+        ids = np.asarray(tokens)
+        if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+            raise BatchError(f"{what} must be a non-empty flat list of token ids, got {tokens!r:.80}")
+        if ids.size - 1 > self.max_context:
+            raise BatchError(f"{what} has {ids.size} tokens; the model's context is {self.max_context}, so "
+                             f"position {self.max_context} is past it. Shorten the sequence")
+        check_tokens(ids, self.vocab_size, what)
+        return ids.astype(np.int64)
+
+    @contextlib.contextmanager
+    def _policy(self, reference: bool) -> Iterator[Any]:
+        if not reference:
+            yield self.model
+            return
+        if self.reference is None:
+            raise ConfigError("this engine keeps no reference policy: build it with TrainingEngine(..., "
+                              "reference=True) (free under LoRA, a frozen copy otherwise)")
+        if self.reference.shares_weights:
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            yield self.reference.model
+
+    @torch.no_grad()
+    def compute_logprobs(self, tokens: Sequence[int], top_k: int = 0, *,
+                         reference: bool = False) -> dict[str, Any]:
+        """Per-token log-probabilities of a sequence (``None`` for the first token, which has no context).
+
+        ``top_k > 0`` also returns, at every position, the ``top_k`` most likely tokens as
+        ``(token, logprob)`` pairs. ``reference=True`` scores under the reference policy.
+        """
+        ids = self._check_sequence(tokens, "tokens")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= self.vocab_size:
+            raise ConfigError(f"top_k={top_k!r} must be an integer in [0, {self.vocab_size}]")
+        result: dict[str, Any] = {"logprobs": [None], "topk": [None] if top_k else None, "version": self.step}
+        if ids.size < 2:
+            return result
+        inputs = torch.from_numpy(ids[:-1]).to(self.device)[None]
+        targets = torch.from_numpy(ids[1:]).to(self.device)[:, None]
+        with self._mode(False), self._policy(reference) as model:
+            hidden = hidden_states(model, inputs)[0]
+            logp = select_logprobs(model, hidden, targets, chunk_size=self.logprob_chunk)
+            result["logprobs"] += logp.squeeze(-1).tolist()
+            if top_k:
+                top_ids, top_lp = topk_logprobs(model, hidden, top_k, chunk_size=self.logprob_chunk)
+                result["topk"] += [list(zip(i, v)) for i, v in zip(top_ids.tolist(), top_lp.tolist())]
+        return result
+
+    # ------------------------------------------------------------------ sampling
+    def save_weights_for_sampler(self) -> int:
+        """Snapshot the trainable weights as version ``step``; ``sample(..., version=v)`` uses it later.
+
+        The ``keep_sampler_versions`` most recent snapshots are kept (in memory).
+        """
+        self.sampler_weights[self.step] = {n: p.detach().clone() for n, p in self.named_params.items()}
+        for old in sorted(self.sampler_weights)[:-self.keep_sampler_versions]:
+            del self.sampler_weights[old]
+        return self.step
+
+    @contextlib.contextmanager
+    def weights(self, version: int | None) -> Iterator[None]:
+        """Run a block with the weights of a saved sampler version (None: the current weights)."""
+        if version is None or version == self.step and version not in self.sampler_weights:
+            yield
+            return
+        if version not in self.sampler_weights:
+            raise ConfigError(f"no sampler weights of version {version}; saved versions: "
+                              f"{sorted(self.sampler_weights)}. Call save_weights_for_sampler() at that step")
+        current = {n: p.detach().clone() for n, p in self.named_params.items()}
+        with torch.no_grad():
+            for n, p in self.named_params.items():
+                p.copy_(self.sampler_weights[version][n])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for n, p in self.named_params.items():
+                    p.copy_(current[n])
+
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int = 1, sampling_params: Any = None, *,
+               version: int | None = None) -> list[Any]:
+        """Sample continuations (KV cache, batched). One prompt -> a list of ``SampledSequence``;
+        a list of prompts -> one such list per prompt. ``version`` picks saved sampler weights."""
+        from whileai.engine.sampling import SamplingParams, sample
+
+        single = len(prompt_tokens) > 0 and isinstance(prompt_tokens[0], (int, np.integer))
+        prompts = [prompt_tokens] if single else prompt_tokens
+        params = sampling_params if sampling_params is not None else SamplingParams(max_tokens=16)
+        with self.weights(version):
+            out = sample(self.model, prompts, num_samples, params, eos_token_id=self.tokenizer.eos_token_id,
+                         max_context=self.max_context)
+        return out[0] if single else out
+
+    # ------------------------------------------------------------------ critic
+    def add_critic(self, learning_rate: float, **options: Any) -> Any:
+        """Attach a value head with its own AdamW optimizer (``reward_range=`` for BPCO's bounded head)."""
+        from whileai.engine.critic import Critic
+
+        self.critic = Critic.for_model(self.model, learning_rate=learning_rate, **options)
+        return self.critic
+
+    # ------------------------------------------------------------------ the method bridge
+    def _trajectory(self, index: int, row: Mapping[str, Any]) -> _Trajectory:
+        """A row (``prompt_tokens`` + ``tokens``) or a datum (trajectory = positions with nonzero weight)."""
+        if not isinstance(row, Mapping):
+            raise BatchError(f"row {index}: expected a dict, got {type(row).__name__}")
+        spec = LOSSES["cross_entropy"]
+        if "model_input" in row:
+            lfi = dict(row.get("loss_fn_inputs") or {})
+            datum = {"model_input": row["model_input"],
+                     "loss_fn_inputs": {k: lfi[k] for k in ("target_tokens", "weights") if k in lfi}}
+            extras = {k: v for k, v in row.items() if k not in ("model_input", "loss_fn_inputs")}
+        elif "prompt_tokens" in row and "tokens" in row:
+            datum = make_datum(row["prompt_tokens"], row["tokens"])
+            extras = {k: v for k, v in row.items() if k != "prompt_tokens"}
+        else:
+            raise BatchError(f"row {index}: give 'prompt_tokens' and 'tokens' (the completion), or a datum "
+                             "with 'model_input' and loss_fn_inputs 'target_tokens' and 'weights' (nonzero "
+                             "on the trajectory's tokens)")
+        item = prepare_datum(index, datum, spec, self.vocab_size, self.max_context)
+        if item.targets.ndim != 1 or not item.scored.any():
+            raise BatchError(f"row {index}: a trajectory needs (N,) target_tokens and at least one position "
+                             "with nonzero weight")
+        extras.setdefault("tokens", item.targets[item.scored].tolist())
+        return _Trajectory(item, extras)
+
+    def _fill_required(self, method: Any, trajectories: list[_Trajectory],
+                       hidden: list[torch.Tensor]) -> None:
+        """Values from the critic / ref_logprobs from the reference, where the method requires them."""
+        required = getattr(method, "requires", {}) or {}
+        for t, h in zip(trajectories, hidden):
+            index = torch.from_numpy(np.flatnonzero(t.item.scored)).to(self.device)
+            if "values" in required and "values" not in t.row and self.critic is not None:
+                t.row["values"] = self.critic.values(h[index]).double().cpu().tolist()
+            if "ref_logprobs" in required and "ref_logprobs" not in t.row and self.reference is not None:
+                with torch.no_grad(), self._policy(True) as ref:
+                    ref_h = hidden_states(ref, torch.from_numpy(t.item.input_ids).to(self.device)[None])[0]
+                    targets = torch.from_numpy(t.item.targets).to(self.device)[index][:, None]
+                    t.row["ref_logprobs"] = select_logprobs(ref, ref_h[index], targets).squeeze(-1).tolist()
+
+    def train_step(self, method: Any, rows: Sequence[Mapping[str, Any]],
+                   adam_params: AdamParams | None = None) -> TrainStepOutput:
+        """One forward with gradients, ``method.update()`` on the detached log-probabilities, the kernel
+        ``-sum c * log p`` with the method's coefficients, one backward; then an optimizer step when
+        ``adam_params`` is given (otherwise the gradients accumulate).
+
+        Rows are trajectory dicts (``prompt_tokens``, ``tokens``, ``reward``, ...) or datums with row
+        fields at the top level. Each row's ``logprobs`` is replaced by the engine's; the sampler's
+        belong in ``behavior_logprobs``. If the method returns ``value_targets`` and a critic is
+        attached, the critic takes one step of its own optimizer on them.
+        """
+        if isinstance(rows, Mapping) or not rows:
+            raise BatchError("rows must be a non-empty list of trajectory dicts")
+        trajectories = [self._trajectory(i, r) for i, r in enumerate(rows)]
+        logps, hiddens = [None] * len(trajectories), [None] * len(trajectories)
+        with self._mode(True):
+            for batch in self._microbatches(list(enumerate(trajectories)), lambda e: e[1].item.length):
+                hidden = self._hidden([t.item for _, t in batch])
+                for b, (i, t) in enumerate(batch):
+                    hiddens[i] = hidden[b, :t.item.length]
+                    logps[i] = self._scored_logprobs(t.item, hiddens[i])[1]
+            self._fill_required(method, trajectories, hiddens)
+            method_rows = [{**t.row, "logprobs": lp.detach().double().cpu().tolist()}
+                           for t, lp in zip(trajectories, logps)]
+            update = method.update(method_rows)
+            loss = self._kernel(update.coefficients, logps)
+            loss.backward()
+        metrics = {"loss:sum": float(loss.detach()),
+                   "num_tokens:sum": float(sum(int(t.item.scored.sum()) for t in trajectories))}
+        if getattr(update, "value_targets", None) is not None and self.critic is not None:
+            metrics["critic_loss:mean"] = self._critic_step(update.value_targets, hiddens, trajectories)
+        out = TrainStepOutput(update, [lp.detach().cpu().numpy() for lp in logps], metrics)
+        if adam_params is not None:
+            out.optim = self.optim_step(adam_params)
+        return out
+
+    def _kernel(self, coefficients: Sequence[Any], logps: Sequence[Any]) -> torch.Tensor:
+        if len(coefficients) != len(logps):
+            raise WhileaiError(f"the method returned {len(coefficients)} coefficient arrays for {len(logps)} rows")
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for i, (c, lp) in enumerate(zip(coefficients, logps)):
+            c = np.asarray(c, dtype=np.float64)
+            if c.shape != tuple(lp.shape) or not np.all(np.isfinite(c)):
+                raise WhileaiError(f"row {i}: the method's coefficients have shape {c.shape} (finite: "
+                                   f"{bool(np.all(np.isfinite(c)))}) but the row has {lp.shape[0]} tokens")
+            total = total + per_token_loss(LOSSES["cross_entropy"], lp.double(),
+                                           {"weights": torch.from_numpy(c).to(self.device)}, {}).sum()
+        return total
+
+    def _critic_step(self, value_targets: Sequence[Any], hiddens: Sequence[Any],
+                     trajectories: Sequence[_Trajectory]) -> float:
+        index = [torch.from_numpy(np.flatnonzero(t.item.scored)).to(self.device) for t in trajectories]
+        hidden = torch.cat([h[i].detach() for h, i in zip(hiddens, index)])
+        targets = np.concatenate([np.asarray(v, dtype=np.float64) for v in value_targets])
+        return self.critic.train_step(hidden, targets.astype(np.float32))
+
+    # ------------------------------------------------------------------ state and export
+    def save_state(self, path: str) -> str:
+        """Weights, optimizer, step, RNG (and critic) to ``path``, atomically; returns the snapshot dir."""
+        return state_io.save_state(self, path)
+
+    def load_state(self, path: str) -> None:
+        """Restore what ``save_state`` wrote (the latest complete snapshot under ``path``)."""
+        state_io.load_state(self, path)
+
+    def export(self, path: str, merged: bool = False, overwrite: bool = False) -> str:
+        """A PEFT adapter directory (``merged=False``, LoRA only) or a full merged model directory."""
+        return state_io.export(self, path, merged=merged, overwrite=overwrite)
+
+
+def _check_finite_loss(loss: torch.Tensor, loss_fn: str, batch: Sequence[Prepared]) -> None:
+    if not bool(torch.isfinite(loss)):
+        first = batch[0].index
+        raise WhileaiError(f"loss {loss_fn!r} is {float(loss.detach())} on datums {first}..{batch[-1].index}: a ratio "
+                           "overflowed or an input is extreme. Check logprobs/advantages of those datums; "
+                           "their gradient was not added")

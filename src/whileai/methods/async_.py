@@ -1,0 +1,115 @@
+"""Async: any method trained on rollouts that lag the policy, with one per-token sampler correction.
+
+Yao et al. 2025 (the sampler/trainer gap exists even at zero lag); the three corrections multiply the
+wrapped method's coefficient on each action token:
+
+    ipo:    c <- c * 1[|pi - mu| <= threshold]          probabilities, pi = exp(logprobs), mu = exp(behavior)
+    icepop: c <- c * 1[ratio[0] <= rho <= ratio[1]]     (Ring-1T, arXiv:2510.18855; band inclusive)
+    tis:    c <- c * min(rho, max_ratio) / rho          (verl; the ratio already inside c is capped)
+
+``off_policy_steps`` is the lag bound the sampler is held to (ScaleRL, arXiv:2510.13786); the update
+itself reads only the rows. Where we differ from the methods reference: its tis line reads
+``c * min(rho, max_ratio)``; every policy-gradient c here already carries rho, so we replace that rho by
+the capped one (c * min(rho, max_ratio) / rho) rather than multiplying in a second ratio. For a wrapped
+method whose c has no rho (SFT, OPD) the same factor caps the weight of a token the policy now prefers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from whileai.errors import ConfigError
+from whileai.methods._ops import agree
+from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.rows.batch import Batch
+
+
+@dataclass(frozen=True)
+class Async(Method):
+    """A wrapped method (an object or a registry name) plus a per-token off-policy correction.
+
+    ``Async("grpo", correction="icepop")`` or ``Async(wai.GRPO(clip=0.3), correction="tis")``;
+    ``.method`` is always the resolved method object. The update is the wrapped method's, with
+    c multiplied per action token by the correction's factor (module docstring); advantages,
+    admitted trajectories and value targets pass through unchanged.
+    """
+
+    name = "async"
+
+    method: Any = None
+    correction: str = knob("async", "correction")
+    off_policy_steps: int = knob("async", "off_policy_steps")
+    threshold: float = knob("async", "threshold")
+    ratio: tuple[float, float] = knob("async", "ratio")
+    max_ratio: float = knob("async", "max_ratio")
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", _resolve(self.method))
+        super().__post_init__()
+
+    def _update(self, batch: Batch) -> Update:
+        inner: Update = self.method.update(batch)
+        factor_N, affected_N = self._factor(batch)
+        coefficients = [c * f.reshape(f.shape + (1,) * (c.ndim - 1))
+                        for c, f in zip(inner.coefficients, batch.split(factor_N))]
+        stats = dict(inner.stats)
+        key = "correction_capped_share" if self.correction == "tis" else "correction_masked_share"
+        stats[key] = float(affected_N.sum() / batch.action_mask_N.sum())
+        notes = list(inner.notes) + self._notes(batch, affected_N)
+        return Update(f"async({inner.method}, {self.correction})", coefficients, inner.advantages, inner.admitted,
+                      stats, notes, inner.value_targets)
+
+    def _factor(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """The per-token multiplier, and the action tokens it changed."""
+        mask_N = batch.action_mask_N
+        log_ratio_N = batch.logprobs_N - batch.behavior_logprobs_N
+        if self.correction == "tis":
+            # min(rho, cap) / rho = exp(min(0, log cap - log rho)): finite for any rho
+            factor_N = np.exp(np.minimum(0.0, np.log(self.max_ratio) - log_ratio_N))
+            return factor_N, mask_N & (factor_N < 1.0)
+        if self.correction == "ipo":
+            keep_N = np.abs(np.exp(batch.logprobs_N) - np.exp(batch.behavior_logprobs_N)) <= self.threshold
+        else:
+            low, high = self.ratio
+            ratio_N = np.exp(log_ratio_N)
+            keep_N = (ratio_N >= low) & (ratio_N <= high)
+        return keep_N.astype(np.float64), mask_N & ~keep_N
+
+    def _notes(self, batch: Batch, affected_N: np.ndarray) -> list[str]:
+        if not affected_N.any():
+            return []
+        where = np.flatnonzero(affected_N)
+        rows = np.unique(batch.row_index_N[where])
+        who = (f"{plural(where.size, 'action token')} in {plural(rows.size, 'trajectory', 'trajectories')} "
+               f"{trajectory_list(rows)}")
+        lag = f"the sampler lags the policy: lower off_policy_steps (now {self.off_policy_steps})"
+        if self.correction == "ipo":
+            moved = np.abs(np.exp(batch.logprobs_N[where]) - np.exp(batch.behavior_logprobs_N[where]))
+            return [f"{who} moved more than threshold {self.threshold:g} in probability and "
+                    f"{agree(where.size, 'was', 'were')} masked by ipo "
+                    f"(largest move {moved.max():.3g}); {lag} or raise threshold"]
+        ratio = np.exp(batch.logprobs_N[where] - batch.behavior_logprobs_N[where])
+        if self.correction == "icepop":
+            low, high = self.ratio
+            return [f"{who} had a ratio outside [{low:g}, {high:g}] and "
+                    f"{agree(where.size, 'was', 'were')} masked by icepop (ratios from "
+                    f"{ratio.min():.3g} to {ratio.max():.3g}); {lag} or widen ratio"]
+        return [f"{who} had {agree(where.size, 'its', 'their')} ratio capped at max_ratio {self.max_ratio:g} by tis (largest {ratio.max():.3g}); "
+                f"{lag} or raise max_ratio"]
+
+
+def _resolve(method: Any) -> Method:
+    """A method object as is, or one built from its registry name."""
+    if isinstance(method, str):
+        from whileai.methods.registry import method as by_name
+
+        method = by_name(method)
+    if isinstance(method, Async):
+        raise ConfigError("Async.method is itself an Async; wrap the inner method once and pick one correction")
+    if not isinstance(method, Method):
+        raise ConfigError(f"Async.method={method!r} is invalid: it must be a method object such as wai.GRPO() or a "
+                          "name such as 'grpo' (see wai.method_names())")
+    return method

@@ -1,0 +1,414 @@
+"""The group baselines: GRPO (and Dr. GRPO), RLOO, MaxRL, and RAE's per-agent running baseline.
+
+Each computes one advantage A_i per trajectory and then shares one coefficient rule, PPO's clipped
+surrogate with a length weight w_i (Schulman et al. 2017, arXiv:1707.06347, Eq. 7):
+
+    L = - sum_i w_i sum_t min(rho_i,t A_i, clip(rho_i,t, 1 - clip, 1 + clip) A_i)
+    c_i,t = w_i rho_i,t A_i   where the unclipped branch is the minimum (ties included), else 0
+
+Only action tokens count: c = 0 on tokens the environment wrote. B is the number of trajectories
+in the batch, T_i the action tokens of trajectory i, N the action tokens of the batch.
+
+Splitting a batch: the advantages depend only on a trajectory's own group (GRPO, RLOO, MaxRL), so a
+batch cut along group boundaries gives the same advantages per part; the coefficients then differ
+from the whole batch's only by the normalizer (B_part/B for w = 1/(B T_i) and 1/(B max_tokens),
+N_part/N for 1/N). RAE's baseline runs in batch order, so updating a batch in two consecutive parts
+gives exactly the advantages of one update over the whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from whileai.errors import ConfigError
+from whileai.methods._ops import Groups, agree, far_outside, group_by, group_stats, unclipped_is_min
+from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.rows.batch import Batch
+
+GROUP_WHY = "rollouts of the same prompt share a task_id and are compared with each other"
+ONE_ROLLOUT_FIX = ("with one rollout per prompt use wai.FlashReinforce, wai.SAO, wai.BPCO or wai.RAE, which bring "
+                   "their own baseline, or sample several rollouts per prompt (generations)")
+STD_EPSILON = 1e-6  # GRPO: A = (R - mean) / (std + 1e-6), as TRL and verl
+
+
+# --------------------------------------------------------------------- the shared coefficient rule
+@dataclass(frozen=True)
+class Surrogate:
+    """What the clipped surrogate did on the batch (per token, flat)."""
+
+    coefficients_N: np.ndarray
+    advantages_N: np.ndarray
+    clipped_N: np.ndarray  # action tokens of admitted rows whose clipped branch is the minimum (A != 0)
+
+
+def clipped_surrogate(batch: Batch, advantage_B: np.ndarray, weight_B: np.ndarray, admitted_B: np.ndarray,
+                      clip: float) -> Surrogate:
+    """c = w_i rho A_i where PPO's unclipped branch is the minimum, else 0; 0 off action tokens and off admitted rows."""
+    mask_N = batch.action_mask_N
+    ratio_N = batch.ratio_N
+    advantage_N = batch.spread(advantage_B)
+    unclipped_N = unclipped_is_min(ratio_N, advantage_N, 1.0 - clip, 1.0 + clip)
+    live_N = mask_N & batch.spread(admitted_B)
+    coefficients_N = np.where(live_N & unclipped_N, batch.spread(weight_B) * ratio_N * advantage_N, 0.0)
+    return Surrogate(coefficients_N, advantage_N * mask_N, live_N & ~unclipped_N)
+
+
+def base_stats(batch: Batch, admitted_B: np.ndarray) -> dict[str, float]:
+    """batch_mean_reward, admitted_share and mean_ratio (over the admitted trajectories' action tokens)."""
+    counted_N = batch.action_mask_N & batch.spread(admitted_B)
+    if not counted_N.any():
+        counted_N = batch.action_mask_N
+    return {
+        "batch_mean_reward": float(batch.rewards_B.mean()),
+        "admitted_share": float(admitted_B.mean()),
+        "mean_ratio": float(batch.ratio_N[counted_N].mean()),
+    }
+
+
+def clip_note(batch: Batch, clipped_N: np.ndarray, clip: float) -> list[str]:
+    if not clipped_N.any():
+        return []
+    rows = np.unique(batch.row_index_N[clipped_N])
+    ratio_N = batch.ratio_N
+    where = np.flatnonzero(clipped_N)
+    k, factor = far_outside(ratio_N[where], 1.0 - clip, 1.0 + clip)
+    token = int(where[k])
+    row = int(batch.row_index_N[token])
+    count = int(clipped_N.sum())
+    return [
+        f"{plural(count, 'action token')} in {plural(rows.size, 'trajectory', 'trajectories')} "
+        f"{trajectory_list(rows)} sat past the clip band [{1 - clip:g}, {1 + clip:g}] on the side "
+        f"{agree(count, 'its', 'their')} advantage pushes and {agree(count, 'carries', 'carry')} 0 (furthest: "
+        f"ratio {ratio_N[token]:.3g} at token {token - int(batch.offsets[row])} of trajectory {row}, "
+        f"{factor:.3g}x past the band); the rollouts are staler than clip allows: sample fresher rollouts (lower "
+        "off_policy_steps in wai.Async) or raise clip"
+    ]
+
+
+def key_list(keys: list[Hashable]) -> str:
+    shown = ", ".join(repr(k) for k in keys[:5])
+    return f"({shown}{', ...' if len(keys) > 5 else ''})"
+
+
+def group_notes(groups: Groups, unanimous_G: np.ndarray, rewards_B: np.ndarray, generations: int) -> list[str]:
+    """Groups of one (point to the single-rollout methods) and unanimous groups (point to select)."""
+    notes = []
+    sizes_G = groups.sizes_G
+    single = np.flatnonzero(sizes_G == 1)
+    if single.size == groups.count:
+        notes.append(f"every group has a single rollout ({plural(groups.count, 'task_id')}), so every advantage is "
+                     f"0 and the update is empty; {ONE_ROLLOUT_FIX}")
+        return notes
+    if single.size:
+        notes.append(f"{plural(single.size, 'group')} {key_list([groups.keys_G[g] for g in single])} "
+                     f"{'has' if single.size == 1 else 'have'} a single rollout, so A = 0 there; {ONE_ROLLOUT_FIX}")
+    same = np.flatnonzero(unanimous_G & (sizes_G > 1))
+    if same.size:
+        rows = int(sizes_G[same].sum())
+        first = rewards_B[groups.index_B == same[0]][0]
+        notes.append(f"{plural(same.size, 'group')} {key_list([groups.keys_G[g] for g in same])} scored the same on "
+                     f"every rollout (first: R = {first:g}), so {plural(rows, 'trajectory', 'trajectories')} carry "
+                     "A = 0: drop unanimous groups before the update with wai.select(rows, mode='rl'), or raise "
+                     "generations so a hard prompt shows a pass")
+    short = np.flatnonzero((sizes_G > 1) & (sizes_G < generations))
+    if short.size:
+        notes.append(f"{plural(short.size, 'group')} {key_list([groups.keys_G[g] for g in short])} "
+                     f"{'has' if short.size == 1 else 'have'} fewer rollouts than generations={generations} "
+                     f"(smallest: {int(sizes_G[short].min())}), so {'its' if short.size == 1 else 'their'} baseline "
+                     "is noisier: check no rollouts were lost, or set generations to what the sampler drew")
+    return notes
+
+
+def zero_advantage_share(advantage_B: np.ndarray, admitted_B: np.ndarray) -> float:
+    return float((advantage_B[admitted_B] == 0).mean()) if admitted_B.any() else 1.0
+
+
+# --------------------------------------------------------------------- GRPO
+@dataclass(frozen=True)
+class GRPO(Method):
+    """GRPO (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300, Eq. 3-4), with Dr. GRPO and BNPO weights.
+
+    Rows sharing a ``task_id`` form a group; over the rows of a group that count (see ``truncated``)::
+
+        A_i = (R_i - mean) / (std + 1e-6)     sample std (n - 1), as TRL and verl compute it
+        A_i = 0                                when every counted reward of the group is equal
+        c_i,t = w_i rho A_i                    where PPO's unclipped branch is the minimum, else 0
+        c_i,t -= beta w_i (1 - exp(ref - log pi))   the k3 KL's gradient (Eq. 4), when beta > 0
+
+    The KL term applies to every admitted action token, so with beta > 0 a zero-advantage group still
+    gets a (small) coefficient pulling it toward the reference.
+
+    ``loss_type`` picks w_i: ``"grpo"`` 1/(B T_i) (Eq. 3: each sequence's token mean, then the mean over
+    sequences), ``"bnpo"`` 1/N (the token mean over the batch, DAPO's token-level loss), ``"dr_grpo"``
+    1/(B max_tokens) and no std division (Liu et al. 2025, arXiv:2503.20783). ``truncated="mask"``:
+    a row with ``truncated`` true gets c = 0 and is left out of its group's mean and std;
+    ``"zero"`` counts its reward as 0.
+
+    Where we differ from the paper: the paper's std has no epsilon and its population/sample choice is
+    unstated; we use TRL's and verl's sample std + 1e-6. Defaults differ in k (8, not 64) and beta (0,
+    not 0.04): see ``GRPO.knobs()[...].why``. A group of one, or a unanimous group, gets A = 0 exactly.
+    """
+
+    name = "grpo"
+
+    generations: int = knob("grpo", "generations")
+    clip: float = knob("grpo", "clip")
+    beta: float = knob("grpo", "beta")
+    loss_type: str = knob("grpo", "loss_type")
+    truncated: str = knob("grpo", "truncated")
+    max_tokens: int = knob("grpo", "max_tokens")
+    temperature: float = knob("grpo", "temperature")
+
+    def _update(self, batch: Batch) -> Update:
+        groups = group_by(batch.row_field("task_id", self.name, GROUP_WHY), "task_id")
+        rewards_B = batch.rewards_B.copy()
+        truncated_B = batch.truncated_B
+        if self.truncated == "zero":
+            rewards_B[truncated_B] = 0.0
+            admitted_B = np.ones(batch.size, dtype=bool)
+        else:
+            admitted_B = ~truncated_B
+        stats_G = group_stats(rewards_B, groups, admitted_B)
+        g = groups.index_B
+        centered_B = rewards_B - stats_G.mean_G[g]
+        if self.loss_type == "dr_grpo":
+            advantage_B = centered_B
+        else:
+            advantage_B = centered_B / (stats_G.std_G[g] + STD_EPSILON)
+        advantage_B = np.where(stats_G.unanimous_G[g] | ~admitted_B, 0.0, advantage_B)
+        weight_B = self._weights(batch)
+        surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, self.clip)
+        coefficients_N = surrogate.coefficients_N
+        stats = base_stats(batch, admitted_B)
+        if self.beta > 0:
+            kl_coefficients_N, stats["mean_kl"] = self._kl_term(batch, weight_B, admitted_B)
+            coefficients_N = coefficients_N + kl_coefficients_N
+        stats["clipped_token_share"] = float(surrogate.clipped_N.sum() / max(int(batch.action_mask_N.sum()), 1))
+        stats["zero_advantage_share"] = zero_advantage_share(advantage_B, admitted_B)
+        notes = group_notes(groups, stats_G.unanimous_G, rewards_B, self.generations)
+        notes += self._truncation_notes(batch)
+        notes += clip_note(batch, surrogate.clipped_N, self.clip)
+        return Update(self.name, batch.split(coefficients_N), batch.split(surrogate.advantages_N), admitted_B,
+                      stats, notes)
+
+    def _kl_term(self, batch: Batch, weight_B: np.ndarray, admitted_B: np.ndarray) -> tuple[np.ndarray, float]:
+        """-beta w_i d(k3)/d(log pi) = -beta w_i (1 - exp(ref - log pi)) per live token, and the mean k3."""
+        ref_N = batch.require("ref_logprobs", self.name, f"beta={self.beta:g} adds a KL to the reference policy; "
+                              "or set beta=0")
+        live_N = batch.action_mask_N & batch.spread(admitted_B)
+        log_ref_over_pi_N = ref_N - batch.logprobs_N
+        kl_gradient_N = 1.0 - np.exp(log_ref_over_pi_N)
+        coefficients_N = np.where(live_N, -self.beta * batch.spread(weight_B) * kl_gradient_N, 0.0)
+        k3_N = np.expm1(log_ref_over_pi_N) - log_ref_over_pi_N
+        return coefficients_N, float(k3_N[live_N].mean()) if live_N.any() else 0.0
+
+    def _weights(self, batch: Batch) -> np.ndarray:
+        """w_i for ``loss_type``: 1/(B T_i), 1/N or 1/(B max_tokens)."""
+        tokens_B = batch.action_tokens_B.astype(np.float64)
+        if self.loss_type == "bnpo":
+            return np.full(batch.size, 1.0 / tokens_B.sum())
+        if self.loss_type == "dr_grpo":
+            return np.full(batch.size, 1.0 / (batch.size * self.max_tokens))
+        return 1.0 / (batch.size * tokens_B)
+
+    def _truncation_notes(self, batch: Batch) -> list[str]:
+        cut = np.flatnonzero(batch.truncated_B)
+        if not cut.size:
+            return []
+        who = f"{plural(cut.size, 'truncated trajectory', 'truncated trajectories')} {trajectory_list(cut)}"
+        if self.truncated == "mask":
+            return [f"{who} got c = 0 and {agree(cut.size, 'was', 'were')} left out of "
+                    f"{agree(cut.size, 'its', 'their')} group's mean and std (truncated='mask'); raise max_tokens so fewer replies are cut, or set "
+                    "truncated='zero' to score them 0"]
+        return [f"{who} scored R = 0 (truncated='zero'), so a cut reply is pushed down like a failure; raise "
+                "max_tokens, or set truncated='mask' to leave cut replies out"]
+
+
+@dataclass(frozen=True)
+class DrGRPO(GRPO):
+    """Dr. GRPO (Liu et al. 2025, arXiv:2503.20783): GRPO with ``loss_type="dr_grpo"``.
+
+    A_i = R_i - mean (no std division) and w_i = 1/(B max_tokens), one constant length for every
+    trajectory, which removes GRPO's bias toward long wrong answers. ``GRPO(loss_type="dr_grpo")``
+    computes the same coefficients; this class exists so ``wai.method("dr_grpo")`` names it.
+    """
+
+    name = "dr_grpo"
+
+    loss_type: str = knob("dr_grpo", "loss_type")
+
+
+# --------------------------------------------------------------------- RLOO and MaxRL
+AdvantageRule = Callable[[np.ndarray, Groups, np.ndarray], "tuple[np.ndarray, list[str]]"]
+
+
+def baseline_update(batch: Batch, name: str, clip: float, generations: int, rule: AdvantageRule) -> Update:
+    """A grouped advantage (one per trajectory, 0 in unanimous groups) under GRPO's surrogate, w_i = 1/(B T_i)."""
+    groups = group_by(batch.row_field("task_id", name, GROUP_WHY), "task_id")
+    rewards_B = batch.rewards_B
+    admitted_B = np.ones(batch.size, dtype=bool)
+    unanimous_G = group_stats(rewards_B, groups, admitted_B).unanimous_G
+    advantage_B, rule_notes = rule(rewards_B, groups, unanimous_G)
+    advantage_B = np.where(unanimous_G[groups.index_B], 0.0, advantage_B)
+    weight_B = 1.0 / (batch.size * batch.action_tokens_B.astype(np.float64))
+    surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, clip)
+    stats = base_stats(batch, admitted_B)
+    stats["clipped_token_share"] = float(surrogate.clipped_N.sum() / max(int(batch.action_mask_N.sum()), 1))
+    stats["zero_advantage_share"] = zero_advantage_share(advantage_B, admitted_B)
+    notes = group_notes(groups, unanimous_G, rewards_B, generations)
+    notes += rule_notes + clip_note(batch, surrogate.clipped_N, clip)
+    return Update(name, batch.split(surrogate.coefficients_N), batch.split(surrogate.advantages_N),
+                  admitted_B, stats, notes)
+
+
+def leave_one_out(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """A_i = R_i - mean of the other rollouts of its group; 0 for a group of one."""
+    g = groups.index_B
+    size_B = groups.sizes_G[g].astype(np.float64)
+    total_B = np.bincount(g, weights=rewards_B, minlength=groups.count)[g]
+    others_mean_B = (total_B - rewards_B) / np.maximum(size_B - 1.0, 1.0)
+    return np.where(size_B > 1, rewards_B - others_mean_B, 0.0), []
+
+
+def mean_normalized(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """A_i = (R_i - mean) / mean over its group; 0 where the mean is <= 0."""
+    g = groups.index_B
+    mean_G = np.bincount(g, weights=rewards_B, minlength=groups.count) / groups.sizes_G
+    positive_B = mean_G[g] > 0
+    advantage_B = np.where(positive_B, (rewards_B - mean_G[g]) / np.where(positive_B, mean_G[g], 1.0), 0.0)
+    lost = np.flatnonzero((mean_G <= 0) & ~unanimous_G)
+    if not lost.size:
+        return advantage_B, []
+    return advantage_B, [
+        f"{plural(lost.size, 'group')} {key_list([groups.keys_G[k] for k in lost])} "
+        f"{'has' if lost.size == 1 else 'have'} mixed rewards but a mean <= 0, so MaxRL's division by the mean is "
+        "undefined and they carry 0: MaxRL expects rewards >= 0 (a pass rate); shift the rewards into [0, 1], or "
+        "use GRPO"
+    ]
+
+
+@dataclass(frozen=True)
+class RLOO(Method):
+    """RLOO (Kool et al. 2019; Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline.
+
+    A_i = R_i - (sum_j R_j - R_i) / (n - 1) over the n rollouts sharing trajectory i's ``task_id``
+    (0 for a group of one, and exactly 0 for a unanimous group), then GRPO's surrogate with
+    w_i = 1/(B T_i). Where we differ from the paper: the paper trains on-policy REINFORCE with no clip;
+    we keep PPO's clip so stale rollouts are treated as GRPO treats them (``clip`` = 0.2).
+    """
+
+    name = "rloo"
+
+    generations: int = knob("rloo", "generations")
+    clip: float = knob("rloo", "clip")
+    max_tokens: int = knob("rloo", "max_tokens")
+    temperature: float = knob("rloo", "temperature")
+
+    def _update(self, batch: Batch) -> Update:
+        return baseline_update(batch, self.name, self.clip, self.generations, leave_one_out)
+
+
+@dataclass(frozen=True)
+class MaxRL(Method):
+    """MaxRL (arXiv:2602.02710): the group-centred reward divided by the group mean.
+
+    A_i = (R_i - mean) / mean over the rollouts sharing trajectory i's ``task_id``, and 0 when the
+    mean is <= 0 (a group that never passed carries nothing); then GRPO's surrogate with
+    w_i = 1/(B T_i). Dividing by the pass rate p weights a rarely solved prompt by about 1/p, which
+    makes the gradient the maximum-likelihood one. As prime-rl's ``max_rl``, plus PPO's clip.
+    """
+
+    name = "max_rl"
+
+    generations: int = knob("max_rl", "generations")
+    clip: float = knob("max_rl", "clip")
+    max_tokens: int = knob("max_rl", "max_tokens")
+    temperature: float = knob("max_rl", "temperature")
+
+    def _update(self, batch: Batch) -> Update:
+        return baseline_update(batch, self.name, self.clip, self.generations, mean_normalized)
+
+
+# --------------------------------------------------------------------- RAE
+@dataclass(frozen=True)
+class RAE(Method):
+    """RAE (SPIRAL, Liu et al. 2025, arXiv:2506.24119): a running reward baseline per agent.
+
+    In batch order, for each trajectory i of agent a (the row's ``agent``; one shared agent when no
+    row has one)::
+
+        A_i = R_i - b_a        then        b_a <- decay b_a + (1 - decay) R_i
+
+    then GRPO's surrogate with w_i = 1/(B T_i). The baselines persist across updates on the object
+    (``baselines``, ``state_dict()``, ``load_state_dict()``) and start at 0 for an agent never seen.
+    It is the one group baseline that works at one rollout per prompt. Where we differ from prime-rl:
+    prime-rl keeps the baseline in memory only; here it can be saved. ``replace(...)`` returns an object
+    with fresh (empty) baselines.
+    """
+
+    name = "rae"
+
+    decay: float = knob("rae", "decay")
+    generations: int = knob("rae", "generations")
+    clip: float = knob("rae", "clip")
+    max_tokens: int = knob("rae", "max_tokens")
+    temperature: float = knob("rae", "temperature")
+    _baselines: dict[Any, float] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
+
+    @property
+    def baselines(self) -> dict[Any, float]:
+        """A copy of the running baseline per agent."""
+        return dict(self._baselines)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state to save between updates (plain floats; JSON-ready when agents are strings)."""
+        return {"baselines": dict(self._baselines)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore baselines saved by ``state_dict()``; a non-finite or missing value is a ``ConfigError``."""
+        if not isinstance(state, Mapping) or not isinstance(state.get("baselines"), Mapping):
+            raise ConfigError("RAE.load_state_dict expects {'baselines': {agent: float}}, as state_dict() returns; "
+                              f"got {state!r}")
+        restored = {}
+        for agent, value in state["baselines"].items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"RAE.load_state_dict: baseline for agent {agent!r} is {value!r}; it must be a "
+                                  "finite number")
+            restored[agent] = float(value)
+        self._baselines.clear()
+        self._baselines.update(restored)
+
+    def _update(self, batch: Batch) -> Update:
+        if "agent" in batch.row_fields:
+            agents_B = batch.row_field("agent", self.name, "RAE keeps one running baseline per agent, so a batch "
+                                       "cannot mix rows with and without an agent")
+        else:
+            agents_B = np.full(batch.size, None, dtype=object)
+        group_by(agents_B, "agent")  # refuses an unhashable agent, naming the row
+        new_agents = [a for a in dict.fromkeys(agents_B.tolist()) if a not in self._baselines]
+        advantage_B = np.empty(batch.size)
+        baselines = self._baselines
+        for i, (agent, reward) in enumerate(zip(agents_B.tolist(), batch.rewards_B.tolist())):
+            baseline = baselines.get(agent, 0.0)
+            advantage_B[i] = reward - baseline
+            baselines[agent] = self.decay * baseline + (1.0 - self.decay) * reward
+        admitted_B = np.ones(batch.size, dtype=bool)
+        weight_B = 1.0 / (batch.size * batch.action_tokens_B.astype(np.float64))
+        surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, self.clip)
+        stats = base_stats(batch, admitted_B)
+        stats["mean_baseline"] = float(np.mean(list(baselines.values())))
+        stats["clipped_token_share"] = float(surrogate.clipped_N.sum() / max(int(batch.action_mask_N.sum()), 1))
+        notes = clip_note(batch, surrogate.clipped_N, self.clip)
+        if new_agents:
+            named = key_list(new_agents) if new_agents != [None] else "(the one shared agent)"
+            notes.append(f"{plural(len(new_agents), 'agent')} {named} had no baseline yet, so it started at 0 and "
+                         "the first rows' advantages are their raw rewards: load_state_dict() a saved state to carry "
+                         "baselines across runs, or lower decay so the baseline catches up faster")
+        return Update(self.name, batch.split(surrogate.coefficients_N), batch.split(surrogate.advantages_N),
+                      admitted_B, stats, notes)

@@ -1,0 +1,400 @@
+"""``prime_rl_config``: a method object (or name) -> a prime-rl TOML that trains that method, or a refusal.
+
+This module is the one place that maps methods to prime-rl. Each supported method has a small
+function (``WRITERS``, keyed by the method's registry name) that turns the method object's knobs into
+prime-rl keys, names each knob prime-rl cannot read with the reason (``ignored``), and refuses a knob
+value that would make prime-rl train a different method (``refusals.py``). Every default is read
+from the method object; prime-rl's own defaults come from the schema table (``schema.py``), which is
+also the only source of keys the writer may emit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from whileai.errors import ConfigError
+from whileai.methods.base import Method
+from whileai.prime_rl import refusals, schema
+from whileai.prime_rl.overrides import apply_overrides, finish
+from whileai.prime_rl.plan import Context, Plan, PrimeRLConfig, group_size, put
+from whileai.prime_rl.schema import PINNED_SHORT
+
+# ----------------------------------------------------------------- knob names -> prime-rl keys
+# Fields with these names mean the same thing on every method that has them.
+KNOB_KEYS: dict[str, str] = {
+    "generations": "orchestrator.group_size",
+    "samples": "orchestrator.group_size",
+    "temperature": "orchestrator.train.sampling.temperature",
+    "max_tokens": "orchestrator.train.sampling.max_completion_tokens",
+    "off_policy_steps": "orchestrator.max_off_policy_steps",
+    "decay": "orchestrator.algo.decay",
+    "lr": "trainer.optim.lr",
+    "learning_rate": "trainer.optim.lr",
+}
+
+# Why a knob is not read, shared by several methods.
+CLIP = ("prime-rl clips no ratio: its default rl loss masks a token whose probability (not ratio) moved more than "
+        "dppo_mask_low/high = 0.2 (prime_rl/trainer/rl/loss.py), and the ipo loss masks |p - mu| > ipo_threshold")
+TRUNCATED = ("the pinned schema has no key for a reply cut at max_completion_tokens (prime_rl/configs/"
+             "orchestrator.py): the taskset's reward scores it as it stands, neither masked nor zeroed")
+WEIGHT = ("prime-rl divides each loss component by its own token count over the whole step "
+          "(prime_rl/trainer/rl/loss.py): every token of the step weighs the same")
+LAG = ("prime-rl always samples one step ahead of the trainer (TARGET_LAG = 1, prime_rl/orchestrator/"
+       "orchestrator.py) and keeps rollouts up to max_off_policy_steps = {steps} policy versions old, with its "
+       "{loss} loss as the correction; wrap the method in wai.Async(method, correction='ipo', "
+       "off_policy_steps=...) to state the lag and the correction yourself")
+
+
+# ----------------------------------------------------------------- per-method writers
+def _knobs(method: Method, plan: Plan, ignored: Mapping[str, str], same: Mapping[str, str] | None = None) -> None:
+    """Route every knob of ``method``: a KNOB_KEYS key, an ignored reason, or 'what prime-rl runs anyway'."""
+    label, same = type(method).__name__, same or {}
+    for name in type(method).knobs():
+        value, tag = getattr(method, name), f"{label}.{name}"
+        if name in same:
+            plan.mapped[tag] = f"{value!r}: {same[name]}"
+        elif name in ignored:
+            plan.ignored[tag] = f"{value!r}: {ignored[name]}"
+        elif name in KNOB_KEYS:
+            plan.keys[KNOB_KEYS[name]] = (value, tag)
+            plan.mapped[tag] = f"{KNOB_KEYS[name]} = {value!r}"
+        else:
+            plan.ignored[tag] = f"{value!r}: no key of {PINNED_SHORT} reads it"
+
+
+def _grouped(method: Method, ctx: Context, algo: str) -> Plan:
+    plan = Plan(algo={"type": algo}, component="rl")
+    _knobs(method, plan, {"clip": CLIP})
+    plan.finalize.append(_needs_a_group)
+    plan.warnings.append(f"wai.{type(method).__name__} weights trajectory i by 1/(B*T_i); {WEIGHT}.")
+    return plan
+
+
+def _grpo(method: Any, ctx: Context) -> Plan:
+    if method.beta > 0:
+        raise refusals.reference_kl(method, method.beta)
+    if ctx.strict and method.loss_type in ("grpo", "bnpo"):
+        raise refusals.std_grpo(method, method.loss_type)
+    lost = {"grpo": "the division by the group's std and the 1/T_i weight per sequence",
+            "bnpo": "the division by the group's std (its pooled 1/N weight is prime-rl's)",
+            "dr_grpo": "the constant 1/(B*max_tokens) weight (its no-std advantage is prime-rl's)"}[method.loss_type]
+    plan = Plan(algo={"type": "grpo"}, component="rl")
+    loss_type = (f"prime-rl's grpo is reward minus group mean with no std (prime_rl/orchestrator/algo/grpo.py) "
+                 f"and {WEIGHT[0].lower() + WEIGHT[1:]}; not honoured: {lost}")
+    same = {"beta": "no KL to a reference, which is what prime-rl runs"}
+    _knobs(method, plan, {"clip": CLIP, "truncated": TRUNCATED, "loss_type": loss_type}, same)
+    plan.finalize.append(_needs_a_group)
+    return plan
+
+
+def _rloo(method: Any, ctx: Context) -> Plan:
+    plan = _grouped(method, ctx, "grpo")
+    plan.owned.add("trainer.loss.adv_tau")
+    plan.finalize.append(_rloo_scale)
+    return plan
+
+
+def _rloo_scale(config: dict[str, Any], plan: Plan) -> None:
+    """RLOO's A_i = R_i - mean of the other k-1 = k/(k-1) (R_i - group mean): grpo with adv_tau = k/(k-1)."""
+    k = group_size(config)
+    put(config, "trainer.loss.adv_tau", k / (k - 1))
+    plan.warnings.append(f"wai.RLOO is written as prime-rl's grpo with trainer.loss.adv_tau = k/(k-1) = {k}/{k - 1}: "
+                         "R_i minus the mean of the other k-1 rollouts equals k/(k-1) times R_i minus the group "
+                         "mean, exactly, while every group holds k rollouts.")
+
+
+def _max_rl(method: Any, ctx: Context) -> Plan:
+    return _grouped(method, ctx, "max_rl")
+
+
+def _rae(method: Any, ctx: Context) -> Plan:
+    plan = _grouped(method, ctx, "rae")
+    plan.finalize.remove(_needs_a_group)
+    plan.finalize.append(_rae_baseline)
+    if method.baselines:
+        plan.warnings.append(f"the running baselines on this wai.RAE object ({len(method.baselines)} agents) do not "
+                             "carry over: prime-rl's rae starts every agent at 0 and keeps the baseline in memory "
+                             "only (not checkpointed).")
+    return plan
+
+
+def _rae_baseline(config: dict[str, Any], plan: Plan) -> None:
+    k = group_size(config)
+    if k == 1:
+        decay = schema.get(config, "orchestrator.algo.decay")
+        plan.warnings.append(
+            f"rae at group_size 1: each rollout's advantage is its reward minus a running average of past rewards "
+            f"per agent (an EMA, b <- {decay} b + {1 - decay:.2g} R; prime_rl/orchestrator/algo/rae.py), not a group "
+            "mean; on a single-agent taskset this is REINFORCE against that average. The baseline lives in memory "
+            "and restarts at 0 when the run resumes.")
+
+
+def _needs_a_group(config: dict[str, Any], plan: Plan) -> None:
+    k = group_size(config)
+    if k < 2:
+        raise refusals.group_of_one(plan.method, k)
+
+
+def _opd(method: Any, ctx: Context) -> Plan:
+    teacher = method.teacher if method.teacher is not None else ctx.teacher
+    if teacher is None:
+        raise refusals.opd_without_teacher(method)
+    if method.teacher is not None and ctx.teacher is not None and ctx.teacher != method.teacher:
+        raise ConfigError(f"prime_rl_config: two teachers: OPD.teacher={method.teacher!r} and teacher="
+                          f"{ctx.teacher!r}; pass one of them")
+    _check_vocab(teacher, ctx)
+    plan = _distill(method, "opd", {}, {})
+    plan.teacher_used = ctx.teacher is not None
+    if method.teacher is None:  # written with the teacher given to prime_rl_config
+        plan.method = method.replace(teacher=teacher)
+    plan.algo["teacher"] = _frozen(teacher, "wai.OPD's teacher")
+    plan.warnings.append(_serve_it_yourself(teacher, "teacher") + " It must be a vLLM server: prime-rl asks it for "
+                         "prompt_logprobs of the policy's tokens.")
+    if teacher.vocab_size is not None and ctx.model_vocab_size is None:
+        plan.warnings.append(f"the teacher's vocabulary ({teacher.vocab_size}) was not compared with the student's: "
+                             "pass model_vocab_size=len(tokenizer) so a tokenizer mismatch is refused.")
+    return plan
+
+
+def _distill(method: Any, algo: str, same: Mapping[str, str], ignored: Mapping[str, str]) -> Plan:
+    if method.divergence != "reverse_kl":
+        raise refusals.divergence(method, method.divergence)
+    plan = Plan(algo={"type": algo}, component="ref_kl")
+    top_k = ("prime-rl's teacher scores only the sampled token (ref_logprobs of the policy's own tokens, "
+             "prime_rl/trainer/rl/loss.py ref_kl_loss_fn): the top-k form is not available, the sampled-token "
+             "form of the same reverse KL is what trains")
+    same = {"divergence": "the sampled-token reverse KL, which is prime-rl's fixed ref_kl signal", **same}
+    _knobs(method, plan, {"top_k": top_k, **ignored}, same)
+    return plan
+
+
+OPSD_PRIVILEGED: dict[str, tuple[str, str]] = {
+    # privileged -> (demo_key, template); 'demonstration' is prime-rl's own default pair
+    "demonstration": ("demonstration", schema.KEYS["orchestrator.algo.template"].default),
+    "reference": ("answer", "Here is the reference answer:\n<answer>\n{demonstration}\n</answer>"),
+    "hint": ("hint", "Here is a hint:\n<hint>\n{demonstration}\n</hint>"),
+}
+OPSD_ANCHOR = ("prime-rl's opsd teacher is the live policy shown the privileged text (prime_rl/orchestrator/algo/"
+               "opsd.py): no moving-average or frozen copy of the weights exists, so this trains anchor='live'")
+
+
+def _opsd(method: Any, ctx: Context) -> Plan:
+    if method.privileged == "feedback":
+        raise refusals.opsd_feedback(method)
+    demo_key, template = OPSD_PRIVILEGED[method.privileged]
+    same = {"privileged": f"orchestrator.algo.demo_key = {demo_key!r}, with its template"}
+    if method.anchor == "live":
+        same["anchor"] = "the live policy, which is what prime-rl runs"
+    plan = _distill(method, "opsd", same, {} if method.anchor == "live" else {"anchor": OPSD_ANCHOR})
+    plan.algo.update(demo_key=demo_key, template=template)
+    plan.warnings.append(f"prime-rl's opsd prepends info[{demo_key!r}] of each example (else a top-level rollout "
+                         "field of that name) to the teacher's context: the taskset must provide it.")
+    return plan
+
+
+def _sft(method: Any, ctx: Context) -> Plan:
+    if ctx.teacher is None:
+        raise refusals.sft_without_source(method)
+    normalize = (f"{WEIGHT}, which is normalize='token_mean'; the learning rate's scale differs from "
+                 f"{method.normalize!r}")
+    plan = Plan(algo={"type": "sft", "sampling": {"source": _frozen(ctx.teacher, "the frozen sampler")}},
+                component="ce", teacher_used=True)
+    if method.normalize == "token_mean":
+        _knobs(method, plan, {}, {"normalize": "prime-rl's ce component is a token mean over the step"})
+    else:
+        _knobs(method, plan, {"normalize": normalize})
+    plan.warnings.append(_serve_it_yourself(ctx.teacher, "frozen sampler") + " Any OpenAI-compatible server works; "
+                         "the student's renderer re-tokenizes its replies.")
+    return plan
+
+
+def _async(method: Any, ctx: Context) -> Plan:
+    if method.correction in ("icepop", "tis"):
+        raise refusals.correction(method, method.correction)
+    plan = build_plan(method.method, ctx)
+    plan.async_wrapped = True
+    label = "Async"
+    plan.keys["orchestrator.max_off_policy_steps"] = (method.off_policy_steps, f"{label}.off_policy_steps")
+    plan.mapped[f"{label}.off_policy_steps"] = f"orchestrator.max_off_policy_steps = {method.off_policy_steps!r}"
+    for name in ("ratio", "max_ratio"):
+        plan.mapped[f"{label}.{name}"] = f"{getattr(method, name)!r}: unused with correction='ipo'"
+    if plan.component == "rl":
+        plan.loss = {"type": "ipo", "ipo_threshold": method.threshold}
+        plan.keys["trainer.loss.ipo_threshold"] = (method.threshold, f"{label}.threshold")
+        plan.mapped[f"{label}.correction"] = "trainer.loss.type = 'ipo'"
+        plan.mapped[f"{label}.threshold"] = f"trainer.loss.ipo_threshold = {method.threshold!r}"
+    else:
+        why = (f"the ipo loss shapes only prime-rl's rl component, and {plan.algo['type']} trains its "
+               f"{plan.component} component, whose trust region is fixed (prime_rl/trainer/rl/loss.py)")
+        plan.ignored[f"{label}.correction"] = f"'ipo': {why}"
+        plan.ignored[f"{label}.threshold"] = f"{method.threshold!r}: {why}"
+    return plan
+
+
+WRITERS: dict[str, Callable[[Any, Context], Plan]] = {
+    "grpo": _grpo, "dr_grpo": _grpo, "rloo": _rloo, "max_rl": _max_rl, "rae": _rae,
+    "opd": _opd, "opsd": _opsd, "sft": _sft, "async": _async,
+}
+
+
+def build_plan(method: Method, ctx: Context) -> Plan:
+    """The plan for one method object, or the refusal that says why prime-rl cannot run it."""
+    name = type(method).name
+    if name in refusals.WHOLE_METHODS:
+        raise refusals.WHOLE_METHODS[name](method)
+    if "values" in getattr(method, "requires", {}):
+        raise refusals.critic(method)
+    writer = WRITERS.get(name)
+    if writer is None:
+        raise refusals.no_mapping(f"wai.{type(method).__name__}")
+    plan = writer(method, ctx)
+    plan.method = plan.method or method
+    if ctx.strict and plan.ignored:
+        tag, why = next(iter(plan.ignored.items()))
+        raise refusals.strict(tag, why)
+    return plan
+
+
+# ----------------------------------------------------------------- helpers used by the writers
+def _frozen(endpoint: Any, what: str) -> dict[str, Any]:
+    """A prime-rl FrozenModelConfig table from a wai.Endpoint."""
+    if not getattr(endpoint, "model", ""):
+        raise refusals.teacher_without_name(what)
+    table = {"name": endpoint.model, "base_url": endpoint.base_url}
+    if endpoint.api_key_env:
+        table["api_key_var"] = endpoint.api_key_env
+    return table
+
+
+def _serve_it_yourself(endpoint: Any, role: str) -> str:
+    return (f"prime-rl's launcher never starts frozen models: serve the {role} {endpoint.model!r} at "
+            f"{endpoint.base_url} yourself before launch, on GPUs not given to the run.")
+
+
+def _check_vocab(teacher: Any, ctx: Context) -> None:
+    if teacher.vocab_size is not None and ctx.model_vocab_size is not None and teacher.vocab_size != ctx.model_vocab_size:
+        raise refusals.vocab_mismatch(teacher.vocab_size, ctx.model_vocab_size, ctx.model)
+
+
+# ----------------------------------------------------------------- the entry point
+def prime_rl_config(env: str | Mapping[str, Any], method: str | Method, *, model: str, teacher: Any = None,
+                    model_vocab_size: int | None = None, strict: bool = False, **overrides: Any) -> PrimeRLConfig:
+    """A prime-rl config that trains ``method`` on taskset ``env`` from ``model``, or a refusal (ConfigError).
+
+    ``env`` is a taskset id (``"reverse-text"``) or ``{"id": ..., **taskset fields}``. ``method`` is a
+    method object or a registry name. ``teacher`` (a ``wai.Endpoint``) is the frozen model SFT samples
+    from, or an OPD teacher when the OPD object has none; ``model_vocab_size`` (the student's
+    ``len(tokenizer)``) lets a tokenizer mismatch with the teacher be refused. ``strict=True`` refuses
+    instead of listing a knob in ``ignored``. ``overrides`` are dotted prime-rl keys
+    (``**{"orchestrator.group_size": 1}``) or the short names in ``overrides.ALIASES``; every one must be in
+    the pinned schema.
+    """
+    if not isinstance(model, str) or not model.strip():
+        raise ConfigError(f"prime_rl_config: model={model!r} is invalid: it must be the model id or path to train, "
+                          "e.g. model='Qwen/Qwen3-0.6B'")
+    method_object = _resolve(method)
+    ctx = Context(model=model.strip(), teacher=teacher, model_vocab_size=model_vocab_size, strict=strict)
+    if model_vocab_size is not None and (isinstance(model_vocab_size, bool) or not isinstance(model_vocab_size, int)
+                                         or model_vocab_size < 1):
+        raise ConfigError(f"prime_rl_config: model_vocab_size={model_vocab_size!r} is invalid: it must be None or "
+                          "the student tokenizer's len(tokenizer), an integer >= 1")
+    plan = build_plan(method_object, ctx)
+    if teacher is not None and not plan.teacher_used:
+        raise ConfigError(f"prime_rl_config: teacher={teacher!r} is read only for wai.SFT (the frozen model it "
+                          "samples from) and for a wai.OPD without its own teacher; drop it for this method")
+    config = _base(env, ctx, plan)
+    apply_overrides(config, overrides, plan)
+    for step in plan.finalize:
+        step(config, plan)
+    finish(config, ctx, plan)
+    if plan.method is not None and type(plan.method) is type(method_object):
+        method_object = plan.method
+    return PrimeRLConfig(method=method_object, config=config, ignored=dict(plan.ignored),
+                         warnings=list(plan.warnings), mapped=dict(plan.mapped))
+
+
+def _resolve(method: str | Method) -> Method:
+    if isinstance(method, Method):
+        return method
+    if isinstance(method, str):
+        from whileai.methods.registry import method as by_name
+        from whileai.methods.registry import method_names
+
+        key = method.strip().lower().replace("-", "_")
+        if key in refusals.WHOLE_METHODS and key not in method_names():
+            raise refusals.WHOLE_METHODS[key](key)
+        try:
+            return by_name(key)
+        except ConfigError:
+            raise refusals.unknown(method, method_names()) from None
+    raise ConfigError(f"prime_rl_config: method={method!r} is invalid: it must be a method object such as "
+                      "wai.GRPO() or a name such as 'grpo'")
+
+
+def _base(env: str | Mapping[str, Any], ctx: Context, plan: Plan) -> dict[str, Any]:
+    """The config before overrides: shared fields once at the top, the required tables, the method's keys."""
+    config: dict[str, Any] = {
+        "seq_len": schema.SEQ_LEN_DEFAULT,
+        "model": {"name": ctx.model},
+        "ckpt": {},
+        "trainer": {},
+        "orchestrator": {"batch_size": schema.KEYS["orchestrator.batch_size"].default},
+        "inference": {},
+    }
+    for path, (value, _tag) in plan.keys.items():
+        put(config, path, value)
+    config["orchestrator"]["algo"] = {**plan.algo, **config["orchestrator"].get("algo", {})}
+    if plan.loss:
+        config["trainer"]["loss"] = dict(plan.loss)
+    config["orchestrator"].setdefault("train", {})["source"] = [_source(env, plan)]
+    if not plan.async_wrapped:
+        loss = "default (DPPO masks)" if plan.component == "rl" else f"fixed {plan.component}"
+        plan.warnings.append(LAG.format(steps=schema.KEYS["orchestrator.max_off_policy_steps"].default, loss=loss))
+    return config
+
+
+def _source(env: str | Mapping[str, Any], plan: Plan) -> dict[str, Any]:
+    """One [[orchestrator.train.source]]: the taskset and a local single-agent seat (null harness, subprocess)."""
+    if isinstance(env, str):
+        fields: dict[str, Any] = {"id": env}
+    elif isinstance(env, Mapping):
+        fields = dict(env)
+    else:
+        raise ConfigError(f"prime_rl_config: env={env!r} is invalid: it must be a taskset id such as 'reverse-text' "
+                          "or a dict {'id': ..., **taskset fields}")
+    taskset_id = fields.get("id")
+    if not isinstance(taskset_id, str) or not taskset_id.strip():
+        raise ConfigError(f"prime_rl_config: env={env!r} has no taskset id: pass 'reverse-text' or "
+                          "{'id': 'reverse-text', ...}")
+    bare = taskset_id.split("/")[-1].split("@")[0]
+    _check_taskset_fields(bare, fields, plan)
+    return {"name": bare, "env": {"taskset": fields,
+                                  "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}}}}
+
+
+def _check_taskset_fields(bare: str, fields: dict[str, Any], plan: Plan) -> None:
+    extra = [name for name in fields if name not in schema.TASKSET_COMMON]
+    known = schema.TASKSET_FIELDS.get(bare)
+    if known is None:
+        plan.warnings.append(f"taskset {bare!r} is not in the writer's table: prime-rl imports it at config time "
+                             "(install the package, or validation fails with ModuleNotFoundError); the writer "
+                             "assumes one agent seat (env.agent)"
+                             + (f", and does not check its fields {', '.join(extra)}" if extra else "") + ".")
+        return
+    unknown = [name for name in extra if name not in known]
+    if unknown:
+        raise ConfigError(f"prime_rl_config: taskset {bare!r} has no field {unknown[0]!r}"
+                          f"{schema.suggest(unknown[0])}; its fields are {', '.join(sorted(known)) or 'none'} "
+                          f"plus {', '.join(schema.TASKSET_COMMON)}")
+    types = {"str": str, "int": int, "table": dict}
+    for name in extra:
+        value, kind = fields[name], known[name]
+        if isinstance(value, bool) or not isinstance(value, types[kind]):
+            raise ConfigError(f"prime_rl_config: taskset {bare!r} field {name}={value!r} is invalid: it must be {kind}")
+
+
+def method_fields(method: Method) -> list[str]:
+    """Every knob field of a method (what ``mapped`` and ``ignored`` together must cover)."""
+    return [f.name for f in dataclasses.fields(method) if "knob" in f.metadata]

@@ -1,0 +1,434 @@
+"""Loading graded rows from JSONL or Parquet, streaming, into plain dicts or compact columns.
+
+Two shapes come out of a file:
+
+* ``load_rows(path)`` / ``iter_rows(path)``: the rows as dicts, for training and for small files.
+* ``load_graded(path)``: a ``GradedRows``, the per-row fields every check needs (``task_id``,
+  ``reward``, ``truncated``, ``model``, and on request ``seed``, a length and the line number) as
+  numpy columns. A million rows cost about 20 bytes each, however long their token lists are:
+  a line is parsed, its few fields are copied out, and the line is dropped.
+
+A bad line is refused with ``BatchError`` naming the file, the line, the field, what is wrong and
+how to fix it. Blank lines are skipped (they are not rows); nothing else is dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from whileai.errors import BatchError
+
+PathLike = str | os.PathLike[str]
+# Fields a graded-rows command reads; everything else on a line is parsed and dropped.
+GRADED_FIELDS: tuple[str, ...] = ("task_id", "reward", "truncated", "model")
+# Where a row's length is read from, in order, for length-matched DPO pairs.
+LENGTH_FIELDS: tuple[str, ...] = ("tokens", "logprobs", "completion", "response", "text")
+_LABEL_TYPES = (str, int)
+
+
+# --------------------------------------------------------------------------- reading
+def iter_rows(path: PathLike, fields: Sequence[str] | None = None,
+              require: Sequence[str] = ("reward",)) -> Iterator[dict[str, Any]]:
+    """Yield the rows of a JSONL (or ``.parquet``) file one at a time.
+
+    ``fields`` keeps only those keys of each row (the rest is dropped right after parsing).
+    ``require`` names fields every row must have; ``reward``, ``task_id``, ``truncated`` and
+    ``model`` are type-checked wherever present. Errors name the file and line.
+    """
+    for where, row in _records(path, fields):
+        _check_row(where, row, require)
+        yield row
+
+
+def load_rows(path: PathLike, fields: Sequence[str] | None = None,
+              require: Sequence[str] = ("reward",)) -> list[dict[str, Any]]:
+    """All rows of a JSONL or Parquet file as a list of dicts (see ``iter_rows``)."""
+    return list(iter_rows(path, fields, require))
+
+
+def _records(path: PathLike, fields: Sequence[str] | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, row) for every row of the file; ``where`` is "FILE, line N" or "FILE, row N"."""
+    path = Path(path)
+    if path.suffix in (".parquet", ".pq"):
+        yield from _parquet_records(path, fields)
+        return
+    keep = None if fields is None else tuple(fields)
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {lineno}"
+            row = _parse_line(where, line)
+            yield where, (row if keep is None else {k: row[k] for k in keep if k in row})
+
+
+def _parse_line(where: str, line: str) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise BatchError(f"{where}: not valid JSON ({err.msg} at column {err.colno}). Fix: write one JSON "
+                         "object per line, e.g. {\"task_id\": \"t1\", \"reward\": 1.0}.") from None
+    if not isinstance(row, dict):
+        raise BatchError(f"{where}: a {type(row).__name__} where a JSON object was expected. Fix: write one "
+                         "object per line, e.g. {\"task_id\": \"t1\", \"reward\": 1.0}.")
+    return row
+
+
+def _parquet_records(path: Path, fields: Sequence[str] | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise BatchError(f"{path}: reading Parquet needs pyarrow, which is not installed. Fix: "
+                         "pip install 'whileai[parquet]', or convert the file to JSONL.") from None
+    parquet = pq.ParquetFile(path)
+    names = parquet.schema_arrow.names
+    columns = names if fields is None else [name for name in fields if name in names]
+    index = 0
+    for record_batch in parquet.iter_batches(columns=columns, batch_size=65_536):
+        for row in record_batch.to_pylist():
+            index += 1
+            yield f"{path}, row {index}", {k: v for k, v in row.items() if v is not None}
+
+
+# --------------------------------------------------------------------------- per-field checks
+def _check_row(where: str, row: Mapping[str, Any], require: Sequence[str]) -> None:
+    for name in require:
+        if name not in row:
+            raise BatchError(_missing(where, name))
+    if "reward" in row:
+        check_reward(where, row["reward"])
+    if "task_id" in row:
+        check_label(where, "task_id", row["task_id"])
+    if "model" in row:
+        check_label(where, "model", row["model"])
+    if "truncated" in row:
+        check_truncated(where, row["truncated"])
+
+
+def _missing(where: str, name: str) -> str:
+    fixes = {
+        "task_id": "give every row the id of the prompt it answers (rows of one prompt share it), so "
+                   "pass rates can be grouped per task",
+        "reward": "grade the row first (a pass scores reward >= 1.0), or drop it if it was never scored",
+        "model": "record which model wrote each row",
+        "seed": "record the training seed behind each row, or pass seeds=",
+    }
+    return f"{where}: field {name!r} is missing. Fix: {fixes.get(name, f'add {name!r} to every row')}."
+
+
+def check_reward(where: str, reward: Any) -> float:
+    """The reward as a float, or ``BatchError`` saying why it is not one."""
+    if type(reward) not in (int, float) and not isinstance(reward, (np.integer, np.floating)):
+        raise BatchError(f"{where}: field 'reward' is {reward!r} ({type(reward).__name__}); it must be a number. "
+                         "Fix: write the grader's score as a JSON number (1.0 for a pass, 0.0 for a fail).")
+    value = float(reward)
+    if not math.isfinite(value):
+        raise BatchError(f"{where}: field 'reward' is {reward!r}; it must be finite. Fix the grader, or drop "
+                         "the row if it was never scored.")
+    return value
+
+
+def check_label(where: str, name: str, value: Any) -> Any:
+    """A task id, model name or seed: a string or an integer."""
+    if type(value) not in _LABEL_TYPES and not isinstance(value, np.integer):
+        raise BatchError(f"{where}: field {name!r} is {value!r} ({type(value).__name__}); it must be a "
+                         "string or an integer. Fix: write it as a JSON string.")
+    return value
+
+
+def check_truncated(where: str, value: Any) -> bool:
+    if type(value) is not bool and not isinstance(value, np.bool_):
+        raise BatchError(f"{where}: field 'truncated' is {value!r} ({type(value).__name__}); it must be true "
+                         "or false. Fix: write true when the reply hit the token cap, false otherwise "
+                         "(or leave the field out).")
+    return bool(value)
+
+
+def row_length(where: str, row: Mapping[str, Any]) -> int:
+    """A row's length for DPO length matching: tokens, else logprobs, else characters of the text."""
+    for name in LENGTH_FIELDS:
+        value = row.get(name)
+        if isinstance(value, (str, list, tuple)):
+            return len(value)
+    raise BatchError(f"{where}: no length to match pairs on. Fix: give the row 'tokens' or 'logprobs' (one "
+                     "entry per generated token) or the reply text as 'completion'.")
+
+
+# --------------------------------------------------------------------------- columns
+class _Codes:
+    """Labels (task ids, model names, seeds) coded as small integers in first-seen order."""
+
+    def __init__(self) -> None:
+        self.index: dict[Any, int] = {}
+        self.codes = array("i")  # int32: room for two billion distinct labels
+
+    def add(self, label: Any) -> None:
+        code = self.index.get(label)
+        if code is None:
+            code = self.index[label] = len(self.index)
+        self.codes.append(code)
+
+    def labels(self) -> tuple[Any, ...]:
+        return tuple(self.index)
+
+
+@dataclass(frozen=True, eq=False)
+class GradedRows:
+    """Graded rows as columns: one entry per row (``_R``), labels coded as integers.
+
+    ``task_R[i]`` indexes ``task_ids``; ``model_R[i]`` indexes ``models`` (-1 where the row has no
+    ``model``); ``seed_R`` likewise for ``seeds`` (integer arrays, int32 when read from a file). ``length_R`` and ``line_R`` are filled only when
+    asked for (DPO pairs, ``wai select --out``). ``source`` names the file or "rows".
+    """
+
+    task_R: np.ndarray
+    task_ids: tuple[Any, ...]
+    reward_R: np.ndarray
+    truncated_R: np.ndarray
+    model_R: np.ndarray
+    models: tuple[Any, ...]
+    seed_R: np.ndarray
+    seeds: tuple[Any, ...]
+    length_R: np.ndarray | None = None
+    line_R: np.ndarray | None = None
+    source: str = "rows"
+
+    @property
+    def n_rows(self) -> int:
+        return len(self.reward_R)
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.task_ids)
+
+    @classmethod
+    def from_arrays(cls, task_ids: Sequence[Any] | np.ndarray, rewards: Sequence[float] | np.ndarray,
+                    truncated: Sequence[bool] | np.ndarray | None = None,
+                    models: Sequence[Any] | None = None) -> GradedRows:
+        """Columns straight from arrays (simulations, benchmarks): one task id and reward per row."""
+        rewards_arr = np.asarray(rewards, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(rewards_arr))
+        if bad.size:
+            raise BatchError(f"row {bad[0]}: field 'reward' is {rewards_arr[bad[0]]}; it must be finite.")
+        labels, task_R = np.unique(np.asarray(task_ids), return_inverse=True)
+        n = len(rewards_arr)
+        if len(task_R) != n:
+            raise BatchError(f"{len(task_R)} task ids for {n} rewards; give one task id per row.")
+        trunc = np.zeros(n, bool) if truncated is None else np.asarray(truncated, dtype=bool)
+        if models is None:
+            model_R, model_labels = np.full(n, -1, np.int64), ()
+        else:
+            names, model_R = np.unique(np.asarray(models), return_inverse=True)
+            model_labels = tuple(names.tolist())
+        return cls(task_R.astype(np.int64), tuple(labels.tolist()), rewards_arr, trunc, model_R.astype(np.int64),
+                   model_labels, np.full(n, -1, np.int64), ())
+
+
+class _ColumnBuilder:
+    """Collects the graded fields row by row into compact arrays."""
+
+    def __init__(self, source: str, need_length: bool, keep_lines: bool, need_seed: bool) -> None:
+        self.source = source
+        self.tasks, self.models, self.seeds = _Codes(), _Codes(), _Codes()
+        self.rewards = array("d")
+        self.truncated = array("b")
+        self.lengths: array[int] | None = array("q") if need_length else None
+        self.lines: array[int] | None = array("q") if keep_lines else None
+        self.need_seed = need_seed
+
+    def add(self, where: str, row: Mapping[str, Any], lineno: int = 0) -> None:
+        if "task_id" not in row:
+            raise BatchError(_missing(where, "task_id"))
+        self.tasks.add(check_label(where, "task_id", row["task_id"]))
+        if "reward" not in row:
+            raise BatchError(_missing(where, "reward"))
+        self.rewards.append(check_reward(where, row["reward"]))
+        truncated = row.get("truncated", False)
+        self.truncated.append(truncated if truncated is False else check_truncated(where, truncated))
+        model = row.get("model")
+        if model is None:
+            self.models.codes.append(-1)
+        else:
+            self.models.add(check_label(where, "model", model))
+        if self.need_seed:
+            seed = row.get("seed")
+            if seed is None:
+                self.seeds.codes.append(-1)
+            else:
+                self.seeds.add(check_label(where, "seed", seed))
+        if self.lengths is not None:
+            self.lengths.append(row_length(where, row))
+        if self.lines is not None:
+            self.lines.append(lineno)
+
+    def build(self) -> GradedRows:
+        # the arrays share memory with the typed arrays they were collected in: no copy
+        def ints(values: array[int]) -> np.ndarray:
+            dtype = np.int32 if values.typecode == "i" else np.int64
+            return np.frombuffer(values, dtype=dtype) if len(values) else np.zeros(0, dtype)
+
+        n = len(self.rewards)
+        seed_R = ints(self.seeds.codes) if self.need_seed else np.full(n, -1, np.int64)
+        return GradedRows(
+            ints(self.tasks.codes), self.tasks.labels(),
+            np.frombuffer(self.rewards, np.float64) if n else np.zeros(0), np.frombuffer(self.truncated, np.bool_)
+            if n else np.zeros(0, bool), ints(self.models.codes), self.models.labels(), seed_R, self.seeds.labels(),
+            None if self.lengths is None else ints(self.lengths), None if self.lines is None else ints(self.lines),
+            self.source)
+
+
+def load_graded(path: PathLike, *, lengths: bool = False, lines: bool = False,
+                seeds: bool = False) -> GradedRows:
+    """Stream a JSONL/Parquet file into ``GradedRows``, keeping only the graded fields.
+
+    ``task_id`` and ``reward`` are required on every row; ``truncated`` (default false) and
+    ``model`` are optional. ``lengths=True`` also keeps each row's length (DPO pairs), ``lines=True``
+    its line number (to copy kept lines out), ``seeds=True`` its ``seed`` label (``compare``).
+    """
+    builder = _ColumnBuilder(str(path), lengths, lines, seeds)
+    if Path(path).suffix in (".parquet", ".pq"):
+        fields = (*GRADED_FIELDS, "seed", *(LENGTH_FIELDS if lengths else ()))
+        for number, (where, row) in enumerate(_parquet_records(Path(path), fields), start=1):
+            builder.add(where, row, number)
+        return builder.build()
+    with open(path, encoding="utf-8") as handle:
+        if lengths:
+            for lineno, line in enumerate(handle, start=1):
+                if line.strip():
+                    where = f"{path}, line {lineno}"
+                    builder.add(where, _parse_line(where, line), lineno)
+        else:
+            _fast_jsonl(handle, path, builder)
+    if not builder.rewards:
+        raise BatchError(f"{path}: no rows. Fix: one graded row per line, e.g. "
+                         "{\"task_id\": \"t1\", \"reward\": 1.0}.")
+    return builder.build()
+
+
+def _fast_jsonl(handle: IO[str], path: PathLike, builder: _ColumnBuilder) -> None:
+    """The common case of ``load_graded``, inlined: rows whose fields are all well formed go straight
+    into the columns; any line that is not goes through ``builder.add``, which names what is wrong."""
+    decode = json.JSONDecoder().decode
+    tasks, models, seeds = builder.tasks.index, builder.models.index, builder.seeds.index
+    task_codes, model_codes, seed_codes = builder.tasks.codes, builder.models.codes, builder.seeds.codes
+    rewards, truncs, lines, need_seed = builder.rewards, builder.truncated, builder.lines, builder.need_seed
+    for lineno, line in enumerate(handle, start=1):
+        try:
+            row = decode(line)
+            task, reward = row["task_id"], row["reward"]
+            truncated, model, seed = row.get("truncated", False), row.get("model"), row.get("seed")
+            kind = type(reward)
+            if (kind is not float and kind is not int) or reward - reward != 0.0:  # NaN and inf fail here
+                raise ValueError
+            if (truncated is not False and truncated is not True) or type(task) not in _LABEL_TYPES:
+                raise ValueError
+            if (model is not None and type(model) not in _LABEL_TYPES) or (
+                    seed is not None and type(seed) not in _LABEL_TYPES):
+                raise ValueError
+        except Exception:  # noqa: BLE001 - the slow path below says exactly what was wrong
+            if line.strip():
+                where = f"{path}, line {lineno}"
+                builder.add(where, _parse_line(where, line), lineno)
+            continue
+        code = tasks.get(task)
+        if code is None:
+            code = tasks[task] = len(tasks)
+        task_codes.append(code)
+        rewards.append(reward)
+        truncs.append(truncated)
+        if model is None:
+            model_codes.append(-1)
+        else:
+            code = models.get(model)
+            if code is None:
+                code = models[model] = len(models)
+            model_codes.append(code)
+        if need_seed:
+            if seed is None:
+                seed_codes.append(-1)
+            else:
+                code = seeds.get(seed)
+                if code is None:
+                    code = seeds[seed] = len(seeds)
+                seed_codes.append(code)
+        if lines is not None:
+            lines.append(lineno)
+
+
+def as_graded(rows: GradedRows | PathLike | Iterable[Mapping[str, Any]], *, lengths: bool = False,
+              seeds: bool = False) -> GradedRows:
+    """``GradedRows`` from columns as they are, a file path, or an iterable of row dicts."""
+    if isinstance(rows, GradedRows):
+        return rows
+    if isinstance(rows, (str, os.PathLike)):
+        return load_graded(rows, lengths=lengths, seeds=seeds)
+    builder = _ColumnBuilder("rows", lengths, False, seeds)
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise BatchError(f"row {i}: a {type(row).__name__} where a dict was expected; give each row as "
+                             "a dict with 'task_id' and 'reward'.")
+        builder.add(f"row {i}", row, i)
+    if not builder.rewards:
+        raise BatchError("no rows: give at least one graded row (a dict with 'task_id' and 'reward').")
+    return builder.build()
+
+
+# --------------------------------------------------------------------------- writing
+@contextmanager
+def atomic_write(path: PathLike) -> Iterator[IO[str]]:
+    """Open ``path`` for writing so that it appears whole or not at all.
+
+    Writes go to a temporary file beside ``path``, which replaces ``path`` only after the block
+    finishes without an exception; on an error the temporary file is removed and any old ``path``
+    is left exactly as it was.
+    """
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_selected(path: PathLike, line_numbers: Sequence[int], out: IO[str],
+                   extra: Mapping[int, Mapping[str, Any]] | None = None) -> int:
+    """Write the rows at ``line_numbers`` (JSONL lines, or Parquet row numbers) of ``path`` to ``out``.
+
+    A JSONL line with nothing to add is copied byte for byte; a row with ``extra`` fields (DPO's
+    ``pair``/``chosen``), or any Parquet row, is written as a JSON line. Returns how many were written.
+    """
+    wanted = set(int(n) for n in line_numbers)
+    extra = extra or {}
+    written = 0
+    if Path(path).suffix in (".parquet", ".pq"):
+        for number, (_, row) in enumerate(_parquet_records(Path(path), None), start=1):
+            if number in wanted:
+                out.write(json.dumps({**row, **extra.get(number, {})}) + "\n")
+                written += 1
+        return written
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if lineno not in wanted:
+                continue
+            if lineno in extra:
+                line = json.dumps({**json.loads(line), **extra[lineno]}) + "\n"
+            out.write(line if line.endswith("\n") else line + "\n")
+            written += 1
+    return written

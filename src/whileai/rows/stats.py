@@ -1,0 +1,400 @@
+"""Pass rates with task-clustered intervals, held-out sizing, and paired comparisons.
+
+Tasks are the unit everywhere here. The rollouts of one task are not independent draws from the
+eval (they share the prompt), so an interval over rows is too narrow; every interval below is a
+Student-t interval over per-task values, which treats the tasks as a sample from the population
+of tasks the eval stands for. A pass is ``reward >= threshold`` (default 1.0), so fractional
+rewards work: 0.7 with ``threshold=0.5`` passes.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from whileai.errors import BatchError, ConfigError
+from whileai.rows.io import GradedRows, as_graded
+
+# One place for the defaults every function here reads.
+THRESHOLD = 1.0  # a row passes when reward >= THRESHOLD
+CONFIDENCE = 0.95  # two-sided confidence of every interval
+POWER = 0.8  # the chance holdout_size promises of seeing a real effect
+
+Rows = GradedRows | str | os.PathLike[str] | Iterable[Mapping[str, Any]]
+
+
+# --------------------------------------------------------------------------- quantiles
+@lru_cache(maxsize=256)
+def t_quantile(q: float, df: float) -> float:
+    """The q-quantile of Student's t with ``df`` degrees of freedom (normal when df is huge).
+
+    Exact closed forms for df = 1 and 2; otherwise the CDF is integrated (Simpson, 2001 points)
+    and inverted by bisection, accurate to about 1e-9.
+    """
+    if not 0.0 < q < 1.0:
+        raise ConfigError(f"t_quantile: q={q} must be inside (0, 1).")
+    if q < 0.5:
+        return -t_quantile(1.0 - q, df)
+    if df > 1e6:
+        return NormalDist().inv_cdf(q)
+    if df == 1:
+        return math.tan(math.pi * (q - 0.5))
+    if df == 2:
+        return (2 * q - 1) / math.sqrt(2 * q * (1 - q))
+    lo, hi = 0.0, 60.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if _t_cdf(mid, df) < q else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def _t_cdf(x: float, df: float) -> float:
+    grid = np.linspace(0.0, x, 2001)
+    log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    density = np.exp(log_norm - (df + 1) / 2 * np.log1p(grid**2 / df))
+    h = x / 2000
+    integral = h / 3 * (density[0] + density[-1] + 4 * density[1:-1:2].sum() + 2 * density[2:-1:2].sum())
+    return 0.5 + float(integral)
+
+
+def mean_interval(values: np.ndarray, bounds: tuple[float, float] = (0.0, 1.0),
+                  confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Student-t interval for the mean of per-task values, clipped to ``bounds``.
+
+    One task says nothing about the spread, so its interval is all of ``bounds``. When every task
+    has the same value at a bound (every task fails, or every task passes) the spread is zero and
+    a t-interval would be a point; the interval is then the exact (Clopper-Pearson) bound on the
+    share of tasks that are not at that bound, which also bounds the mean.
+    """
+    n = len(values)
+    mean = float(values.mean())
+    if n < 2:
+        return bounds
+    sd = float(values.std(ddof=1))
+    alpha = 1.0 - confidence
+    if sd == 0.0 and mean in bounds:
+        reach = (bounds[1] - bounds[0]) * (1.0 - (alpha / 2) ** (1.0 / n))
+        return (bounds[0], bounds[0] + reach) if mean == bounds[0] else (bounds[1] - reach, bounds[1])
+    half = t_quantile(1.0 - alpha / 2, n - 1) * sd / math.sqrt(n)
+    return max(bounds[0], mean - half), min(bounds[1], mean + half)
+
+
+# --------------------------------------------------------------------------- pass@k
+def _pass_at_k_per_task(samples_T: np.ndarray, passes_T: np.ndarray, k: int) -> np.ndarray:
+    """Chen et al. 2021, eq. 1, per task: 1 - C(n - c, k) / C(n, k), as a stable product.
+
+    C(n-c, k) / C(n, k) = prod_{j = n-c+1}^{n} (1 - k / j); it is 0 when n - c < k.
+    """
+    out = np.empty(len(samples_T))
+    pairs, inverse = np.unique(np.stack([samples_T, passes_T]), axis=1, return_inverse=True)
+    values = np.empty(pairs.shape[1])
+    for j, (n, c) in enumerate(pairs.T):
+        values[j] = 1.0 if n - c < k else 1.0 - float(np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+    out[:] = values[np.ravel(inverse)]
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class PassAt:
+    """Pass rates of graded rows, per task and overall, with a task-clustered 95% interval.
+
+    ``value`` is pass@k at the ``k`` asked for and ``ci95`` its interval; ``pass_at_1`` is the mean
+    over tasks of each task's pass rate; ``per_task`` maps task id to that rate.
+    """
+
+    k: int
+    threshold: float
+    task_ids: tuple[Any, ...]
+    samples_T: np.ndarray
+    passes_T: np.ndarray
+    n_rows: int
+    value: float = field(init=False)
+    ci95: tuple[float, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        per_task = self.per_task_at(self.k)
+        object.__setattr__(self, "value", float(per_task.mean()))
+        object.__setattr__(self, "ci95", mean_interval(per_task))
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.task_ids)
+
+    @property
+    def rates_T(self) -> np.ndarray:
+        """Each task's pass rate (passes / rollouts), in ``task_ids`` order."""
+        return self.passes_T / self.samples_T
+
+    @property
+    def pass_at_1(self) -> float:
+        return float(self.rates_T.mean())
+
+    @property
+    def per_task(self) -> dict[Any, float]:
+        return dict(zip(self.task_ids, self.rates_T.tolist()))
+
+    def per_task_at(self, k: int) -> np.ndarray:
+        """The unbiased pass@k estimate of every task (Chen et al. 2021)."""
+        fewest = int(self.samples_T.min())
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"pass_at: k={k!r} must be an integer >= 1.")
+        if k > fewest:
+            task = self.task_ids[int(self.samples_T.argmin())]
+            raise ConfigError(f"pass_at: k={k} but task {task!r} has only {fewest} rollouts; the unbiased "
+                              f"estimator needs k <= the rollouts of every task. Fix: pass k <= {fewest}, "
+                              "or sample more rollouts for the short tasks.")
+        return _pass_at_k_per_task(self.samples_T, self.passes_T, k)
+
+    def pass_at(self, k: int) -> float:
+        """Mean over tasks of the unbiased pass@k estimate; k <= rollouts of every task."""
+        return float(self.per_task_at(k).mean())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"k": self.k, "pass_at_k": self.value, "ci95": list(self.ci95), "pass_at_1": self.pass_at_1,
+                "n_tasks": self.n_tasks, "n_rows": self.n_rows, "threshold": self.threshold}
+
+    def __str__(self) -> str:
+        lo, hi = self.ci95
+        return (f"pass@{self.k} {self.value:.3f} [{lo:.3f}, {hi:.3f}] over {self.n_tasks} tasks "
+                f"({self.n_rows} rows; 95% interval clustered by task)")
+
+
+def pass_at(rows: Rows, k: int = 1, threshold: float = THRESHOLD) -> PassAt:
+    """Pass@k of graded rows (dicts, ``GradedRows`` or a file path): a row passes at reward >= threshold.
+
+    Every task counts once, however many rollouts it has. ``.ci95`` treats tasks as the unit.
+    """
+    graded = as_graded(rows)
+    samples, passes = task_counts(graded, threshold)
+    return PassAt(k, threshold, graded.task_ids, samples, passes, graded.n_rows)
+
+
+def task_counts(graded: GradedRows, threshold: float = THRESHOLD) -> tuple[np.ndarray, np.ndarray]:
+    """(rollouts, passes) per task, in ``graded.task_ids`` order."""
+    samples = np.bincount(graded.task_R, minlength=graded.n_tasks)
+    passes = np.bincount(graded.task_R, weights=graded.reward_R >= threshold, minlength=graded.n_tasks)
+    return samples.astype(np.int64), passes.astype(np.int64)
+
+
+# --------------------------------------------------------------------------- held-out size
+@dataclass(frozen=True)
+class HoldoutSize:
+    """How many held-out tasks a paired comparison needs, and what that number assumes."""
+
+    n_tasks: int
+    effect: float
+    k: int
+    sd: float
+    power: float
+    confidence: float
+    assumptions: tuple[str, ...]
+
+    def __int__(self) -> int:
+        return self.n_tasks
+
+    def __index__(self) -> int:
+        return self.n_tasks
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n_tasks": self.n_tasks, "effect": self.effect, "k": self.k, "sd": self.sd,
+                "power": self.power, "confidence": self.confidence, "assumptions": list(self.assumptions)}
+
+    def __str__(self) -> str:
+        lines = [f"holdout_size: {self.n_tasks} held-out tasks, {self.k} rollout(s) each per arm, to see a "
+                 f"pass@1 change of {self.effect:+.3f} with {self.confidence:.0%} confidence and "
+                 f"{self.power:.0%} power", "  assuming:"]
+        return "\n".join(lines + [f"  - {a}" for a in self.assumptions])
+
+
+def holdout_size(effect: float, k: int = 1, *, p: float = 0.5, spread: float = 0.0, sd: float | None = None,
+                 power: float = POWER, confidence: float = CONFIDENCE) -> HoldoutSize:
+    """Held-out tasks a paired comparison of two arms needs to see a pass@1 change of ``effect``.
+
+    The test is ``compare``'s: the mean over tasks of the per-task difference in pass rate, with a
+    two-sided t-interval at ``confidence``; "seeing" the effect means the interval excludes 0.
+    It needs the spread ``sd`` of that per-task difference. Unless you pass ``sd`` (measured from a
+    pilot: ``compare(...).sd``), it is worked out from these assumptions:
+
+    * each arm samples ``k`` rollouts per task, independently, so a task's pass rate carries
+      binomial noise ``p(1 - p) / k``;
+    * the baseline passes each task with probability ``p`` (default 0.5, the worst case, so the
+      answer is an upper bound for any other rate) and the treatment with ``p + effect``;
+    * the true effect may differ between tasks with standard deviation ``spread`` (default 0);
+    * the tasks are a random sample of the tasks you care about, and one training seed's noise
+      is not in it: a difference between two training runs needs seeds as well (``compare``).
+
+    Then ``sd**2 = (p(1-p) + q(1-q)) / k + spread**2`` with ``q = p + effect`` and the answer is the
+    smallest ``n`` with ``n >= ((t_{1-a/2, n-1} + t_{power, n-1}) * sd / effect)**2``.
+    """
+    _check_fraction("power", power)
+    _check_fraction("confidence", confidence)
+    if not (isinstance(effect, (int, float)) and math.isfinite(effect) and 0 < abs(effect) <= 1):
+        raise ConfigError(f"holdout_size: effect={effect!r} must be a non-zero change in pass@1, in [-1, 1].")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"holdout_size: k={k!r} must be an integer >= 1 (rollouts per task per arm).")
+    q = min(1.0, max(0.0, p + effect))
+    assumptions: list[str]
+    if sd is None:
+        _check_fraction("p", p, closed=True)
+        sd = math.sqrt((p * (1 - p) + q * (1 - q)) / k + spread**2)
+        assumptions = [
+            f"baseline pass rate p={p:.2f} on every task, treatment {q:.2f}"
+            + (" (rates near 0.5 are the worst case: rates far from it need fewer tasks)" if p == 0.5 else ""),
+            f"{k} independent rollout(s) per task per arm: binomial noise p(1-p)/k in each task's rate",
+            f"the true effect varies across tasks with sd {spread:.3f}",
+            f"so the per-task difference has sd {sd:.3f}"]
+    else:
+        assumptions = [f"the per-task difference has sd {sd:.3f} (as given, e.g. measured by a pilot compare)"]
+    if not (math.isfinite(sd) and sd > 0):
+        raise ConfigError(f"holdout_size: sd={sd!r} must be a positive number.")
+    assumptions += ["tasks drawn at random from the tasks you care about; paired: both arms see the same tasks",
+                    "a two-sided t-test on the mean per-task difference (compare's interval excludes 0)",
+                    "training-seed noise is not included: separate two runs with seeds as well"]
+    return HoldoutSize(_smallest_n(abs(effect), sd, power, confidence), effect, k, sd, power, confidence,
+                       tuple(assumptions))
+
+
+def _smallest_n(effect: float, sd: float, power: float, confidence: float) -> int:
+    z = NormalDist().inv_cdf
+    n = max(2, math.ceil(((z(1 - (1 - confidence) / 2) + z(power)) * sd / effect) ** 2))
+    while True:  # the t-quantiles shrink as n grows, so walk up from the normal answer
+        needed = ((t_quantile(1 - (1 - confidence) / 2, n - 1) + t_quantile(power, n - 1)) * sd / effect) ** 2
+        if n >= needed:
+            return n
+        n += 1
+
+
+def _check_fraction(name: str, value: float, closed: bool = False) -> None:
+    ok = isinstance(value, (int, float)) and (0 <= value <= 1 if closed else 0 < value < 1)
+    if not ok:
+        raise ConfigError(f"holdout_size: {name}={value!r} must be in {'[0, 1]' if closed else '(0, 1)'}.")
+
+
+# --------------------------------------------------------------------------- paired comparison
+GAIN, LOSS, UNRESOLVED = "gain shown", "loss shown", "unresolved"
+TABLE_HEADER = ("Recipe", "Baseline arm", "Recipe arm", "Delta", "Verdict")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Treatment against baseline on the tasks both were scored on, one table row of the lesson."""
+
+    name: str
+    baseline_name: str
+    treatment_name: str
+    baseline: float
+    treatment: float
+    delta: float
+    ci95: tuple[float, float]
+    sd: float
+    n_tasks: int
+    only_baseline: int
+    only_treatment: int
+    baseline_seeds: int
+    treatment_seeds: int
+    verdict: str
+    reason: str
+
+    def row(self) -> tuple[str, str, str, str, str]:
+        lo, hi = self.ci95
+        return (self.name, f"{self.baseline_name}, {self.baseline:.2f}", f"{self.treatment_name}, "
+                f"{self.treatment:.2f}", f"{self.delta:+.2f} [{lo:+.2f}, {hi:+.2f}]", self.verdict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        out["ci95"] = list(self.ci95)
+        return out
+
+    def __str__(self) -> str:
+        table = format_table([TABLE_HEADER, self.row()])
+        return f"{table}\n{self.verdict}: {self.reason}"
+
+
+def compare(baseline_rows: Rows, treatment_rows: Rows, *, threshold: float = THRESHOLD,
+            seeds: int | None = None, name: str = "compare", baseline_name: str = "baseline",
+            treatment_name: str = "treatment") -> Comparison:
+    """Paired per-task delta of pass@1, treatment minus baseline, with a 95% interval and a verdict.
+
+    Only tasks scored in both arms count; how many were left out is reported. The verdict is
+    "gain shown" or "loss shown" when the interval excludes 0 *and* each arm has at least two
+    training seeds whose every treatment seed beats (or loses to) every baseline seed on the shared
+    tasks; otherwise "unresolved": one seed per arm cannot separate a method from run-to-run
+    training noise. Seeds are read from each row's ``seed`` field (absent: one seed) unless
+    ``seeds=`` says how many runs each arm pooled.
+    """
+    base, treat = as_graded(baseline_rows, seeds=True), as_graded(treatment_rows, seeds=True)
+    shared = sorted(set(base.task_ids) & set(treat.task_ids), key=str)
+    if not shared:
+        raise BatchError("compare: the two files share no task_id, so there is nothing to pair. Fix: score "
+                         "both arms on the same held-out tasks (same task_id values).")
+    b_rates, t_rates = _rates_on(base, shared, threshold), _rates_on(treat, shared, threshold)
+    diff = t_rates - b_rates
+    ci = mean_interval(diff, (-1.0, 1.0))
+    b_seeds, t_seeds = _seed_count(base, seeds), _seed_count(treat, seeds)
+    verdict, reason = _verdict(ci, b_seeds, t_seeds, _seed_split(base, treat, shared, threshold, seeds))
+    return Comparison(name, baseline_name, treatment_name, float(b_rates.mean()), float(t_rates.mean()),
+                      float(diff.mean()), ci, float(diff.std(ddof=1)) if len(diff) > 1 else 0.0, len(shared),
+                      base.n_tasks - len(shared), treat.n_tasks - len(shared), b_seeds, t_seeds, verdict, reason)
+
+
+def _rates_on(graded: GradedRows, shared: list[Any], threshold: float,
+              rows_mask: np.ndarray | None = None) -> np.ndarray:
+    mask = np.ones(graded.n_rows, bool) if rows_mask is None else rows_mask
+    samples = np.bincount(graded.task_R[mask], minlength=graded.n_tasks)
+    passes = np.bincount(graded.task_R[mask], weights=graded.reward_R[mask] >= threshold, minlength=graded.n_tasks)
+    position = {task: i for i, task in enumerate(graded.task_ids)}
+    idx = np.array([position[t] for t in shared])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(samples[idx] > 0, passes[idx] / np.maximum(samples[idx], 1), np.nan)
+
+
+def _seed_count(graded: GradedRows, seeds: int | None) -> int:
+    if seeds is not None:
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+            raise ConfigError(f"compare: seeds={seeds!r} must be an integer >= 1 (training runs per arm).")
+        return seeds
+    return max(1, len(graded.seeds))
+
+
+def _seed_split(base: GradedRows, treat: GradedRows, shared: list[Any], threshold: float,
+                seeds: int | None) -> tuple[float, float] | None:
+    """(worst treatment seed - best baseline seed, best treatment seed - worst baseline seed), or None."""
+    if seeds is not None or len(base.seeds) < 2 or len(treat.seeds) < 2:
+        return None
+    b = [np.nanmean(_rates_on(base, shared, threshold, base.seed_R == s)) for s in range(len(base.seeds))]
+    t = [np.nanmean(_rates_on(treat, shared, threshold, treat.seed_R == s)) for s in range(len(treat.seeds))]
+    return float(min(t) - max(b)), float(max(t) - min(b))
+
+
+def _verdict(ci: tuple[float, float], b_seeds: int, t_seeds: int,
+             split: tuple[float, float] | None) -> tuple[str, str]:
+    lo, hi = ci
+    if lo <= 0.0 <= hi:
+        return UNRESOLVED, f"the 95% interval [{lo:+.3f}, {hi:+.3f}] holds 0"
+    direction = GAIN if lo > 0 else LOSS
+    if min(b_seeds, t_seeds) < 2:
+        return UNRESOLVED, (f"the interval excludes 0, but {min(b_seeds, t_seeds)} training seed per arm cannot "
+                            "separate a method from run-to-run training noise; run a second seed of each arm")
+    if split is None:
+        return direction, f"the interval excludes 0 with {b_seeds} and {t_seeds} seeds (as given)"
+    apart = split[0] > 0 if direction == GAIN else split[1] < 0
+    if not apart:
+        return UNRESOLVED, ("the interval excludes 0 but the seeds overlap: some baseline seed scores "
+                            "as well as some treatment seed; run more seeds")
+    return direction, "the interval excludes 0 and every seed of one arm beats every seed of the other"
+
+
+# --------------------------------------------------------------------------- tables
+def format_table(rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces, a rule under the header."""
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

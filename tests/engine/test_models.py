@@ -1,0 +1,112 @@
+"""load_model: built-ins from a config and a seed, the byte tokenizer, LoRA, local dirs, hub errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from whileai.engine import BUILTINS, TrainingEngine, load_model
+from whileai.engine.models import byte_tokenizer, parameter_count
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_builtins_are_real_qwen2_models_determined_by_the_seed():
+    a, b, c = (load_model("builtin:tiny", seed=s).model for s in (0, 0, 1))
+    assert type(a).__name__ == "Qwen2ForCausalLM"
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not torch.equal(a.lm_head.weight, c.lm_head.weight)
+    # building a model must not consume the caller's random stream
+    torch.manual_seed(123)
+    expected = torch.rand(1)
+    torch.manual_seed(123)
+    load_model("builtin:tiny", seed=5)
+    assert torch.equal(torch.rand(1), expected)
+
+
+def test_builtin_sizes():
+    """tiny ~0.1M (tests), mini ~0.85M (demo), small ~26M (the train_step benchmark: 8 layers of
+    4 * 512^2 attention + 3 * 512 * 1408 MLP = 3.21M, plus 2 * 259 * 512 embeddings)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    assert parameter_count(load_model("builtin:tiny").model) == 107_456
+    with torch.device("meta"):
+        small = Qwen2ForCausalLM(Qwen2Config(vocab_size=259, tie_word_embeddings=False, **BUILTINS["small"]))
+    assert 25e6 < parameter_count(small) < 27e6
+
+
+def test_byte_tokenizer_maps_byte_b_to_id_3_plus_b_and_round_trips():
+    tok = byte_tokenizer()
+    text = "héllo, wörld\n\t😀"
+    ids = tok.encode(text, add_special_tokens=False)
+    assert ids == [3 + b for b in text.encode("utf-8")]
+    assert tok.decode(ids) == text
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id, len(tok)) == (0, 1, 2, 259)
+
+
+def test_lora_trains_only_the_adapters_of_the_chosen_modules():
+    loaded = load_model("builtin:tiny", lora_rank=4, lora_alpha=8, train_mlp=False, train_unembed=False)
+    trainable = [n for n, p in loaded.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert {n.split(".")[-4] for n in trainable} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    assert loaded.lora == {"r": 4, "lora_alpha": 8, "lora_dropout": 0.0,
+                           "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+    full = load_model("builtin:tiny")
+    assert all(p.requires_grad for p in full.model.parameters()) and full.lora is None
+
+
+def test_bad_model_arguments_say_what_is_valid():
+    with pytest.raises(ValueError, match=r"unknown built-in model 'builtin:huge': use one of \['builtin:tiny'"):
+        load_model("builtin:huge")
+    with pytest.raises(ValueError, match=r"target_modules \['qkv'\] are not linear layers of this model"):
+        load_model("builtin:tiny", lora_rank=2, target_modules=["qkv"])
+    with pytest.raises(ValueError, match="lora_rank=-1 is negative"):
+        load_model("builtin:tiny", lora_rank=-1)
+    with pytest.raises(ValueError, match=r"dtype 'float8' is not known"):
+        load_model("builtin:tiny", dtype="float8")
+    with pytest.raises(ValueError, match="model directory './no/such/dir' does not exist"):
+        load_model("./no/such/dir")
+
+
+def test_an_unreachable_hub_id_fails_with_a_clear_message():
+    """Offline (as on this machine), a hub id is refused with what was tried and what to pass instead."""
+    code = ("from whileai.engine import load_model\n"
+            "try:\n    load_model('no-such-org/no-such-model')\n"
+            "except ValueError as err:\n    print(err)\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert "could not load model 'no-such-org/no-such-model' from the Hugging Face hub" in out.stdout
+    assert "a hub id on a machine that can reach the hub, or one of ['builtin:tiny'" in out.stdout
+
+
+def test_a_local_directory_loads_the_same_model(tmp_path):
+    engine = TrainingEngine("builtin:tiny", seed=9)
+    path = engine.export(str(tmp_path / "full"), merged=True)
+    tokens = [1, 50, 51, 52, 53]
+    again = TrainingEngine(path)
+    assert again.compute_logprobs(tokens)["logprobs"] == engine.compute_logprobs(tokens)["logprobs"]
+    assert again.tokenizer.encode("abc", add_special_tokens=False) == [100, 101, 102]
+    with_lora = load_model(path, lora_rank=2)
+    assert sum(p.requires_grad for p in with_lora.model.parameters()) > 0
+
+
+def test_bfloat16_runs_and_returns_float32_logprobs():
+    engine = TrainingEngine("builtin:tiny", dtype="bfloat16", seed=9)
+    full = TrainingEngine("builtin:tiny", seed=9)
+    assert next(engine.model.parameters()).dtype == torch.bfloat16
+    datum = {"model_input": [1, 50, 51], "loss_fn_inputs": {"target_tokens": [50, 51, 52], "weights": [1.0] * 3}}
+    low = engine.forward_backward([datum], "cross_entropy").loss_fn_outputs[0]["logprobs"]
+    high = full.forward([datum]).loss_fn_outputs[0]["logprobs"]
+    assert low.dtype.name == "float32"
+    assert low == pytest.approx(high, abs=0.1)  # bf16 weights: ~3 significant digits
+    assert engine.optim_step().grad_norm > 0

@@ -1,0 +1,285 @@
+"""TrainingEngine: accumulation, SFT that works, the optimizer, the method bridge, bad input."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import torch
+
+from whileai.engine import AdamParams, SamplingParams, TrainingEngine, make_datum, sft_datum
+from whileai.errors import WhileaiError
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on a shared 2-core machine run ~50x faster on one thread (no spin-waiting)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def grads(engine: TrainingEngine) -> dict[str, torch.Tensor]:
+    return {n: p.grad.clone() for n, p in engine.named_params.items() if p.grad is not None}
+
+
+def mixed_batch() -> list[dict]:
+    """Four datums of different lengths: SFT-like weights, negative weights, and (N, 2) targets."""
+    return [
+        make_datum([1, 10, 11], [12, 13, 14, 2]),
+        make_datum([1, 20], [21, 22], weights=[-0.5, 2.0]),
+        {"model_input": [1, 30, 31], "loss_fn_inputs": {"target_tokens": [30, 31, 32], "weights": [0.0, 1.0, 0.25]}},
+        make_datum([1, 40, 41, 42, 43], [44, 2], weights=[1.5, 1.0]),
+    ]
+
+
+# ----------------------------------------------------------------------------- accumulation
+def test_one_call_on_a_batch_equals_two_calls_on_its_halves():
+    engine = TrainingEngine("builtin:tiny", seed=4)
+    data = mixed_batch()
+    engine.forward_backward(data, "cross_entropy")
+    whole = grads(engine)
+    engine.zero_grad()
+    first = engine.forward_backward(data[:2], "cross_entropy").metrics["loss:sum"]
+    second = engine.forward_backward(data[2:], "cross_entropy").metrics["loss:sum"]
+    halves = grads(engine)
+    assert whole.keys() == halves.keys() and len(whole) == len(engine.named_params)
+    for name in whole:
+        torch.testing.assert_close(halves[name], whole[name], rtol=1e-5, atol=1e-5)
+    engine.zero_grad()
+    assert engine.forward(data, "cross_entropy").metrics["loss:sum"] == pytest.approx(first + second, rel=1e-6)
+
+
+def test_micro_batching_does_not_change_the_gradient():
+    """micro_batch_tokens=6 runs every datum alone (padded batches otherwise); same gradient."""
+    big = TrainingEngine("builtin:tiny", seed=4)
+    small = TrainingEngine("builtin:tiny", seed=4, micro_batch_tokens=6)
+    data = mixed_batch()
+    big.forward_backward(data, "cross_entropy")
+    small.forward_backward(data, "cross_entropy")
+    for (name, a), b in zip(grads(big).items(), grads(small).values()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=name)
+
+
+# ----------------------------------------------------------------------------- SFT end to end
+def test_sft_drives_the_loss_down_and_greedy_sampling_reproduces_the_strings():
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    tok = engine.tokenizer
+    pairs = [("a=", "cat"), ("b=", "dog"), ("c=", "fish"), ("d=", "bird")]
+    data = [sft_datum(tok, prompt, completion) for prompt, completion in pairs]
+    losses = []
+    for _ in range(40):
+        losses.append(engine.forward_backward(data, "cross_entropy").metrics["loss:sum"])
+        engine.optim_step(AdamParams(learning_rate=1e-2))
+    # 18 target tokens at ~log(259) = 5.56 nats each -> ~100 nats at the start
+    assert losses[0] > 80 and losses[-1] < 0.05 * losses[0]
+    prompts = [[tok.bos_token_id] + tok.encode(p) for p, _ in pairs]
+    samples = engine.sample(prompts, 1, SamplingParams(max_tokens=8, temperature=0))
+    for (_, completion), (seq,) in zip(pairs, samples):
+        assert tok.decode(seq.tokens) == completion + tok.eos_token and seq.stop_reason == "stop"
+
+
+# ----------------------------------------------------------------------------- optimizer
+def test_first_adamw_step_matches_the_hand_formula():
+    """Step 1 of AdamW: m_hat = g, v_hat = g^2, so w <- w (1 - lr wd) - lr g / (|g| + eps).
+    With lr = 0.01, wd = 0.5, eps = 1e-8 every weight with a gradient moves by ~0.01 plus decay."""
+    engine = TrainingEngine("builtin:tiny", seed=1)
+    engine.forward_backward(mixed_batch(), "cross_entropy")
+    before = {n: p.detach().clone() for n, p in engine.named_params.items()}
+    g = grads(engine)
+    norm = torch.sqrt(sum((x.double() ** 2).sum() for x in g.values()))
+    out = engine.optim_step(AdamParams(learning_rate=0.01, weight_decay=0.5, eps=1e-8))
+    assert out.grad_norm == pytest.approx(float(norm), rel=1e-5) and float(out) == out.grad_norm
+    for name, p in engine.named_params.items():
+        want = before[name] * (1 - 0.01 * 0.5) - 0.01 * g[name] / (g[name].abs() + 1e-8)
+        torch.testing.assert_close(p.detach(), want, rtol=1e-5, atol=1e-6, msg=name)
+    assert engine.step == 1 and all(p.grad is None for p in engine.named_params.values())
+
+
+def test_grad_clip_norm_scales_the_gradient_before_the_step():
+    """eps = 1 makes the step depend on |g|: w <- w - lr g_c / (|g_c| + 1), g_c = g * clip / norm."""
+    engine = TrainingEngine("builtin:tiny", seed=1)
+    engine.forward_backward(mixed_batch(), "cross_entropy")
+    before = {n: p.detach().clone() for n, p in engine.named_params.items()}
+    g = grads(engine)
+    out = engine.optim_step(AdamParams(learning_rate=0.1, eps=1.0, grad_clip_norm=0.5))
+    scale = 0.5 / out.grad_norm
+    assert out.grad_norm > 1.0  # the clip is active
+    for name, p in engine.named_params.items():
+        clipped = g[name] * scale
+        torch.testing.assert_close(p.detach(), before[name] - 0.1 * clipped / (clipped.abs() + 1.0),
+                                   rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_bad_adam_params_and_non_finite_losses_are_refused():
+    with pytest.raises(ValueError, match="AdamParams.beta2=1.0"):
+        AdamParams(beta2=1.0)
+    with pytest.raises(ValueError, match="AdamParams.learning_rate=-0.1"):
+        AdamParams(learning_rate=-0.1)
+    engine = TrainingEngine("builtin:tiny", seed=1)
+    # r = exp(log p + 1000) overflows even in float64: refuse, add no gradient
+    datum = make_datum([1, 5], [6, 7], logprobs=[-1000.0, -1000.0], advantages=[1.0, 1.0])
+    with pytest.raises(WhileaiError, match="loss 'importance_sampling' is -inf on datums 0..0"):
+        engine.forward_backward([datum], "importance_sampling")
+    assert all(p.grad is None for p in engine.named_params.values())
+
+
+# ----------------------------------------------------------------------------- sampler versions
+def test_sampler_versions_keep_old_weights_usable():
+    engine = TrainingEngine("builtin:tiny", seed=6)
+    tokens = [1, 50, 60, 70, 80]
+    at_start = engine.compute_logprobs(tokens)["logprobs"]
+    assert engine.save_weights_for_sampler() == 0
+    engine.forward_backward([make_datum([1, 50], [60, 70, 80])], "cross_entropy")
+    engine.optim_step(AdamParams(learning_rate=1e-2))
+    after = engine.compute_logprobs(tokens)["logprobs"]
+    assert after[1:] != pytest.approx(at_start[1:], abs=1e-3)
+    with engine.weights(0):
+        assert engine.compute_logprobs(tokens)["logprobs"][1:] == pytest.approx(at_start[1:], abs=1e-6)
+    assert engine.compute_logprobs(tokens)["logprobs"][1:] == pytest.approx(after[1:], abs=1e-6)
+    old = engine.sample([1, 50], 2, SamplingParams(max_tokens=4, seed=3), version=0)
+    with engine.weights(0):
+        assert engine.sample([1, 50], 2, SamplingParams(max_tokens=4, seed=3)) == old
+    with pytest.raises(ValueError, match=r"no sampler weights of version 7; saved versions: \[0\]"):
+        engine.sample([1, 50], 1, SamplingParams(max_tokens=2), version=7)
+
+
+# ----------------------------------------------------------------------------- the method bridge
+@dataclass
+class _Update:
+    coefficients: list
+    value_targets: list | None = None
+
+
+class ScaledSFT:
+    """A stand-in method: c = scale * reward on every token; records what it was given."""
+
+    requires: dict = {}
+
+    def __init__(self, scale: float) -> None:
+        self.scale, self.seen = scale, None
+
+    def update(self, rows):
+        self.seen = copy.deepcopy(rows)
+        return _Update([self.scale * r["reward"] * np.ones(len(r["logprobs"])) for r in rows])
+
+
+def bridge_rows() -> list[dict]:
+    return [{"prompt_tokens": [1, 10, 11], "tokens": [12, 13, 2], "reward": 1.0},
+            {"prompt_tokens": [1, 20], "tokens": [21, 22, 23, 2], "reward": -0.5, "task_id": "t"},
+            {"model_input": [1, 30, 31, 32], "loss_fn_inputs": {"target_tokens": [30, 31, 32, 2],
+                                                                "weights": [0, 0, 1, 1]}, "reward": 2.0}]
+
+
+def count_decoder_calls(engine: TrainingEngine) -> list[int]:
+    calls = [0]
+    engine.model.get_decoder().register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def test_train_step_runs_one_forward_and_equals_the_kernel_with_the_methods_coefficients():
+    """train_step(method, rows) = forward_backward(cross_entropy, weights = c), with a single forward."""
+    bridge = TrainingEngine("builtin:tiny", seed=8)
+    plain = TrainingEngine("builtin:tiny", seed=8)
+    calls = count_decoder_calls(bridge)
+    method = ScaledSFT(0.5)
+    rows = bridge_rows()
+    out = bridge.train_step(method, rows)
+    assert calls[0] == 1  # all three rows in one padded forward pass, never a second one
+    data = [make_datum([1, 10, 11], [12, 13, 2], weights=[0.5] * 3),
+            make_datum([1, 20], [21, 22, 23, 2], weights=[-0.25] * 4),
+            {"model_input": [1, 30, 31, 32], "loss_fn_inputs": {"target_tokens": [30, 31, 32, 2],
+                                                                "weights": [0, 0, 1.0, 1.0]}}]
+    ref = plain.forward_backward(data, "cross_entropy")
+    assert out.metrics["loss:sum"] == pytest.approx(ref.metrics["loss:sum"], rel=1e-6)
+    for (name, a), b in zip(grads(plain).items(), grads(bridge).values()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=name)
+    # the method saw the engine's logprobs for exactly the trajectory tokens, and the row fields
+    seen = method.seen
+    assert [r["tokens"] for r in seen] == [[12, 13, 2], [21, 22, 23, 2], [32, 2]]
+    assert seen[1]["task_id"] == "t" and "prompt_tokens" not in seen[0]
+    for r, o in zip(seen, ref.loss_fn_outputs):
+        np.testing.assert_allclose(r["logprobs"], o["logprobs"][o["logprobs"] != 0], rtol=1e-6)
+    assert rows == bridge_rows()  # the caller's rows are not mutated
+
+
+def test_train_step_with_the_library_sft_and_an_optimizer_step():
+    """The real SFT method (c = 1, summed) through the bridge equals plain cross-entropy, step included."""
+    from whileai.methods import method
+
+    bridge = TrainingEngine("builtin:tiny", seed=8)
+    plain = TrainingEngine("builtin:tiny", seed=8)
+    rows = [r for r in bridge_rows() if "prompt_tokens" in r]
+    out = bridge.train_step(method("sft"), rows, AdamParams(learning_rate=1e-3))
+    plain.forward_backward([make_datum(r["prompt_tokens"], r["tokens"]) for r in rows], "cross_entropy")
+    ref = plain.optim_step(AdamParams(learning_rate=1e-3))
+    assert out.optim.grad_norm == pytest.approx(ref.grad_norm, rel=1e-5)
+    assert str(out.update).startswith("sft update: 2 of 2 trajectories admitted")
+    for a, b in zip(plain.named_params.values(), bridge.named_params.values()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+
+
+def test_train_step_fills_ref_logprobs_from_the_reference_under_lora():
+    """DPO requires ref_logprobs; under LoRA the engine fills them from the base (adapters off),
+    which before any step equals the policy, so z = 0 and c = +-beta/2 on chosen/rejected tokens."""
+    from whileai.methods import method
+
+    engine = TrainingEngine("builtin:tiny", seed=8, lora_rank=4)
+    assert engine.reference is not None and engine.reference.shares_weights
+    rows = [{"prompt_tokens": [1, 10], "tokens": [11, 12, 2], "reward": 1.0, "task_id": "p"},
+            {"prompt_tokens": [1, 10], "tokens": [13, 2], "reward": 0.0, "task_id": "p"}]
+    dpo = method("dpo")
+    out = engine.train_step(dpo, rows)
+    beta = dpo.beta
+    np.testing.assert_allclose(out.update.coefficients[0], beta / 2, rtol=1e-6)
+    np.testing.assert_allclose(out.update.coefficients[1], -beta / 2, rtol=1e-6)
+
+
+def test_train_step_refuses_rows_it_cannot_read():
+    engine = TrainingEngine("builtin:tiny", seed=8)
+    with pytest.raises(ValueError, match="row 0: give 'prompt_tokens' and 'tokens'"):
+        engine.train_step(ScaledSFT(1.0), [{"reward": 1.0, "logprobs": [-1.0]}])
+    with pytest.raises(ValueError, match=r"datum 1 model_input: token 999 at position 1 is outside"):
+        engine.train_step(ScaledSFT(1.0), [bridge_rows()[0], {"prompt_tokens": [1, 999], "tokens": [3], "reward": 0}])
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("datum, message", [
+    ({"model_input": [1, 2, 3], "loss_fn_inputs": {"target_tokens": [2, 3, 400], "weights": [1, 1, 1]}},
+     r"datum 1 loss_fn_inputs\['target_tokens'\]: token 400 at position 2 is outside the vocabulary \[0, 259\)"),
+    ({"model_input": [1, 2, 3], "loss_fn_inputs": {"target_tokens": [2, 3, 4], "weights": [1, 1]}},
+     r"datum 1: loss_fn_inputs\['weights'\] has shape \(2,\) but model_input has 3 positions"),
+    ({"model_input": [], "loss_fn_inputs": {"target_tokens": [], "weights": []}},
+     r"datum 1: model_input is empty"),
+    ({"model_input": list(range(3, 259)) + [3], "loss_fn_inputs": {"target_tokens": [3] * 257, "weights": [1] * 257}},
+     r"datum 1: model_input has 257 positions but the model's context is 256; position 256 is past it"),
+    ({"model_input": [1, 2], "loss_fn_inputs": {"target_tokens": [2, 3], "weights": [1, float("nan")]}},
+     r"datum 1: loss_fn_inputs\['weights'\] is nan at position 1"),
+    ({"model_input": [1, 2], "loss_fn_inputs": {"target_tokens": [2, 3]}},
+     r"datum 1: loss 'cross_entropy' needs loss_fn_inputs \['weights'\]"),
+    ({"model_input": [1, 2], "loss_fn_inputs": {"target_tokens": [2, 3], "weights": [1, 1], "advantage": [1, 1]}},
+     r"datum 1: loss 'cross_entropy' does not read loss_fn_inputs \['advantage'\]"),
+    ({"model_input": [1, -2], "loss_fn_inputs": {"target_tokens": [2, 3], "weights": [1, 1]}},
+     r"datum 1 model_input: token -2 at position 1 is outside the vocabulary"),
+])
+def test_bad_datums_name_the_datum_and_position(datum, message):
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    good = make_datum([1, 2], [3, 4])
+    with pytest.raises(ValueError, match=message):
+        engine.forward_backward([good, datum], "cross_entropy")
+    assert all(p.grad is None for p in engine.named_params.values())  # validated before any forward
+
+
+def test_compute_logprobs_refuses_bad_sequences():
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    with pytest.raises(ValueError, match="token 300 at position 2 is outside the vocabulary"):
+        engine.compute_logprobs([1, 2, 300])
+    with pytest.raises(ValueError, match="the model's context is 256"):
+        engine.compute_logprobs([1] * 300)
+    with pytest.raises(ValueError, match="top_k=-1 must be an integer in"):
+        engine.compute_logprobs([1, 2], top_k=-1)
+    with pytest.raises(ValueError, match="reference=True"):
+        engine.compute_logprobs([1, 2], reference=True)

@@ -1,0 +1,30 @@
+"""docs/methods.md: its defaults tables are DEFAULTS, and its Python example runs."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+from whileai.cli.methods_cmd import render_tables
+from whileai.methods.defaults import DEFAULTS
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "methods.md"
+
+
+def test_defaults_tables_match_the_defaults_table():
+    text = DOC.read_text(encoding="utf-8")
+    assert text == render_tables(text), "run: python docs/gen_methods_tables.py"
+    documented = set(re.findall(r"<!-- defaults:(\w+) -->", text))
+    assert documented == set(DEFAULTS), sorted(set(DEFAULTS) ^ documented)
+
+
+def test_python_example_runs():
+    code = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)[0]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, str(DOC), "exec"), {})
+    # z = 0.1 * ((-0.4 + 0.5) - (-1.1 + 1.0)) = 0.02; c = 0.1 * sigmoid(-0.02) = 0.1 * 0.4950002 = 0.04950002
+    assert "[0.04950002 0.04950002]" in out.getvalue()
+    assert "the student's starting weights, frozen" in out.getvalue()
