@@ -7,13 +7,28 @@ import pytest
 import torch
 
 from whileai.engine import TrainingEngine, make_datum
-from whileai.engine.logprobs import hidden_states, naive_logprobs, select_logprobs, token_logprobs, topk_logprobs
+from whileai.engine.logprobs import (
+    hidden_states,
+    naive_logprobs,
+    select_logprobs,
+    token_logprobs,
+    topk_logprobs,
+)
 from whileai.engine.losses import LOSSES, per_token_loss
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on a shared 2-core machine run far faster on one thread (no spin-waiting)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
 def engine64():
-    """The tiny built-in in float64, full fine-tuning, so finite differences are exact to ~1e-9."""
+    """The tiny built-in in float64, full fine-tuning: finite differences and exact comparisons."""
     return TrainingEngine("builtin:tiny", dtype="float64", seed=3)
 
 

@@ -50,6 +50,15 @@ def np_loss(name: str, p: np.ndarray, q: np.ndarray, a: np.ndarray, cfg: dict) -
 
 
 # ----------------------------------------------------------------------------- shared data
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on a shared 2-core machine run far faster on one thread (no spin-waiting)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def engine():
     return TrainingEngine("builtin:tiny", seed=11)

@@ -74,6 +74,9 @@ def test_bad_model_arguments_say_what_is_valid():
         load_model("builtin:tiny", lora_rank=-1)
     with pytest.raises(ValueError, match=r"dtype 'float8' is not known"):
         load_model("builtin:tiny", dtype="float8")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="device 'cuda' was asked for but torch sees no CUDA GPU"):
+            load_model("builtin:tiny", device="cuda")
     with pytest.raises(ValueError, match="model directory './no/such/dir' does not exist"):
         load_model("./no/such/dir")
 
@@ -110,3 +113,10 @@ def test_bfloat16_runs_and_returns_float32_logprobs():
     assert low.dtype.name == "float32"
     assert low == pytest.approx(high, abs=0.1)  # bf16 weights: ~3 significant digits
     assert engine.optim_step().grad_norm > 0
+
+
+def test_bf16_lora_keeps_the_trainable_adapters_in_float32():
+    """PEFT creates adapters in float32 over a bf16 base, so small AdamW updates are not rounded away."""
+    model = load_model("builtin:tiny", lora_rank=2, dtype="bfloat16").model
+    assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
+    assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}

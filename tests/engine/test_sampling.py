@@ -30,21 +30,26 @@ PROMPTS = [[3, 14, 15], [9, 2, 6, 5, 35, 8, 9, 7, 9], [31]]
 
 def recomputed_logprobs(model, prompt, tokens, params) -> torch.Tensor:
     """Slow reference: the whole sequence in one forward, no cache, no padding, one sequence alone."""
-    full = torch.tensor([prompt + tokens])
+    full = torch.tensor([prompt + tokens], device=model.device)
     with torch.no_grad():
         logits = model(input_ids=full).logits[0, len(prompt) - 1 : -1]
     distribution = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
-    return distribution.gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1)
+    return distribution.gather(-1, full[0, len(prompt):].unsqueeze(-1)).squeeze(-1).cpu()
 
 
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA device")])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
 @pytest.mark.parametrize("params", [
     SamplingParams(max_tokens=12, temperature=0.7, seed=3),
     SamplingParams(max_tokens=12, temperature=1.3, top_k=7, top_p=0.8, seed=4),
 ])
-def test_cached_batched_logprobs_equal_a_no_cache_recompute(family, params):
+def test_cached_batched_logprobs_equal_a_no_cache_recompute(family, params, device):
     """Batched (left-padded, KV-cached) logprobs == one-sequence full recompute, for every sample."""
-    model = tiny_model(family)
+    model = tiny_model(family).to(device)
     result = sample(model, PROMPTS, num_samples=3, params=params)
     assert [len(r) for r in result] == [3, 3, 3]
     for prompt, samples in zip(PROMPTS, result):
@@ -214,6 +219,16 @@ def test_bad_prompts_are_refused_naming_the_prompt():
         sample(model, [[]], 1, params)
     with pytest.raises(ValueError, match="num_samples=0"):
         sample(model, [[1]], 0, params)
+
+
+def test_prompts_may_be_numpy_arrays_or_tensors():
+    import numpy as np
+
+    model = tiny_model()
+    params = SamplingParams(max_tokens=5, seed=0)
+    expected = sample(model, [[3, 14, 15], [9, 2]], 2, params)
+    assert sample(model, [np.array([3, 14, 15]), torch.tensor([9, 2])], 2, params) == expected
+    assert sample(model, np.array([[3, 14, 15]]), 2, params)[0] == expected[0]
 
 
 @pytest.mark.parametrize("kwargs, message", [

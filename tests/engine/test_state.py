@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -128,6 +129,11 @@ def test_exported_adapter_reloaded_with_peft_gives_the_same_logprobs(tmp_path):
     engine = TrainingEngine("builtin:tiny", **ENGINE_ARGS)
     train(engine, 3)
     path = engine.export(str(tmp_path / "adapter"))
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "builtin:tiny" and config["r"] == 4
+    # LoRA matrices only: no copy of the base's embeddings or output layer in the adapter
+    saved = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    assert saved and all("lora_" in name for name in saved)
     base = load_model("builtin:tiny", seed=ENGINE_ARGS["seed"]).model  # the same base, rebuilt
     reloaded = PeftModel.from_pretrained(base, path).eval()
     ids = torch.tensor([[1, 20, 30, 31, 2, 50]])

@@ -283,3 +283,63 @@ def test_compute_logprobs_refuses_bad_sequences():
         engine.compute_logprobs([1, 2], top_k=-1)
     with pytest.raises(ValueError, match="reference=True"):
         engine.compute_logprobs([1, 2], reference=True)
+
+
+def test_tinker_wire_forms_equal_plain_lists():
+    """ModelInput chunks and TensorData dicts (Tinker's JSON shapes) read the same as plain lists,
+    and (N, K) importance sampling is the sum over slots of -exp(p - q) * A."""
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    plain = {"model_input": [1, 5, 6, 7], "loss_fn_inputs": {
+        "target_tokens": [[5, 9], [6, 9], [7, 9], [8, 9]], "logprobs": [[-5.0, -6.0]] * 4,
+        "advantages": [[1.0, -0.5]] * 4}}
+    wire = {"model_input": {"chunks": [{"type": "encoded_text", "tokens": [1, 5]}, {"tokens": [6, 7]}]},
+            "loss_fn_inputs": {
+                "target_tokens": {"data": [5, 9, 6, 9, 7, 9, 8, 9], "dtype": "int64", "shape": [4, 2]},
+                "logprobs": {"data": [-5.0, -6.0] * 4, "dtype": "float32", "shape": [4, 2]},
+                "advantages": {"data": [1.0, -0.5] * 4, "dtype": "float32", "shape": [4, 2]}}}
+    a = engine.forward([plain], "importance_sampling")
+    b = engine.forward([wire], "importance_sampling")
+    assert a.metrics == b.metrics
+    p = a.loss_fn_outputs[0]["logprobs"].astype(np.float64)
+    assert p.shape == (4, 2)
+    q, adv = np.array([[-5.0, -6.0]] * 4), np.array([[1.0, -0.5]] * 4)
+    assert a.metrics["loss:sum"] == pytest.approx(np.sum(-np.exp(p - q) * adv), rel=1e-9)
+    assert a.to_dict()["loss_fn_outputs"][0]["logprobs"] == p.astype(np.float32).tolist()
+
+
+def test_train_step_with_bpco_fills_values_from_the_critic_and_trains_it():
+    """BPCO requires values: the engine reads them from its bounded critic (zero-initialised head, so
+    V = the middle of reward_range = 0.5 on every token), and the update's value_targets (the return R)
+    train the critic with its own optimizer, moving V toward R."""
+    from whileai.methods import method
+
+    engine = TrainingEngine("builtin:tiny", seed=8)
+    critic = engine.add_critic(learning_rate=0.05, reward_range=(0.0, 1.0))
+    rows = [{"prompt_tokens": [1, 10], "tokens": [11, 12, 2], "reward": 1.0},
+            {"prompt_tokens": [1, 20], "tokens": [21, 2], "reward": 0.0}]
+    bpco = method("bpco")
+    out = engine.train_step(bpco, rows)
+    np.testing.assert_allclose(np.concatenate(out.update.value_targets), [1, 1, 1, 0, 0])
+    # with V = 0.5 everywhere the loss is the mean of (0.5 - R)^2 = 0.25 (E2's value_loss is a mean)
+    assert out.metrics["critic_loss:mean"] == pytest.approx(0.25, rel=1e-6)
+    method_rows = [{"tokens": r["tokens"], "reward": r["reward"], "logprobs": lp.tolist(), "values": [0.5] * len(lp)}
+                   for r, lp in zip(rows, out.logprobs)]
+    expected = bpco.update(method_rows)  # the same update, computed by hand from the returned logprobs
+    for got, want in zip(out.update.coefficients, expected.coefficients):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    again = engine.train_step(bpco, rows)
+    assert again.metrics["critic_loss:mean"] < 0.25  # the critic moved toward the returns
+    assert critic.head.linear.weight.abs().sum() > 0
+
+
+def test_a_datum_with_nothing_to_score_adds_nothing():
+    """All advantages 0 and no weights: no position can change the ppo loss, so none is projected,
+    the loss is exactly 0 and no gradient appears (an optimizer step then has norm 0)."""
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    datum = make_datum([1, 5], [6, 7], logprobs=[-1.0, -1.0], advantages=[0.0, 0.0])
+    del datum["loss_fn_inputs"]["weights"]
+    out = engine.forward_backward([datum], "ppo")
+    assert out.metrics == {"loss:sum": 0.0, "num_tokens:sum": 0.0, "num_datums:sum": 1.0}
+    assert out.loss_fn_outputs[0]["logprobs"].tolist() == [0.0, 0.0, 0.0]
+    assert all(p.grad is None for p in engine.named_params.values())
+    assert engine.optim_step().grad_norm == 0.0 and engine.step == 1

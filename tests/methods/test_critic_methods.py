@@ -314,15 +314,15 @@ def test_bpco_refuses_values_outside_reward_range_naming_row_and_token():
     BPCO(reward_range=(0.0, 2.0)).update(rows)  # inside a wider range: fine
 
 
-@pytest.mark.parametrize("make,field,text", [
-    (lambda: SAO(ratio=(6.0, 0.7)), "ratio", "low < high"),
-    (lambda: SAO(gae_alpha=0.0), "gae_alpha", "(0.0, inf]"),
-    (lambda: SAO().replace(critic_steps=0), "critic_steps", "integer >= 1"),
-    (lambda: BPCO(clip=-0.2), "clip", "(0.0, inf]"),
-    (lambda: BPCO(reward_range=(1.0, 1.0)), "reward_range", "low < high"),
-    (lambda: BPCO().replace(critic_lr=float("inf")), "critic_lr", "finite"),
+@pytest.mark.parametrize("make,field,value,text", [
+    (lambda: SAO(ratio=(6.0, 0.7)), "ratio", "(6.0, 0.7)", "low < high"),
+    (lambda: SAO(gae_alpha=0.0), "gae_alpha", "0.0", "(0.0, inf]"),
+    (lambda: SAO().replace(critic_steps=0), "critic_steps", "0", "integer >= 1"),
+    (lambda: BPCO(clip=-0.2), "clip", "-0.2", "(0.0, inf]"),
+    (lambda: BPCO(reward_range=(1.0, 1.0)), "reward_range", "(1.0, 1.0)", "low < high"),
+    (lambda: BPCO().replace(critic_lr=float("inf")), "critic_lr", "inf", "finite"),
 ])
-def test_bad_values_name_field_value_and_range(make, field, text):
+def test_bad_values_name_field_value_and_range(make, field, value, text):
     with pytest.raises(ValueError) as info:
         make()
-    assert f".{field}=" in str(info.value) and text in str(info.value)
+    assert f".{field}={value} is invalid" in str(info.value) and text in str(info.value)

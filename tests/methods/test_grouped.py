@@ -346,22 +346,22 @@ def test_coefficients_are_minus_the_autograd_gradient(name):
 
 
 # --------------------------------------------------------------------- configuration and batch errors
-@pytest.mark.parametrize("make,field,text", [
-    (lambda: GRPO(clip=-0.1), "clip", "-0.1"),
-    (lambda: GRPO(loss_type="token_mean"), "loss_type", "'grpo', 'bnpo', 'dr_grpo'"),
-    (lambda: GRPO(truncated="drop"), "truncated", "'mask', 'zero'"),
-    (lambda: GRPO().replace(generations=0), "generations", "integer >= 1"),
-    (lambda: GRPO(beta=float("nan")), "beta", "finite"),
-    (lambda: RAE(decay=1.0), "decay", "[0.0, 1.0)"),
-    (lambda: RLOO(max_tokens=0), "max_tokens", "integer >= 1"),
-    (lambda: MaxRL(temperature=0.0), "temperature", "(0.0, inf]"),
-    (lambda: DrGRPO(loss_type="grpo"), "loss_type", "'dr_grpo'"),
+@pytest.mark.parametrize("make,field,value,text", [
+    (lambda: GRPO(clip=-0.1), "clip", "-0.1", "(0.0, inf]"),
+    (lambda: GRPO(loss_type="token_mean"), "loss_type", "'token_mean'", "'grpo', 'bnpo', 'dr_grpo'"),
+    (lambda: GRPO(truncated="drop"), "truncated", "'drop'", "'mask', 'zero'"),
+    (lambda: GRPO().replace(generations=0), "generations", "0", "integer >= 1"),
+    (lambda: GRPO(beta=float("nan")), "beta", "nan", "finite"),
+    (lambda: RAE(decay=1.0), "decay", "1.0", "[0.0, 1.0)"),
+    (lambda: RLOO(max_tokens=0), "max_tokens", "0", "integer >= 1"),
+    (lambda: MaxRL(temperature=0.0), "temperature", "0.0", "(0.0, inf]"),
+    (lambda: DrGRPO(loss_type="grpo"), "loss_type", "'grpo'", "'dr_grpo'"),
 ])
-def test_bad_values_name_field_value_and_range(make, field, text):
+def test_bad_values_name_field_value_and_range(make, field, value, text):
     with pytest.raises(ValueError) as info:
         make()
     message = str(info.value)
-    assert f".{field}=" in message and text in message
+    assert f".{field}={value} is invalid" in message and text in message
 
 
 def test_missing_task_id_is_refused_naming_the_row():

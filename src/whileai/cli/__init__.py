@@ -45,6 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, IsADirectoryError) as err:
         print(f"wai {args.command}: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `wai report ... | head`: the reader left, which is not an error
+        _silence_stdout()
+        return 0
+
+
+def _silence_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _version() -> str:

@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from whileai.errors import ConfigError
 
-Tensor = torch.Tensor
 LossFn = Callable[[Tensor, Mapping[str, Tensor], Mapping[str, Any]], Tensor]
 
 

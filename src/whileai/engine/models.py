@@ -9,6 +9,7 @@ weights on every machine. LoRA goes through PEFT; without ``lora_rank`` every we
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -95,6 +96,9 @@ def resolve_device_dtype(device: str | torch.device | None,
                          dtype: str | torch.dtype | None) -> tuple[torch.device, torch.dtype]:
     """CPU + float32 by default; CUDA + bfloat16 when a GPU is present and nothing is asked."""
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {str(dev)!r} was asked for but torch sees no CUDA GPU "
+                          f"(torch {torch.__version__}); use device='cpu' or install a CUDA build of torch")
     if dtype is None:
         return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
     if isinstance(dtype, str):
@@ -203,9 +207,13 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
         targets = lora_targets(model, train_attn, train_mlp, train_unembed, target_modules)
         lora = dict(r=lora_rank, lora_alpha=lora_alpha if lora_alpha is not None else lora_rank,
                     lora_dropout=lora_dropout, target_modules=targets)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            # PEFT calls a transformers method that transformers 5 deprecated; nothing for a user to do
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             torch.manual_seed(seed + 1)
             model = get_peft_model(model, LoraConfig(**lora))
+        if model.peft_config["default"].base_model_name_or_path is None:  # built-ins: say which base
+            model.peft_config["default"].base_model_name_or_path = name_or_path
         model.to(device=dev)
     model.train()
     return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args)

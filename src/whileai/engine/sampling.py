@@ -190,11 +190,18 @@ def context_length(model: Any, max_context: int | None = None) -> int | None:
 
 
 def check_prompts(prompt_tokens: Any, vocab_size: int, context: int | None) -> list[list[int]]:
-    """Validate prompts: a list of non-empty lists of ids in [0, vocab_size), each shorter than context."""
+    """Validate prompts: a list of non-empty lists of ids in [0, vocab_size), each shorter than context.
+
+    Prompts may be lists, numpy arrays or 1-D tensors of ids.
+    """
+    if isinstance(prompt_tokens, (np.ndarray, torch.Tensor)):
+        prompt_tokens = prompt_tokens.tolist()
     if isinstance(prompt_tokens, (str, bytes)) or not isinstance(prompt_tokens, Sequence) or not prompt_tokens:
         raise ValueError("prompt_tokens must be a non-empty list of prompts, each a list of token ids")
     prompts = []
     for index, prompt in enumerate(prompt_tokens):
+        if isinstance(prompt, (np.ndarray, torch.Tensor)) and prompt.ndim == 1:
+            prompt = prompt.tolist()
         if not isinstance(prompt, Sequence) or isinstance(prompt, (str, bytes)) or len(prompt) == 0:
             raise ValueError(f"prompt {index} is empty or not a list of token ids; give at least one token id")
         for position, token in enumerate(prompt):

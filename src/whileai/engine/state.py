@@ -167,7 +167,10 @@ def export(engine: Any, path: str | os.PathLike[str], *, merged: bool = False, o
         model = engine.model
         if merged and is_lora:
             model = copy.deepcopy(model).merge_and_unload()
-        model.save_pretrained(str(tmp))
+        if merged:
+            model.save_pretrained(str(tmp))
+        else:  # the vocabulary never changes, so the adapter needs no copy of the embeddings
+            model.save_pretrained(str(tmp), save_embedding_layers=False)
         engine.tokenizer.save_pretrained(str(tmp))
         if target.exists():
             shutil.rmtree(target)

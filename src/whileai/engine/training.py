@@ -176,7 +176,7 @@ class TrainingEngine:
         """``(index_P, logprobs_P[K])`` at the datum's scored positions, float32, differentiable."""
         index = torch.from_numpy(np.flatnonzero(item.scored)).to(self.device)
         targets = torch.from_numpy(item.targets).to(self.device)
-        targets_PK = targets[index].reshape(len(index), -1)
+        targets_PK = targets[index] if targets.dim() == 2 else targets[index][:, None]
         logp = select_logprobs(self.model, hidden_TH[index], targets_PK, chunk_size=self.logprob_chunk)
         return index, (logp.squeeze(-1) if item.targets.ndim == 1 else logp)
 
@@ -342,7 +342,7 @@ class TrainingEngine:
     @contextlib.contextmanager
     def weights(self, version: int | None) -> Iterator[None]:
         """Run a block with the weights of a saved sampler version (None: the current weights)."""
-        if version is None or version == self.step and version not in self.sampler_weights:
+        if version is None or (version == self.step and version not in self.sampler_weights):
             yield
             return
         if version not in self.sampler_weights:
@@ -434,7 +434,8 @@ class TrainingEngine:
         if isinstance(rows, Mapping) or not rows:
             raise BatchError("rows must be a non-empty list of trajectory dicts")
         trajectories = [self._trajectory(i, r) for i, r in enumerate(rows)]
-        logps, hiddens = [None] * len(trajectories), [None] * len(trajectories)
+        logps: list[Any] = [None] * len(trajectories)
+        hiddens: list[Any] = [None] * len(trajectories)
         with self._mode(True):
             for batch in self._microbatches(list(enumerate(trajectories)), lambda e: e[1].item.length):
                 hidden = self._hidden([t.item for _, t in batch])

@@ -110,29 +110,26 @@ def scan_padded(delta_M: np.ndarray, lengths_B: np.ndarray, decay_B: np.ndarray)
     """The scan on a (B, C, K) right-aligned, zero-padded layout: K-token chunks in one batched matmul
     with the matrix of decay powers (decay^(j-k), j >= k; never a negative power, so no overflow),
     then C sequential steps carrying each chunk's first value into the chunk before it."""
-    count, total, k = len(lengths_B), int(lengths_B.sum()), SCAN_CHUNK
+    count, k = len(lengths_B), SCAN_CHUNK
     chunks = -(-int(lengths_B.max()) // k)
     width = chunks * k
     if np.all(lengths_B == width):
         where = None
         grid = delta_M.reshape(count, chunks, k)
-    else:  # token m of segment b lands at row b, column width - L_b + (m - start_b)
-        starts_B = np.cumsum(lengths_B) - lengths_B
-        shift_B = np.arange(1, count + 1) * width - lengths_B - starts_B
-        where = np.arange(total) + np.repeat(shift_B, lengths_B)
-        flat = np.zeros(count * width)
+    else:  # right-aligned rows: a boolean mask fills row by row, left to right, i.e. in token order
+        where = np.arange(width)[None, :] >= (width - lengths_B)[:, None]
+        flat = np.zeros((count, width))
         flat[where] = delta_M
         grid = flat.reshape(count, chunks, k)
-    j = np.arange(k)
-    power = j[:, None] - j[None, :]
-    decay = decay_B.astype(np.float64)[:, None, None]
-    within = np.where(power >= 0, decay ** np.maximum(power, 0), 0.0)  # (B, K, K): source j, target k
+    j = np.arange(k + 1)
+    powers = decay_B.astype(np.float64)[:, None] ** j[None, :]  # (B, K + 1): decay^0 .. decay^K
+    gap = j[:k, None] - j[None, :k]  # source j minus target k
+    within = powers[:, np.maximum(gap, 0)] * (gap >= 0)  # (B, K, K)
     out = np.matmul(grid, within)
-    carry = decay[:, :, 0] ** (k - j)[None, :]  # (B, K): decay^(K - k)
+    carry = powers[:, k - j[:k]]  # (B, K): decay^(K - k)
     for c in range(chunks - 2, -1, -1):
         out[:, c, :] += carry * out[:, c + 1, :1]
-    flat_out = out.reshape(-1)
-    return flat_out if where is None else flat_out[where]
+    return out.reshape(-1) if where is None else out.reshape(count, width)[where]
 
 
 def scan_by_depth(delta_M: np.ndarray, lengths_B: np.ndarray, decay_B: np.ndarray) -> np.ndarray:

@@ -33,7 +33,8 @@ from whileai.rows.batch import Batch
 VALUES_WHY = "the critic's prediction at every token is the baseline the advantage is measured against"
 
 
-def _stats(batch: Batch, admitted_B: np.ndarray, advantage_N: np.ndarray, values_N: np.ndarray) -> dict[str, float]:
+def _stats(batch: Batch, admitted_B: np.ndarray, ratio_N: np.ndarray, advantage_N: np.ndarray,
+           values_N: np.ndarray) -> dict[str, float]:
     mask_N = batch.action_mask_N
     counted_N = mask_N & batch.spread(admitted_B)
     if not counted_N.any():
@@ -41,7 +42,7 @@ def _stats(batch: Batch, admitted_B: np.ndarray, advantage_N: np.ndarray, values
     return {
         "batch_mean_reward": float(batch.rewards_B.mean()),
         "admitted_share": float(admitted_B.mean()),
-        "mean_ratio": float(batch.ratio_N[counted_N].mean()),
+        "mean_ratio": float(ratio_N[counted_N].mean()),
         "mean_value": float(values_N[mask_N].mean()),
         "mean_advantage": float(advantage_N[mask_N].mean()),
     }
@@ -94,7 +95,7 @@ class SAO(Method):
         inside_N = mask_N & (ratio_N > low) & (ratio_N < high)
         coefficients_N = np.where(inside_N, ratio_N * advantage_N / mask_N.sum(), 0.0)
         admitted_B = batch.per_row_sum(inside_N.astype(np.int64)) > 0
-        stats = _stats(batch, admitted_B, advantage_N, values_N)
+        stats = _stats(batch, admitted_B, ratio_N, advantage_N, values_N)
         outside_N = mask_N & ~inside_N
         stats["masked_token_share"] = float(outside_N.sum() / mask_N.sum())
         return Update(self.name, batch.split(coefficients_N), batch.split(advantage_N), admitted_B, stats,
@@ -119,9 +120,9 @@ class SAO(Method):
         ]
         dropped = np.flatnonzero(~admitted_B)
         if dropped.size:
+            fate = agree(dropped.size, "it carries nothing and is", "they carry nothing and are")
             notes.append(f"{plural(dropped.size, 'trajectory', 'trajectories')} {trajectory_list(dropped)} had every "
-                         f"action token outside the band, so {agree(dropped.size, 'it carries nothing and is', 'they carry nothing and are')} "
-                         "not admitted this update")
+                         f"action token outside the band, so {fate} not admitted this update")
         return notes
 
 
@@ -181,13 +182,14 @@ class BPCO(Method):
         advantage_N = gae_advantages(batch, values_N, self.gae_alpha)
         ratio_N = batch.ratio_N
         mu_N = np.exp(batch.behavior_logprobs_N)
-        low_N, high_N = 1.0 - self.clip / mu_N, 1.0 + self.clip / mu_N
+        with np.errstate(divide="ignore"):  # mu underflowing to 0 gives an unbounded range, as it should
+            low_N, high_N = 1.0 - self.clip / mu_N, 1.0 + self.clip / mu_N
         unclipped_N = unclipped_is_min(ratio_N, advantage_N, low_N, high_N)
         kept_N = mask_N & unclipped_N
         coefficients_N = np.where(kept_N, ratio_N * advantage_N / batch.size, 0.0)
         admitted_B = batch.per_row_sum(kept_N.astype(np.int64)) > 0
         clipped_N = mask_N & ~unclipped_N
-        stats = _stats(batch, admitted_B, advantage_N, values_N)
+        stats = _stats(batch, admitted_B, ratio_N, advantage_N, values_N)
         stats["clipped_token_share"] = float(clipped_N.sum() / mask_N.sum())
         notes = self._clip_notes(batch, clipped_N, admitted_B, low_N, high_N) + self._reward_notes(batch)
         return Update(self.name, batch.split(coefficients_N), batch.split(advantage_N), admitted_B, stats, notes,
@@ -223,9 +225,9 @@ class BPCO(Method):
         ]
         dropped = np.flatnonzero(~admitted_B)
         if dropped.size:
+            fate = agree(dropped.size, "it carries nothing and is", "they carry nothing and are")
             notes.append(f"{plural(dropped.size, 'trajectory', 'trajectories')} {trajectory_list(dropped)} had every "
-                         f"action token clipped, so {agree(dropped.size, 'it carries nothing and is', 'they carry nothing and are')} "
-                         "not admitted this update")
+                         f"action token clipped, so {fate} not admitted this update")
         return notes
 
     def _reward_notes(self, batch: Batch) -> list[str]:

@@ -26,6 +26,8 @@ FLOAT_TOKEN_FIELDS: tuple[str, ...] = ("behavior_logprobs", "values", "ref_logpr
 LOGPROB_FIELDS: frozenset[str] = frozenset({"logprobs", "behavior_logprobs", "ref_logprobs", "teacher_logprobs"})
 # Per-token top-k fields: one list of K entries per token (distillation over a teacher's top-k).
 TOPK_FIELDS: tuple[str, ...] = ("teacher_topk_logprobs", "teacher_topk_tokens")
+# Cap on log(rho): keeps every ratio finite in float64 and float32.
+MAX_LOG_RATIO = 80.0
 # Per-row scalar fields kept as object/float arrays.
 ROW_FIELDS: tuple[str, ...] = ("task_id", "agent", "model")
 
@@ -105,8 +107,13 @@ class Batch:
 
     @property
     def ratio_N(self) -> np.ndarray:
-        """rho = exp(logprobs - behavior_logprobs) per token."""
-        return np.exp(self.logprobs_N - self.behavior_logprobs_N)
+        """rho = exp(logprobs - behavior_logprobs) per token, kept finite.
+
+        The log-ratio is capped at ``MAX_LOG_RATIO`` (rho <= ~5.5e34) so a token the sampler gave a
+        vanishing probability cannot turn a coefficient into inf; every method's gate, band or clip
+        acts on such a token long before the cap matters.
+        """
+        return np.exp(np.minimum(self.logprobs_N - self.behavior_logprobs_N, MAX_LOG_RATIO))
 
     def has(self, name: str) -> bool:
         return name in self.token_fields or name in self.topk_fields or name in self.row_fields
