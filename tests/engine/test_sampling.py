@@ -6,10 +6,17 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
 
 from whileai.engine.sampling import SampledSequence, SamplingParams, draw, sample, sampling_logprobs
-from whileai.errors import ConfigError
+from whileai.errors import ConfigError, WhileaiError
 
 VOCAB = 61
 
@@ -22,6 +29,9 @@ def tiny_model(family: str = "qwen2", seed: int = 0, context: int = 48) -> torch
                  initializer_range=0.3)
     if family == "llama":
         return LlamaForCausalLM(LlamaConfig(**shape))
+    if family == "gpt2":  # learned absolute positions: wrong position ids under left padding would show
+        return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=context,
+                                          initializer_range=0.3, bos_token_id=0, eos_token_id=0))
     return Qwen2ForCausalLM(Qwen2Config(**shape))
 
 
@@ -31,6 +41,7 @@ PROMPTS = [[3, 14, 15], [9, 2, 6, 5, 35, 8, 9, 7, 9], [31]]
 def recomputed_logprobs(model, prompt, tokens, params) -> torch.Tensor:
     """Slow reference: the whole sequence in one forward, no cache, no padding, one sequence alone."""
     full = torch.tensor([prompt + tokens], device=model.device)
+    model.eval()  # GPT-2 has dropout on by default; the sampler runs in eval mode
     with torch.no_grad():
         logits = model(input_ids=full).logits[0, len(prompt) - 1 : -1]
     distribution = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
@@ -42,7 +53,7 @@ DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipi
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("family", ["qwen2", "llama"])
+@pytest.mark.parametrize("family", ["qwen2", "llama", "gpt2"])
 @pytest.mark.parametrize("params", [
     SamplingParams(max_tokens=12, temperature=0.7, seed=3),
     SamplingParams(max_tokens=12, temperature=1.3, top_k=7, top_p=0.8, seed=4),
@@ -202,7 +213,7 @@ def test_peft_model_samples_and_training_mode_is_restored():
     result = sample(model, PROMPTS, 2, params)
     assert model.training
     for prompt, samples in zip(PROMPTS, result):
-        expected = recomputed_logprobs(model.eval(), prompt, samples[0].tokens, params)
+        expected = recomputed_logprobs(model, prompt, samples[0].tokens, params)
         torch.testing.assert_close(torch.tensor(samples[0].logprobs), expected, atol=2e-5, rtol=0)
 
 
@@ -221,6 +232,14 @@ def test_bad_prompts_are_refused_naming_the_prompt():
         sample(model, [[1]], 0, params)
 
 
+def test_nan_logits_are_refused_not_sampled():
+    model = tiny_model()
+    with torch.no_grad():
+        model.lm_head.weight[:, 0] = float("nan")  # every logit of every row becomes NaN
+    with pytest.raises(WhileaiError, match="NaN logits for prompt 0, sample 0 at generated position 0"):
+        sample(model, [[1, 2]], 1, SamplingParams(max_tokens=3, seed=0))
+
+
 def test_prompts_may_be_numpy_arrays_or_tensors():
     import numpy as np
 
@@ -228,7 +247,10 @@ def test_prompts_may_be_numpy_arrays_or_tensors():
     params = SamplingParams(max_tokens=5, seed=0)
     expected = sample(model, [[3, 14, 15], [9, 2]], 2, params)
     assert sample(model, [np.array([3, 14, 15]), torch.tensor([9, 2])], 2, params) == expected
-    assert sample(model, np.array([[3, 14, 15]]), 2, params)[0] == expected[0]
+    alone = sample(model, np.array([[3, 14, 15]]), 2, params)[0]  # a smaller batch: float noise only
+    assert [s.tokens for s in alone] == [s.tokens for s in expected[0]]
+    for a, b in zip(alone, expected[0]):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=2e-5, rtol=0)
 
 
 @pytest.mark.parametrize("kwargs, message", [

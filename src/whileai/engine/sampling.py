@@ -29,7 +29,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from whileai.errors import ConfigError
+from whileai.errors import ConfigError, WhileaiError
 
 StopReason = Literal["stop", "length"]
 
@@ -285,7 +285,8 @@ def _generate(
     logprobs: list[list[float]] = [[] for _ in budgets]
     reasons: list[StopReason | None] = [None] * len(budgets)
     step_kwargs = _step_kwargs(model)
-    for _ in range(max(budgets)):
+    for step in range(max(budgets)):
+        _check_logits(logits, step, num_samples)
         row_logprobs = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
         chosen = draw(row_logprobs, _uniforms(generators))
         chosen_logprobs = row_logprobs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1).tolist()
@@ -313,6 +314,18 @@ def _generate(
         logits, cache = out.logits[:, -1, :], _cache_of(out)
     rows = [SampledSequence(t, lp, r or "length") for t, lp, r in zip(tokens, logprobs, reasons)]
     return [rows[i * num_samples : (i + 1) * num_samples] for i in range(len(prompts))]
+
+
+def _check_logits(logits: torch.Tensor, step: int, num_samples: int) -> None:
+    """Refuse NaN logits (a broken model or overflowed weights) instead of drawing garbage."""
+    bad = torch.isnan(logits).any(dim=-1).nonzero()
+    if len(bad):
+        row = int(bad[0])
+        raise WhileaiError(
+            f"the model returned NaN logits for prompt {row // num_samples}, sample {row % num_samples} at "
+            f"generated position {step}; its weights or inputs are broken (check for NaN/inf parameters, or "
+            "use float32 instead of float16)"
+        )
 
 
 def _step_kwargs(model: Any) -> dict[str, Any]:
