@@ -57,11 +57,12 @@ def test_errors_exit_2_with_a_message(capsys, tmp_path):
     code, _, err = run(capsys, "update", "--method", "grpoo", str(TRACES))
     assert code == 2 and "unknown method 'grpoo'; valid names:" in err and "flash_reinforce" in err
     code, _, err = run(capsys, "update", "--method", "sao", str(TRACES))
-    assert code == 2 and "row 0: field 'values' is missing" in err and "sao needs it" in err
+    assert code == 2 and "traces.jsonl, line 1 (row 0): field 'values' is missing" in err and "sao needs it" in err
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"reward": 1.0, "logprobs": [-0.1]}\n{"reward": 1.0, "logprobs": [0.5]}\n')
+    # a blank line between the rows: row 1 is on line 3 of the file
+    bad.write_text('{"reward": 1.0, "logprobs": [-0.1]}\n\n{"reward": 1.0, "logprobs": [0.5]}\n')
     code, _, err = run(capsys, "update", "--method", "sft", str(bad))
-    assert code == 2 and "row 1: field 'logprobs' is 0.5 at token 0, above 0" in err
+    assert code == 2 and "bad.jsonl, line 3 (row 1): field 'logprobs' is 0.5 at token 0, above 0" in err
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"reward": 1.0, "logprobs": [-0.1]}\n{"reward": \n')
     code, _, err = run(capsys, "update", "--method", "sft", str(broken))
@@ -87,3 +88,37 @@ def test_methods_lists_every_method_with_defaults_and_sources(capsys):
     assert table["opsd"]["knobs"]["anchor"]["value"] == "ema:0.01"
     assert table["sao"]["knobs"]["ratio"]["value"] == [0.7, 6.0]
     assert table["grpo"]["knobs"]["generations"]["paper_value"] == 64
+
+
+def test_rae_state_carries_baselines_across_runs(capsys, tmp_path):
+    """Two runs with --state equal one RAE object updating twice (the baselines persist in the file).
+
+    Run 1, agent 'a', decay 0.95: R = 1 against b = 0 gives A = 1, then b = 0.05.
+    Run 2: R = 0 against b = 0.05 gives A = -0.05, then b = 0.0475.
+    """
+    rows = tmp_path / "rows.jsonl"
+    state = tmp_path / "rae.json"
+    rows.write_text('{"reward": 1.0, "logprobs": [-0.1], "agent": "a"}\n')
+    code, out, _ = run(capsys, "update", "--method", "rae", "--json", "--state", str(state), str(rows))
+    assert code == 0 and json.loads(out)["advantages"] == [[1.0]]
+    assert json.loads(state.read_text()) == {"baselines": [["a", pytest.approx(0.05)]]}
+    rows.write_text('{"reward": 0.0, "logprobs": [-0.1], "agent": "a"}\n')
+    code, out, _ = run(capsys, "update", "--method", "rae", "--json", "--state", str(state), str(rows))
+    assert json.loads(out)["advantages"][0][0] == pytest.approx(-0.05, abs=1e-12)
+    assert json.loads(state.read_text())["baselines"][0][1] == pytest.approx(0.0475, abs=1e-12)
+    # rows without an agent share one baseline, saved under a null agent and restored as None
+    rows.write_text('{"reward": 1.0, "logprobs": [-0.1]}\n')
+    shared = tmp_path / "shared.json"
+    for _ in range(2):
+        code, out, _ = run(capsys, "update", "--method", "rae", "--json", "--state", str(shared), str(rows))
+    assert json.loads(out)["advantages"][0][0] == pytest.approx(0.95, abs=1e-12)
+
+
+def test_state_errors(capsys, tmp_path):
+    code, _, err = run(capsys, "update", "--method", "sft", "--state", str(tmp_path / "s.json"), str(TRACES))
+    assert code == 2 and "sft keeps no state across updates" in err
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"baselines": [["a", "high"]]}')
+    code, _, err = run(capsys, "update", "--method", "rae", "--state", str(broken), str(TRACES))
+    assert code == 2 and "baseline for agent 'a' is 'high'; it must be a finite number" in err
+    assert broken.read_text() == '{"baselines": [["a", "high"]]}'  # left as it was

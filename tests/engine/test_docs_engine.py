@@ -5,18 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-import torch
-
 DOC = Path(__file__).resolve().parents[2] / "docs" / "engine.md"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_docs_examples_run():

@@ -17,15 +17,6 @@ from whileai.engine.logprobs import (
 from whileai.engine.losses import LOSSES, per_token_loss
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on a shared 2-core machine run far faster on one thread (no spin-waiting)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def engine64():
     """The tiny built-in in float64, full fine-tuning: finite differences and exact comparisons."""

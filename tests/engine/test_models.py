@@ -6,19 +6,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
-from whileai.engine import BUILTINS, TrainingEngine, load_model
-from whileai.engine.models import byte_tokenizer, parameter_count
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from whileai.engine import BUILTINS, AdamParams, SamplingParams, TrainingEngine, load_model
+from whileai.engine.models import byte_tokenizer, parameter_count, resolve_precision
 
 
 def test_builtins_are_real_qwen2_models_determined_by_the_seed():
@@ -70,7 +63,7 @@ def test_bad_model_arguments_say_what_is_valid():
         load_model("builtin:huge")
     with pytest.raises(ValueError, match=r"target_modules \['qkv'\] are not linear layers of this model"):
         load_model("builtin:tiny", lora_rank=2, target_modules=["qkv"])
-    with pytest.raises(ValueError, match="lora_rank=-1 is negative"):
+    with pytest.raises(ValueError, match="lora_rank=-1 must be an integer: 0 for full fine-tuning"):
         load_model("builtin:tiny", lora_rank=-1)
     with pytest.raises(ValueError, match=r"dtype 'float8' is not known"):
         load_model("builtin:tiny", dtype="float8")
@@ -81,15 +74,23 @@ def test_bad_model_arguments_say_what_is_valid():
         load_model("./no/such/dir")
 
 
-def test_an_unreachable_hub_id_fails_with_a_clear_message():
-    """Offline (as on this machine), a hub id is refused with what was tried and what to pass instead."""
-    code = ("from whileai.engine import load_model\n"
-            "try:\n    load_model('no-such-org/no-such-model')\n"
-            "except ValueError as err:\n    print(err)\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+def test_an_unreachable_hub_id_fails_fast_with_a_clear_message():
+    """Offline (as on this machine), a hub id is refused within seconds (no ~25 s of download retries)
+    with what was tried and what to pass instead; also with HF_HUB_OFFLINE set. Where a hub is
+    reachable the id does not exist there, which fails fast too, with the same first sentence."""
+    code = ("import os, time\nfrom whileai.engine import load_model\n"
+            "for offline in ('', '1'):\n    os.environ['HF_HUB_OFFLINE'] = offline\n    start = time.time()\n"
+            "    try:\n        load_model('no-such-org/no-such-model')\n"
+            "    except ValueError as err:\n        print(err)\n    print('seconds', time.time() - start)\n")
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert "could not load model 'no-such-org/no-such-model' from the Hugging Face hub" in out.stdout
-    assert "a hub id on a machine that can reach the hub, or one of ['builtin:tiny'" in out.stdout
+    runs = out.stdout.split("seconds")
+    assert len(runs) == 3, out.stdout + out.stderr
+    for run in runs[:2]:
+        assert "could not load model 'no-such-org/no-such-model' from the Hugging Face hub" in run
+        assert "a hub id on a machine that can reach the hub" in run and "or one of ['builtin:tiny'" in run
+    assert "HF_HUB_OFFLINE is set" in runs[1]
+    assert all(float(run.split()[0]) < 10 for run in runs[1:]), out.stdout  # no ~25 s of retries
 
 
 def test_a_local_directory_loads_the_same_model(tmp_path):
@@ -120,3 +121,37 @@ def test_bf16_lora_keeps_the_trainable_adapters_in_float32():
     model = load_model("builtin:tiny", lora_rank=2, dtype="bfloat16").model
     assert {p.dtype for p in model.parameters() if p.requires_grad} == {torch.float32}
     assert {p.dtype for p in model.parameters() if not p.requires_grad} == {torch.bfloat16}
+
+
+@pytest.mark.parametrize("device, dtype, autocast, lora, expected", [
+    ("cpu", None, "auto", False, (torch.float32, None)),              # the default: CPU float32
+    ("cpu", None, "auto", True, (torch.float32, None)),
+    ("cuda", None, "auto", True, (torch.bfloat16, None)),             # LoRA: bf16 base, fp32 adapters
+    ("cuda", None, "auto", False, (torch.float32, torch.bfloat16)),   # full FT: fp32 weights + bf16 autocast
+    ("cuda", None, "off", False, (torch.float32, None)),
+    ("cuda", "bfloat16", "auto", False, (torch.bfloat16, None)),      # an explicit dtype is used as given
+    ("cpu", None, "bfloat16", False, (torch.float32, torch.bfloat16)),
+    ("cpu", "float64", "auto", False, (torch.float64, None)),
+])
+def test_precision_rules(device, dtype, autocast, lora, expected):
+    assert resolve_precision(device, dtype, autocast, lora) == expected
+
+
+def test_autocast_runs_every_forward_in_bfloat16_and_keeps_float32_weights():
+    """The CUDA default for full fine-tuning (float32 weights, bf16 autocast), run here on the CPU:
+    the same code path, with torch.autocast's device type taken from the model's device."""
+    mixed = TrainingEngine("builtin:tiny", autocast="bfloat16", seed=9)
+    full = TrainingEngine("builtin:tiny", seed=9)
+    datum = {"model_input": [1, 50, 51], "loss_fn_inputs": {"target_tokens": [50, 51, 52], "weights": [1.0] * 3}}
+    low = mixed.forward_backward([datum], "cross_entropy").loss_fn_outputs[0]["logprobs"]
+    high = full.forward([datum]).loss_fn_outputs[0]["logprobs"]
+    assert low.dtype.name == "float32"
+    assert low == pytest.approx(high, abs=0.1) and not np.array_equal(low, high)  # bf16 matmuls ran
+    assert mixed.compute_logprobs([1, 50, 51, 52])["logprobs"][1:] == pytest.approx(high.tolist(), abs=0.1)
+    before = {n: p.detach().clone() for n, p in mixed.named_params.items()}
+    assert mixed.optim_step(AdamParams(learning_rate=1e-3)).grad_norm > 0
+    assert all(p.dtype == torch.float32 for p in mixed.model.parameters())
+    assert all(not torch.equal(before[n], p) for n, p in mixed.named_params.items())
+    assert len(mixed.sample([1, 50], 2, SamplingParams(max_tokens=3, seed=0))) == 2
+    with pytest.raises(ValueError, match=r"autocast 'fp8' is not known: use one of \['auto', 'off'"):
+        load_model("builtin:tiny", autocast="fp8")

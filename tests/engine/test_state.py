@@ -31,14 +31,6 @@ def next_step(engine):
 """
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def train(engine: TrainingEngine, steps: int) -> None:
     for i in range(steps):
         engine.forward_backward([make_datum([1, 20 + i], [30, 31, 2])], "cross_entropy")
@@ -119,6 +111,15 @@ def test_load_state_refuses_a_different_setup_and_a_missing_path(tmp_path):
         TrainingEngine("builtin:tiny", lora_rank=8).load_state(str(tmp_path / "s"))
     with pytest.raises(ValueError, match="no saved state at"):
         engine.load_state(str(tmp_path / "nothing"))
+    # only the adapters are saved; a built-in's frozen base comes from its seed, so another seed is refused
+    with pytest.raises(ValueError, match="seed: saved 7, this engine 8"):
+        TrainingEngine("builtin:tiny", lora_rank=4, seed=8).load_state(str(tmp_path / "s"))
+    # a full fine-tune saves every weight: the seed does not matter
+    full = TrainingEngine("builtin:tiny", seed=1)
+    full.save_state(str(tmp_path / "full"))
+    other = TrainingEngine("builtin:tiny", seed=2)
+    other.load_state(str(tmp_path / "full"))
+    assert all(torch.equal(a, b) for a, b in zip(full.named_params.values(), other.named_params.values()))
 
 
 def test_exported_adapter_reloaded_with_peft_gives_the_same_logprobs(tmp_path):

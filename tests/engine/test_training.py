@@ -13,15 +13,6 @@ from whileai.engine import AdamParams, SamplingParams, TrainingEngine, make_datu
 from whileai.errors import WhileaiError
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on a shared 2-core machine run ~50x faster on one thread (no spin-waiting)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def grads(engine: TrainingEngine) -> dict[str, torch.Tensor]:
     return {n: p.grad.clone() for n, p in engine.named_params.items() if p.grad is not None}
 
@@ -246,10 +237,27 @@ def test_train_step_refuses_rows_it_cannot_read():
         engine.train_step(ScaledSFT(1.0), [bridge_rows()[0], {"prompt_tokens": [1, 999], "tokens": [3], "reward": 0}])
 
 
+def test_train_step_refuses_coefficients_that_do_not_match_the_rows():
+    """A method that returns one coefficient too few (or a NaN) is a bug in the method: refused by row,
+    before any backward."""
+    engine = TrainingEngine("builtin:tiny", seed=8)
+
+    class Broken(ScaledSFT):
+        def update(self, rows):
+            coefficients = [np.ones(len(r["logprobs"])) for r in rows]
+            coefficients[1] = coefficients[1][:-1]
+            return _Update(coefficients)
+
+    with pytest.raises(WhileaiError, match=r"row 1: the method's coefficients have shape \(3,\) .* but the row "
+                                           r"has 4 tokens"):
+        engine.train_step(Broken(1.0), bridge_rows())
+    assert all(p.grad is None for p in engine.named_params.values())
+
+
 # ----------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize("datum, message", [
-    ({"model_input": [1, 2, 3], "loss_fn_inputs": {"target_tokens": [2, 3, 400], "weights": [1, 1, 1]}},
-     r"datum 1 loss_fn_inputs\['target_tokens'\]: token 400 at position 2 is outside the vocabulary \[0, 259\)"),
+    ({"model_input": [1, 2, 3], "loss_fn_inputs": {"target_tokens": [2, 3, 259], "weights": [1, 1, 1]}},
+     r"datum 1 loss_fn_inputs\['target_tokens'\]: token 259 at position 2 is outside the vocabulary \[0, 259\)"),
     ({"model_input": [1, 2, 3], "loss_fn_inputs": {"target_tokens": [2, 3, 4], "weights": [1, 1]}},
      r"datum 1: loss_fn_inputs\['weights'\] has shape \(2,\) but model_input has 3 positions"),
     ({"model_input": [], "loss_fn_inputs": {"target_tokens": [], "weights": []}},
@@ -343,3 +351,32 @@ def test_a_datum_with_nothing_to_score_adds_nothing():
     assert out.loss_fn_outputs[0]["logprobs"].tolist() == [0.0, 0.0, 0.0]
     assert all(p.grad is None for p in engine.named_params.values())
     assert engine.optim_step().grad_norm == 0.0 and engine.step == 1
+
+
+def test_forward_returns_logprobs_at_every_position_for_a_client_side_custom_loss():
+    """Tinker's forward_backward_custom: forward() with weights 0 gives the logprobs of every position;
+    a custom loss L(logp) is then applied as cross_entropy with weights = -dL/dlogp, which must give
+    the same gradient as autograd through L on the model directly."""
+    engine = TrainingEngine("builtin:tiny", seed=2)
+    datum = make_datum([1, 30, 31], [32, 33, 2], weights=[0.0, 0.0, 0.0])
+    logp = engine.forward([datum]).loss_fn_outputs[0]["logprobs"]
+    full = [1, 30, 31, 32, 33, 2]
+    want = engine.compute_logprobs(full)["logprobs"][1:]
+    np.testing.assert_allclose(logp, want, rtol=1e-6)
+    assert np.all(logp < 0)  # every position scored, none left at 0
+    # the custom loss: L = sum_t t * exp(logp_t) (made up); dL/dlogp_t = t * exp(logp_t)
+    x = torch.tensor(logp, dtype=torch.float64, requires_grad=True)
+    (torch.arange(len(logp)) * x.exp()).sum().backward()
+    weighted = copy.deepcopy(datum)
+    weighted["loss_fn_inputs"]["weights"] = (-x.grad).tolist()
+    engine.forward_backward([weighted], "cross_entropy")
+    via_weights = grads(engine)
+    engine.zero_grad()
+    with engine._mode(False):
+        direct = engine.model(input_ids=torch.tensor([full[:-1]])).logits.float().log_softmax(-1)[0]
+    chosen = direct.gather(-1, torch.tensor(full[1:])[:, None]).squeeze(-1)
+    (torch.arange(len(logp)) * chosen.exp()).sum().backward()
+    for name, g in via_weights.items():
+        torch.testing.assert_close(engine.named_params[name].grad, g, rtol=1e-4, atol=1e-6)
+    # forward_backward projects only the scored positions (weights 0 -> nothing), for memory
+    assert engine.forward_backward([datum], "cross_entropy").loss_fn_outputs[0]["logprobs"].tolist() == [0.0] * 5

@@ -12,6 +12,8 @@ from whileai.errors import ConfigError
 from whileai.methods.async_ import Async
 from whileai.methods.critic import SAO
 from whileai.methods.grouped import GRPO, RLOO
+from whileai.simulations.reference import async_correction
+from whileai.simulations.reference import grpo as slow_grpo
 
 # one group of two, B = 2, one action token each (T = 1), so GRPO's w = 1/2 and
 # A = +-0.5 / (sqrt(0.5) + 1e-6) = +-0.70710578
@@ -94,14 +96,44 @@ def test_matches_a_per_token_reference(seed, correction):
                          "behavior_logprobs": behavior.tolist(), "action_mask": (rng.random(n) < 0.8).tolist()})
             rows[-1]["action_mask"][0] = True
     method = Async(GRPO(clip=0.5), correction=correction)
-    inner = method.method.update(rows).coefficients
-    got = method.update(rows).coefficients
-    for row, c_in, c_out in zip(rows, inner, got):
-        for t, (lp, blp) in enumerate(zip(row["logprobs"], row["behavior_logprobs"])):
-            rho = math.exp(lp - blp)
-            factor = {"ipo": float(abs(math.exp(lp) - math.exp(blp)) <= 0.3),
-                      "icepop": float(0.5 <= rho <= 5.0), "tis": min(rho, 2.0) / rho}[correction]
-            assert c_out[t] == pytest.approx(c_in[t] * factor, rel=1e-12, abs=1e-15)
+    want = async_correction(rows, slow_grpo(rows, clip=0.5), correction)
+    for got, expected in zip(method.update(rows).coefficients, want):
+        np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-15)
+
+
+@pytest.mark.parametrize("correction", ["ipo", "icepop", "tis"])
+def test_coefficients_are_minus_the_autograd_gradient(correction):
+    """L = -sum_i w_i sum_t f_t min(rho A_i, clip(rho, 1 - eps, 1 + eps) A_i) over action tokens, with the
+    correction's factor f_t held constant: 1[|pi - mu| <= 0.3], 1[0.5 <= rho <= 5] or min(rho, 2)/rho."""
+    torch = pytest.importorskip("torch")
+    rows = []
+    rng = np.random.default_rng(7)
+    for g in range(3):
+        for _ in range(4):
+            n = int(rng.integers(2, 7))
+            behavior = np.log(rng.uniform(0.05, 0.95, n))
+            rows.append({"reward": float(rng.integers(0, 2)), "task_id": g, "behavior_logprobs": behavior.tolist(),
+                         "logprobs": np.minimum(behavior + rng.normal(0, 1.0, n), 0).tolist()})
+    method = Async(GRPO(clip=0.5), correction=correction)
+    update = method.update(rows)
+    batch = wai.Batch.from_rows(rows)
+    logpi = torch.tensor(batch.logprobs_N, requires_grad=True)
+    behavior = torch.tensor(batch.behavior_logprobs_N)
+    rho = torch.exp(logpi - behavior)
+    with torch.no_grad():
+        factor = {"ipo": (torch.exp(logpi) - torch.exp(behavior)).abs() <= 0.3,
+                  "icepop": (rho >= 0.5) & (rho <= 5.0), "tis": torch.clamp(rho, max=2.0) / rho}[correction].double()
+    adv = torch.tensor(np.concatenate(update.advantages))
+    w = torch.tensor(batch.spread(1 / (batch.size * batch.action_tokens_B)))
+    loss = -(factor * w * torch.minimum(rho * adv, torch.clamp(rho, 0.5, 1.5) * adv)).sum()
+    loss.backward()
+    # the correction acted: tis capped some ratio, ipo / icepop zeroed some token GRPO alone keeps
+    if correction == "tis":
+        assert bool((factor < 1).any())
+    else:
+        kept_by_grpo = np.count_nonzero(GRPO(clip=0.5).update(rows).coefficients_flat)
+        assert 0 < np.count_nonzero(update.coefficients_flat) < kept_by_grpo
+    np.testing.assert_allclose(update.coefficients_flat, -logpi.grad.numpy(), rtol=1e-10, atol=1e-15)
 
 
 def test_construction_resolves_names_and_refuses_bad_input():
@@ -121,7 +153,7 @@ def test_construction_resolves_names_and_refuses_bad_input():
     for kwargs, field, text in (({"correction": "clip"}, "correction", "'ipo', 'icepop', 'tis'"),
                                 ({"threshold": 1.5}, "threshold", "(0.0, 1.0]"),
                                 ({"ratio": (5.0, 0.5)}, "ratio", "low < high"),
-                                ({"max_ratio": 0.5}, "max_ratio", "[1.0, inf]"),
+                                ({"max_ratio": 0.5}, "max_ratio", "[1.0, inf)"),
                                 ({"off_policy_steps": -1}, "off_policy_steps", "integer >= 0")):
         with pytest.raises(ValueError) as info:
             Async("grpo", **kwargs)

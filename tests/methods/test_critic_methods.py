@@ -15,6 +15,9 @@ import whileai as wai
 from whileai.errors import BatchError
 from whileai.methods._ops import reverse_scan, scan_by_depth, scan_padded
 from whileai.methods.critic import BPCO, SAO
+from whileai.simulations.reference import bpco as slow_bpco
+from whileai.simulations.reference import gae as slow_gae
+from whileai.simulations.reference import sao as slow_sao
 
 
 def random_rows(seed: int, rows: int = 6, drift: float = 0.5, max_len: int = 12) -> list[dict]:
@@ -29,52 +32,6 @@ def random_rows(seed: int, rows: int = 6, drift: float = 0.5, max_len: int = 12)
         out.append({"reward": float(rng.integers(0, 2)), "logprobs": logprobs.tolist(),
                     "behavior_logprobs": behavior.tolist(), "action_mask": mask.tolist(),
                     "values": rng.uniform(0.0, 1.0, n).tolist()})
-    return out
-
-
-# --------------------------------------------------------------------- slow per-token reference
-def slow_gae(row, alpha):
-    """The recursion by the definition, one action token at a time, skipping observation tokens."""
-    mask = row.get("action_mask", [True] * len(row["logprobs"]))
-    actions = [t for t, m in enumerate(mask) if m]
-    length = len(actions)
-    lam = max(0.0, 1 - 1 / (alpha * length))
-    advantages = [0.0] * len(mask)
-    running = 0.0
-    for k in reversed(range(length)):
-        value = row["values"][actions[k]]
-        next_value = row["values"][actions[k + 1]] if k + 1 < length else 0.0
-        reward = row["reward"] if k == length - 1 else 0.0
-        running = reward + next_value - value + lam * running
-        advantages[actions[k]] = running
-    return advantages
-
-
-def slow_sao(rows, band=(0.7, 6.0), alpha=1.5):
-    total = sum(sum(r["action_mask"]) for r in rows)
-    out = []
-    for row in rows:
-        adv = slow_gae(row, alpha)
-        c = []
-        for t, m in enumerate(row["action_mask"]):
-            rho = math.exp(row["logprobs"][t] - row["behavior_logprobs"][t])
-            c.append(rho * adv[t] / total if m and band[0] < rho < band[1] else 0.0)
-        out.append(c)
-    return out
-
-
-def slow_bpco(rows, clip=0.2, alpha=0.4):
-    out = []
-    for row in rows:
-        adv = slow_gae(row, alpha)
-        c = []
-        for t, m in enumerate(row["action_mask"]):
-            mu = math.exp(row["behavior_logprobs"][t])
-            rho = math.exp(row["logprobs"][t] - row["behavior_logprobs"][t])
-            clipped = min(max(rho, 1 - clip / mu), 1 + clip / mu)
-            unclipped_is_min = rho * adv[t] <= clipped * adv[t]
-            c.append(rho * adv[t] / len(rows) if m and unclipped_is_min else 0.0)
-        out.append(c)
     return out
 
 
@@ -316,9 +273,9 @@ def test_bpco_refuses_values_outside_reward_range_naming_row_and_token():
 
 @pytest.mark.parametrize("make,field,value,text", [
     (lambda: SAO(ratio=(6.0, 0.7)), "ratio", "(6.0, 0.7)", "low < high"),
-    (lambda: SAO(gae_alpha=0.0), "gae_alpha", "0.0", "(0.0, inf]"),
+    (lambda: SAO(gae_alpha=0.0), "gae_alpha", "0.0", "(0.0, inf)"),
     (lambda: SAO().replace(critic_steps=0), "critic_steps", "0", "integer >= 1"),
-    (lambda: BPCO(clip=-0.2), "clip", "-0.2", "(0.0, inf]"),
+    (lambda: BPCO(clip=-0.2), "clip", "-0.2", "(0.0, inf)"),
     (lambda: BPCO(reward_range=(1.0, 1.0)), "reward_range", "(1.0, 1.0)", "low < high"),
     (lambda: BPCO().replace(critic_lr=float("inf")), "critic_lr", "inf", "finite"),
 ])

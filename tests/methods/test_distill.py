@@ -10,6 +10,7 @@ import torch
 
 import whileai as wai
 from whileai.methods.distill import OPD, OPSD, Endpoint, keep_top, parse_anchor, sampled_coefficients
+from whileai.simulations import reference
 
 from ._kit import random_rows
 
@@ -64,8 +65,7 @@ def test_sampled_form_is_an_unbiased_estimate_of_the_divergence_gradient(diverge
 def test_sampled_matches_slow_reference(seed):
     rows = random_rows(seed, n=8, teacher=True)
     update = OPD().update(rows)
-    for row, got in zip(rows, update.coefficients):
-        want = [t - s if m else 0.0 for s, t, m in zip(row["logprobs"], row["teacher_logprobs"], row["action_mask"])]
+    for got, want in zip(update.coefficients, reference.opd(rows)):
         np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
@@ -152,10 +152,24 @@ def test_topk_errors_name_row_and_field():
     missing = {k: v for k, v in row.items() if k != "topk_logprobs"}
     with pytest.raises(wai.BatchError, match=r"row 0: field 'topk_logprobs' is missing"):
         OPD().update([missing])
-    with pytest.raises(wai.BatchError, match=r"row 0: field 'topk_logprobs' has shape \(2, 2\)"):
+    with pytest.raises(wai.BatchError, match=r"row 0: the top-k fields disagree on K .*'topk_logprobs' K=2"):
         OPD().update([{**row, "topk_logprobs": [[-0.1, -0.2], [-0.1, -0.2]]}])
-    with pytest.raises(wai.BatchError, match="above 0"):
+    with pytest.raises(wai.BatchError, match=r"row 0: field 'topk_logprobs' has shape \(1, 3\); it must be \(2, K\)"):
+        OPD().update([{**row, "topk_logprobs": [[-0.1, -0.2, -0.3]]}])
+    with pytest.raises(wai.BatchError, match="row 0: field 'teacher_topk_logprobs' is 0.5 at token 0, slot 0, above 0"):
         OPD().update([{**row, "teacher_topk_logprobs": [[0.5, -1, -1], [-1, -1, -1]]}])
+    with pytest.raises(wai.BatchError, match="row 0: field 'topk_logprobs' is nan at token 1, slot 2"):
+        OPD().update([{**row, "topk_logprobs": [[-1, -1, -1], [-1, -1, float("nan")]]}])
+    with pytest.raises(wai.BatchError, match="row 0: field 'teacher_topk_tokens' must hold token ids"):
+        OPD().update([{**row, "teacher_topk_tokens": [[0, 1, 2.5], [0, 1, 2]]}])
+    # the contract, not the method, refuses a batch mixing rows with and without top-k, or different K
+    plain = {k: v for k, v in row.items() if "topk" not in k}
+    with pytest.raises(wai.BatchError, match="row 1: field 'teacher_topk_tokens' is missing but other rows carry it"):
+        wai.Batch.from_rows([row, plain])
+    wider, _, _ = topk_row(rng, 2, 5, 4)
+    with pytest.raises(wai.BatchError, match="row 1: field 'teacher_topk_tokens' has K=4 slots per token but row 0 "
+                                             "has K=3"):
+        wai.Batch.from_rows([row, wider])
 
 
 # --------------------------------------------------------------------- configs

@@ -11,6 +11,7 @@ import torch
 
 import whileai as wai
 from whileai.methods.flash_reinforce import FlashReinforce, bernoulli_kl
+from whileai.simulations.reference import flash_reinforce as slow_reference
 
 from ._kit import random_rows
 
@@ -67,27 +68,6 @@ def test_hand_worked_example():
     dropped = FlashReinforce().update(rows)
     assert dropped.admitted.tolist() == [False, True]
     np.testing.assert_array_equal(dropped.coefficients[0], [0.0, 0.0])
-
-
-def slow_reference(rows, trust):
-    """Per-token loops with math, straight from Eq. 5-10."""
-    B = len(rows)
-    mean_r = sum(r["reward"] for r in rows) / B
-    out = []
-    for row in rows:
-        lp, blp = row["logprobs"], row.get("behavior_logprobs", row["logprobs"])
-        mask = row.get("action_mask", [True] * len(lp))
-        kls = []
-        for t in range(len(lp)):
-            if mask[t]:
-                p, q = math.exp(blp[t]), math.exp(lp[t])
-                kls.append(p * math.log(p / q) + (1 - p) * math.log((1 - p) / (1 - q)))
-        T = len(kls)
-        admitted = sum(kls) / T <= trust
-        A = row["reward"] - mean_r
-        out.append([A * math.exp(lp[t] - blp[t]) / (T * B) if (mask[t] and admitted) else 0.0
-                    for t in range(len(lp))])
-    return out
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import statistics
 
 import numpy as np
 import pytest
@@ -17,6 +16,11 @@ import pytest
 import whileai as wai
 from whileai.errors import BatchError, ConfigError
 from whileai.methods.grouped import GRPO, RAE, RLOO, DrGRPO, MaxRL
+from whileai.simulations.reference import action_tokens
+from whileai.simulations.reference import grpo as slow_grpo
+from whileai.simulations.reference import max_rl as slow_max_rl
+from whileai.simulations.reference import rae as slow_rae
+from whileai.simulations.reference import rloo as slow_rloo
 
 GROUPED = ("grpo", "dr_grpo", "rloo", "max_rl")
 
@@ -40,78 +44,6 @@ def random_rows(seed: int, groups: int = 4, per_group: int = 4, drift: float = 0
                 row["ref_logprobs"] = np.minimum(behavior + rng.normal(0.0, 0.2, n), 0.0).tolist()
             rows.append(row)
     return rows
-
-
-# --------------------------------------------------------------------- slow per-token references
-def slow_surrogate(rows, advantages, weights, admitted, clip):
-    """c per token by the definition, one token at a time."""
-    out = []
-    for row, a, w, ok in zip(rows, advantages, weights, admitted):
-        coefficients = []
-        for t, lp in enumerate(row["logprobs"]):
-            rho = math.exp(lp - row.get("behavior_logprobs", row["logprobs"])[t])
-            unclipped = rho * a
-            clipped = min(max(rho, 1 - clip), 1 + clip) * a
-            live = ok and row.get("action_mask", [True] * len(row["logprobs"]))[t]
-            coefficients.append(w * rho * a if live and unclipped <= clipped else 0.0)
-        out.append(coefficients)
-    return out
-
-
-def action_tokens(row):
-    return sum(bool(m) for m in row.get("action_mask", [True] * len(row["logprobs"])))
-
-
-def slow_grpo(rows, clip=0.2, loss_type="grpo", truncated="mask", max_tokens=1024, beta=0.0):
-    rewards = [0.0 if (truncated == "zero" and r.get("truncated")) else r["reward"] for r in rows]
-    admitted = [truncated == "zero" or not r.get("truncated") for r in rows]
-    advantages = []
-    for i, row in enumerate(rows):
-        group = [rewards[j] for j, other in enumerate(rows) if other["task_id"] == row["task_id"] and admitted[j]]
-        if not admitted[i] or len(group) < 2 or len(set(group)) == 1:
-            advantages.append(0.0)
-        elif loss_type == "dr_grpo":
-            advantages.append(rewards[i] - statistics.mean(group))
-        else:
-            advantages.append((rewards[i] - statistics.mean(group)) / (statistics.stdev(group) + 1e-6))
-    total_tokens = sum(action_tokens(r) for r in rows)
-    weights = [{"grpo": 1 / (len(rows) * action_tokens(r)), "bnpo": 1 / total_tokens,
-                "dr_grpo": 1 / (len(rows) * max_tokens)}[loss_type] for r in rows]
-    out = slow_surrogate(rows, advantages, weights, admitted, clip)
-    for i, row in enumerate(rows):
-        for t in range(len(row["logprobs"])):
-            if beta and admitted[i] and row.get("action_mask", [True] * 99)[t]:
-                out[i][t] -= beta * weights[i] * (1 - math.exp(row["ref_logprobs"][t] - row["logprobs"][t]))
-    return out
-
-
-def slow_rloo(rows, clip=0.2):
-    advantages = []
-    for i, row in enumerate(rows):
-        others = [o["reward"] for j, o in enumerate(rows) if o["task_id"] == row["task_id"] and j != i]
-        advantages.append(row["reward"] - statistics.mean(others) if others else 0.0)
-    weights = [1 / (len(rows) * action_tokens(r)) for r in rows]
-    return slow_surrogate(rows, advantages, weights, [True] * len(rows), clip)
-
-
-def slow_max_rl(rows, clip=0.2):
-    advantages = []
-    for row in rows:
-        mean = statistics.mean(o["reward"] for o in rows if o["task_id"] == row["task_id"])
-        advantages.append((row["reward"] - mean) / mean if mean > 0 else 0.0)
-    weights = [1 / (len(rows) * action_tokens(r)) for r in rows]
-    return slow_surrogate(rows, advantages, weights, [True] * len(rows), clip)
-
-
-def slow_rae(rows, decay=0.95, clip=0.2, baselines=None):
-    baselines = dict(baselines or {})
-    advantages = []
-    for row in rows:
-        b = baselines.get(row.get("agent"), 0.0)
-        advantages.append(row["reward"] - b)
-        baselines[row.get("agent")] = decay * b + (1 - decay) * row["reward"]
-    weights = [1 / (len(rows) * action_tokens(r)) for r in rows]
-    return slow_surrogate(rows, advantages, weights, [True] * len(rows), clip)
 
 
 def assert_rows_close(update, expected, atol=1e-12):
@@ -317,19 +249,20 @@ def test_rloo_max_rl_rae_match_the_slow_reference(seed):
 
 
 # --------------------------------------------------------------------- c = -dL/dlogpi
-@pytest.mark.parametrize("name", ("grpo", "bnpo", "dr_grpo", "rloo", "max_rl", "rae", "grpo_kl"))
+@pytest.mark.parametrize("name", ("grpo", "bnpo", "dr_grpo", "rloo", "max_rl", "rae", "grpo_kl", "reinforce_ada"))
 def test_coefficients_are_minus_the_autograd_gradient(name):
     """L = -sum_i w_i sum_t min(rho A_i, clip(rho, 1-eps, 1+eps) A_i) + beta sum_i w_i sum_t k3, over
     admitted action tokens, rho = exp(logpi - logmu), k3 = exp(ref - logpi) - (ref - logpi) - 1."""
     torch = pytest.importorskip("torch")
     rows = random_rows(21, truncated=0.2, ref=True, drift=0.4)
     method = {"bnpo": GRPO(loss_type="bnpo"), "dr_grpo": DrGRPO(max_tokens=12), "grpo_kl": GRPO(beta=0.1),
-              }.get(name) or wai.method(name)
+              "reinforce_ada": wai.ReinforceAda(group_size=2, pass_reward=0.5)}.get(name) or wai.method(name)
     update = method.update(rows)
     batch = wai.Batch.from_rows(rows)
     tokens = batch.action_tokens_B.astype(float)
-    weight = {"bnpo": np.full(batch.size, 1 / tokens.sum()), "dr_grpo": np.full(batch.size, 1 / (batch.size * 12))
-              }.get(name, 1 / (batch.size * tokens))
+    weight = {"bnpo": np.full(batch.size, 1 / tokens.sum()), "dr_grpo": np.full(batch.size, 1 / (batch.size * 12)),
+              # ReinforceAda: w_i = 1/(B_kept T_i) over the rows it keeps (admitted)
+              "reinforce_ada": 1 / (update.admitted.sum() * tokens)}.get(name, 1 / (batch.size * tokens))
     live = torch.tensor(batch.action_mask_N & batch.spread(update.admitted))
     logpi = torch.tensor(batch.logprobs_N, requires_grad=True)
     rho = torch.exp(logpi - torch.tensor(batch.behavior_logprobs_N))
@@ -342,19 +275,20 @@ def test_coefficients_are_minus_the_autograd_gradient(name):
         log_ratio = torch.tensor(batch.token_fields["ref_logprobs"]) - logpi
         loss = loss + 0.1 * (w * (torch.exp(log_ratio) - log_ratio - 1))[live].sum()
     loss.backward()
+    assert np.count_nonzero(update.coefficients_flat) > 10
     np.testing.assert_allclose(np.concatenate(update.coefficients), -logpi.grad.numpy(), rtol=1e-10, atol=1e-14)
 
 
 # --------------------------------------------------------------------- configuration and batch errors
 @pytest.mark.parametrize("make,field,value,text", [
-    (lambda: GRPO(clip=-0.1), "clip", "-0.1", "(0.0, inf]"),
+    (lambda: GRPO(clip=-0.1), "clip", "-0.1", "(0.0, inf)"),
     (lambda: GRPO(loss_type="token_mean"), "loss_type", "'token_mean'", "'grpo', 'bnpo', 'dr_grpo'"),
     (lambda: GRPO(truncated="drop"), "truncated", "'drop'", "'mask', 'zero'"),
     (lambda: GRPO().replace(generations=0), "generations", "0", "integer >= 1"),
     (lambda: GRPO(beta=float("nan")), "beta", "nan", "finite"),
     (lambda: RAE(decay=1.0), "decay", "1.0", "[0.0, 1.0)"),
     (lambda: RLOO(max_tokens=0), "max_tokens", "0", "integer >= 1"),
-    (lambda: MaxRL(temperature=0.0), "temperature", "0.0", "(0.0, inf]"),
+    (lambda: MaxRL(temperature=0.0), "temperature", "0.0", "(0.0, inf)"),
     (lambda: DrGRPO(loss_type="grpo"), "loss_type", "'grpo'", "'dr_grpo'"),
 ])
 def test_bad_values_name_field_value_and_range(make, field, value, text):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -11,6 +9,7 @@ import torch
 import whileai as wai
 from whileai.methods.supervised import DPO, RM, SFT, pair_rows
 from whileai.rows.batch import Batch
+from whileai.simulations import reference
 
 from ._kit import random_rows
 
@@ -46,6 +45,14 @@ def test_sft_is_minus_the_gradient_of_the_nll(seed, normalize):
     loss.backward()
     for c, lp in zip(update.coefficients, leaves):
         np.testing.assert_allclose(c, -lp.grad.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("normalize", ["sum", "token_mean", "sequence_mean"])
+def test_sft_matches_slow_reference(seed, normalize):
+    rows = random_rows(seed + 20, n=9)
+    for got, want in zip(SFT(normalize=normalize).update(rows).coefficients, reference.sft(rows, normalize)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
 
 
 def test_sft_notes_rows_below_the_best_reward():
@@ -134,14 +141,7 @@ def test_dpo_matches_slow_reference(seed):
     rows = random_rows(seed + 10, n=9, ref=True, tasks=3)
     update = DPO(beta=0.2).update(rows)
     pairs = pair_rows(Batch.from_rows(rows), 1.0, "dpo")
-    want = [[0.0] * len(r["logprobs"]) for r in rows]
-    for w, lose in zip(pairs.chosen, pairs.rejected):
-        def margin(r):
-            return sum(a - b for a, b, m in zip(r["logprobs"], r["ref_logprobs"], r["action_mask"]) if m)
-        z = 0.2 * (margin(rows[w]) - margin(rows[lose]))
-        weight = 0.2 / (1.0 + math.exp(z))
-        for i, sign in ((w, 1.0), (lose, -1.0)):
-            want[i] = [sign * weight if m else 0.0 for m in rows[i]["action_mask"]]
+    want = reference.dpo(rows, pairs.chosen.tolist(), pairs.rejected.tolist(), beta=0.2)
     for got, exp in zip(update.coefficients, want):
         np.testing.assert_allclose(got, exp, rtol=1e-12, atol=1e-15)
 
@@ -161,7 +161,7 @@ def test_dpo_invariants_and_unpaired_note():
 
 def test_dpo_repr_and_validation():
     assert repr(DPO()) == "DPO(beta=0.1, pass_reward=1.0)"
-    with pytest.raises(wai.ConfigError, match=r"DPO.beta=0 is invalid: it must be a finite number in \(0.0, inf\]"):
+    with pytest.raises(wai.ConfigError, match=r"DPO.beta=0 is invalid: it must be a finite number in \(0.0, inf\)"):
         DPO(beta=0)
 
 
@@ -196,6 +196,18 @@ def test_rm_is_minus_the_gradient_of_bradley_terry(seed):
     for i, c in enumerate(update.coefficients):
         assert c.sum() == pytest.approx(-grad[i], abs=1e-12)
         assert np.count_nonzero(c) <= 1  # one coefficient per row, on the last action token
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rm_matches_slow_reference(seed):
+    rows = random_rows(seed + 40, n=10, tasks=2)
+    for row, score in zip(rows, np.random.default_rng(seed).standard_normal(len(rows))):
+        row["score"] = float(score)
+    pairs = pair_rows(Batch.from_rows(rows), 1.0, "rm")
+    assert pairs.chosen.size > 0
+    want = reference.rm(rows, pairs.chosen.tolist(), pairs.rejected.tolist())
+    for got, exp in zip(RM().update(rows).coefficients, want):
+        np.testing.assert_allclose(got, exp, rtol=1e-12, atol=0)
 
 
 def test_rm_refuses_rows_without_a_score():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pytest
@@ -105,3 +106,27 @@ def test_without_strict_the_std_goes_to_ignored() -> None:
     assert "division by the group's std" in cfg.ignored["GRPO.loss_type"]
     strict_ok = wai.prime_rl_config(ENV, wai.SFT(normalize="token_mean"), model=QWEN, teacher=SAMPLER, strict=True)
     assert strict_ok.ignored == {}
+
+
+def test_icepop_is_not_ipo_so_it_is_refused_not_rewritten() -> None:
+    """The docs' worked pair: mu=0.5 -> pi=0.9 (ratio 1.8, moved 0.4) and mu=0.01 -> pi=0.08 (ratio 8, moved 0.07).
+
+    ipo (threshold 0.3) masks the first and keeps the second; icepop (band [0.5, 5]) does the opposite. SFT's
+    c = 1 per token shows the correction's own factor.
+    """
+    rows = [{"reward": 1.0, "logprobs": [math.log(0.9), math.log(0.08)],
+             "behavior_logprobs": [math.log(0.5), math.log(0.01)]}]
+    ipo = wai.Async(wai.SFT(), correction="ipo").update(rows).coefficients[0]
+    icepop = wai.Async(wai.SFT(), correction="icepop").update(rows).coefficients[0]
+    assert list(ipo) == [0.0, 1.0] and list(icepop) == [1.0, 0.0]
+    with pytest.raises(ConfigError, match="no such loss"):
+        wai.prime_rl_config(ENV, wai.Async(wai.SFT(), correction="icepop"), model=QWEN, teacher=SAMPLER)
+
+
+def test_cli_names_a_refusal_and_an_error_apart(capsys) -> None:
+    from whileai.cli import main
+
+    assert main(["prime-rl", "--env", ENV, "--method", "ppo", "--knob", "clip=0.1", "--model", QWEN]) == 2
+    assert "refused: prime_rl_config: ppo needs a value model" in capsys.readouterr().err
+    assert main(["prime-rl", "--env", ENV, "--method", "grpo", "--model", QWEN, "--set", "trainer.lr=1e-6"]) == 2
+    assert "wai prime-rl: error: prime_rl_config: override 'trainer.lr'" in capsys.readouterr().err

@@ -10,7 +10,6 @@ import pytest
 import whileai as wai
 from whileai.errors import ConfigError
 from whileai.prime_rl import schema
-from whileai.prime_rl.writer import method_fields
 
 from .cases import CASES, GOLDEN, QWEN, SAMPLER, TEACHER, tomllib
 
@@ -122,7 +121,7 @@ SUPPORTED = [
 def test_every_knob_is_mapped_or_ignored_with_a_reason(method) -> None:
     cfg = wai.prime_rl_config("reverse-text", method, model=QWEN, teacher=SAMPLER if method.name == "sft" else None)
     methods = [method, method.method] if method.name == "async" else [method]
-    expected = {f"{type(m).__name__}.{f}" for m in methods for f in method_fields(m)}
+    expected = {f"{type(m).__name__}.{f}" for m in methods for f in type(m).knobs()}
     assert set(cfg.mapped) | set(cfg.ignored) == expected
     assert not set(cfg.mapped) & set(cfg.ignored)
     for tag, reason in cfg.ignored.items():
@@ -314,6 +313,10 @@ def test_override_values_are_type_checked() -> None:
         wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"orchestrator.group_size": "8"})
     with pytest.raises(ConfigError, match=r"temperature must be <= 2.0"):
         wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"orchestrator.train.sampling.temperature": 3.0})
+    with pytest.raises(ConfigError, match=r"orchestrator\.algo\.decay must be < 1\.0, got 1\.0"):
+        wai.prime_rl_config("reverse-text", "rae", model=QWEN, **{"orchestrator.algo.decay": 1.0})
+    with pytest.raises(ConfigError, match=r"source\[\]\.ratio must be > 0\.0, got 0\.0"):
+        wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"orchestrator.train.source.ratio": 0.0})
     with pytest.raises(ConfigError, match="takes no None"):
         wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"trainer.optim.lr": None})
 
@@ -384,6 +387,8 @@ def test_bad_arguments_are_refused_clearly() -> None:
         wai.prime_rl_config("reverse-text", "grpo", model=QWEN, teacher=TEACHER)
     with pytest.raises(ConfigError, match="unknown method 'gpro'.*grpo"):
         wai.prime_rl_config("reverse-text", "gpro", model=QWEN)
+    with pytest.raises(ConfigError, match=r"teacher='http://x:1/v1' is invalid: it must be None or wai\.Endpoint"):
+        wai.prime_rl_config("reverse-text", "opd", model=QWEN, teacher="http://x:1/v1")
     with pytest.raises(ConfigError, match="model_vocab_size=0"):
         wai.prime_rl_config("reverse-text", wai.OPD(TEACHER), model=QWEN, model_vocab_size=0)
 
@@ -460,3 +465,40 @@ def test_known_taskset_field_types_are_checked() -> None:
         wai.prime_rl_config({"id": "alphabet-sort", "min_turns": "2"}, "grpo", model=QWEN)
     cfg = wai.prime_rl_config({"id": "alphabet-sort", "min_turns": 2, "max_turns": 4}, "grpo", model=QWEN)
     assert cfg.config["orchestrator"]["train"]["source"][0]["env"]["taskset"]["max_turns"] == 4
+
+
+def test_written_file_is_readable_by_all(tmp_path) -> None:
+    target = wai.prime_rl_config("reverse-text", "grpo", model=QWEN).write(tmp_path / "rl.toml")
+    assert target.stat().st_mode & 0o777 == 0o644
+
+
+def test_a_knob_value_prime_rl_does_not_take_is_named_by_its_knob() -> None:
+    with pytest.raises(ConfigError, match=r"GRPO\.temperature=3\.0 cannot be written: it goes to "
+                                          r"orchestrator\.train\.sampling\.temperature.*must be <= 2\.0"):
+        wai.prime_rl_config("reverse-text", wai.GRPO(temperature=3.0), model=QWEN)
+
+
+def test_no_lag_bound_is_written_with_a_warning() -> None:
+    cfg = wai.prime_rl_config("reverse-text", wai.Async("grpo", off_policy_steps=0), model=QWEN)
+    assert cfg.config["orchestrator"]["max_off_policy_steps"] == 0
+    assert any(w.startswith("max_off_policy_steps = 0") for w in cfg.warnings)
+
+
+def test_async_opd_carries_the_teacher_given_to_the_call() -> None:
+    cfg = wai.prime_rl_config("reverse-text", wai.Async(wai.OPD()), model=QWEN, teacher=TEACHER)
+    assert cfg.method.name == "async" and cfg.method.method.teacher == TEACHER
+    assert cfg.config["orchestrator"]["algo"]["teacher"]["name"] == TEACHER.model
+
+
+@pytest.mark.parametrize("sub", sorted(schema.SHARED))
+def test_every_shared_sub_field_is_written_at_its_top_level_key(sub: str) -> None:
+    top = schema.SHARED[sub]
+    if top == "model.name":
+        with pytest.raises(ConfigError, match="written from the method, env= or model="):
+            wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{sub: "x"})
+        return
+    key = schema.KEYS[top]
+    value = key.choices[0] if key.choices else {"int": 7, "str": "x", "bool": False, "list[str]": ["a"]}[key.kind]
+    cfg = wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{sub: value})
+    assert schema.get(cfg.config, top) == value
+    assert schema.get(cfg.config, sub) is None

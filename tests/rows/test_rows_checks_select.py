@@ -130,6 +130,7 @@ def test_selection_report_counts_by_hand():
     # t1 min(1, 2) = 1 (its first pass is truncated), t3 min(1, 3) = 1, u0 min(1, 3) = 1 -> 3
     assert report.keeps == {"rl": {"rows": 12, "tasks": 3}, "sft": {"rows": 7}, "dpo": {"pairs": 3}}
     rates = np.array([0, 0.5, 1, 0.25, 0.25])
+    assert list(report.expected_split_share) == [4, 8, 16]  # k, 2k, 4k: like with like
     assert report.expected_split_share[8] == pytest.approx(np.mean(1 - rates**8 - (1 - rates) ** 8))
     text = str(report)
     assert "split     3      60.0%" in text and "fix the reward first" in text

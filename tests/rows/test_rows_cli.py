@@ -115,3 +115,19 @@ def test_select_from_parquet_writes_jsonl(tmp_path, capsys):
     out = tmp_path / "kept.jsonl"
     assert main(["select", str(path), "--mode", "rl", "--out", str(out)]) == 0
     assert [json.loads(line) for line in out.read_text().splitlines()] == rows[4:8] + rows[12:16]
+
+
+@pytest.mark.parametrize("command", [["report"], ["route", "--model", "m"], ["select", "--mode", "rl", "--out", "K"]])
+def test_a_threshold_that_is_not_finite_is_refused(rows_file, tmp_path, command, capsys):
+    """reward >= nan is false for every row: without the check every task would read as a silent floor."""
+    argv = [command[0], str(rows_file), *[str(tmp_path / a) if a == "K" else a for a in command[1:]]]
+    assert main([*argv, "--threshold", "nan"]) == 2
+    assert "threshold=nan must be a finite number" in capsys.readouterr().err
+    assert not (tmp_path / "K").exists()
+
+
+def test_select_out_into_a_missing_folder_says_so(rows_file, tmp_path, capsys):
+    out = tmp_path / "no" / "kept.jsonl"
+    assert main(["select", str(rows_file), "--mode", "rl", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"the folder {out.parent} does not exist" in err and "Fix:" in err

@@ -106,6 +106,17 @@ def test_parquet_loads_like_jsonl(tmp_path):
     pq.write_table(pa.Table.from_pylist([{"reward": 1.0}]), bad)
     with pytest.raises(BatchError, match=r"bad.parquet, row 1: field 'task_id' is missing"):
         load_graded(bad)
+    bad.write_bytes(b"not parquet at all")
+    with pytest.raises(BatchError, match=r"bad.parquet: not a readable Parquet file .* Fix:"):
+        load_graded(bad)
+
+
+def test_bytes_that_are_not_utf8_name_their_line(tmp_path):
+    path = tmp_path / "latin.jsonl"
+    path.write_bytes(b'{"task_id": "a", "reward": 1.0}\n' * 3 + b'{"task_id": "caf\xe9", "reward": 0.0}\n')
+    for load in (load_graded, load_rows):
+        with pytest.raises(BatchError, match=r"latin.jsonl, line 4: not UTF-8 text .* Fix: write the file as UTF-8"):
+            load(path)
 
 
 def test_atomic_write_leaves_old_file_and_no_temp_on_error(tmp_path):

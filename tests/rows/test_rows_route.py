@@ -116,3 +116,44 @@ def test_route_returns_ready_method_objects(branch, cls):
         assert result.config.privileged == "reference"
     if branch == "strong teacher":
         assert result.config.teacher == wai.Endpoint(base_url="http://127.0.0.1:8001/v1", model="Qwen/Qwen3-32B")
+
+
+def test_k1_route_agrees_with_the_prime_rl_writer():
+    """At k = 1 route recommends FlashReinforce (SAO, BPCO) for your own trainer and prime-rl's rae:
+    the writer refuses the three, pointing at rae, and writes the rae line route prints, at group size 1."""
+    result = route(BRANCHES["k = 1"]["rows"], MODEL)
+    assert result.branch == "k = 1" and isinstance(result.config, wai.FlashReinforce)
+    (sao, bpco, rae) = result.alternatives
+    assert sao.startswith("wai.SAO()") and bpco.startswith("wai.BPCO()")
+    with pytest.raises(ConfigError, match="'rae'"):
+        wai.prime_rl_config("reverse-text", result.config, model=MODEL)
+    for method in (wai.SAO(), wai.BPCO()):
+        with pytest.raises(ConfigError, match="own trainer loop"):
+            wai.prime_rl_config("reverse-text", method, model=MODEL)
+    assert "wai.prime_rl_config(env, 'rae', model=..., **{'orchestrator.group_size': 1})" in rae
+    cfg = wai.prime_rl_config("reverse-text", "rae", model=MODEL, **{"orchestrator.group_size": 1})
+    assert cfg.config["orchestrator"]["algo"]["type"] == "rae"
+    assert cfg.config["orchestrator"]["group_size"] == 1
+
+
+def test_teacher_with_a_big_gap_but_overlapping_intervals_falls_through():
+    """Teacher 0.625 against the student's 0.5 (gap +0.125, over PROVE_EFFECT) on 8 tasks: the
+    intervals overlap, so the guide does not pick OPD."""
+    teacher = make_rows([1, 2, 3, 4, 4, 3, 2, 1], 4, model="Qwen/Qwen3-32B")  # (1+2+3+4+4+3+2+1)/32 = 0.625
+    result = route(BRANCHES["grpo"]["rows"], MODEL, teacher)
+    answer = dict(result.asked)["4. Is there a stronger teacher?"]
+    assert result.branch == "grpo" and "gap +0.125" in answer and "intervals overlap" in answer
+
+
+def test_two_rows_per_task_with_a_tie_are_not_dpo_pairs():
+    rows = make_rows([1, 1, 1, 1, 1, 2], 2, model="writer")  # the last task passes twice: a tie, no pair
+    result = route(rows, MODEL)
+    assert result.branch == "another model's rows"
+    assert dict(result.asked)["5. Is every prompt a natural better/worse pair?"].startswith("no: 5 of 6 tasks")
+
+
+def test_saturated_without_a_grader_names_the_method_and_what_it_needs():
+    result = route(BRANCHES["saturated"]["rows"], MODEL)
+    text = _check(result, "saturated", "groupwise_grading", "3. What is the per-task band?")
+    assert result.config is None and "train with: groupwise_grading, not built yet (see next)" in text
+    assert result.next_steps[0].startswith("pass grader=")

@@ -151,13 +151,22 @@ def test_compare_interval_covers_the_true_delta():
 # --------------------------------------------------------------------------- holdout_size
 def test_holdout_size_by_hand():
     """effect 0.05, k=1, p=0.5: sd^2 = 0.5*0.5 + 0.55*0.45 = 0.4975; the normal formula gives
-    (1.95996 + 0.84162)^2 * 0.4975 / 0.05^2 = 1561.9; t-quantiles at ~1560 df add 2 -> 1564."""
-    size = holdout_size(0.05)
+    (1.95996 + 0.84162)^2 * 0.4975 / 0.05^2 = 1561.9; t-quantiles at ~1560 df add 2 -> 1564.
+    The default puts the rates either side of 0.5 (0.475, 0.525): sd^2 = 2 * 0.475 * 0.525 = 0.49875,
+    the largest p(1-p) + q(1-q) can be with q - p = 0.05 -> 1565.8 normal, 1568 with t."""
+    size = holdout_size(0.05, p=0.5)
     assert size.sd == pytest.approx(math.sqrt(0.4975))
     assert size.n_tasks == 1564 and int(size) == 1564
-    text = str(size)
-    assert "1564 held-out tasks" in text and "p=0.50" in text and "binomial noise" in text
-    assert holdout_size(0.05, k=4).n_tasks < size.n_tasks / 3.9  # four rollouts quarter the noise
+    assert "1564 held-out tasks" in str(size) and "p=0.500" in str(size) and "binomial noise" in str(size)
+    worst = holdout_size(0.05)
+    assert worst.sd == pytest.approx(math.sqrt(0.49875)) and worst.n_tasks == 1568
+    assert "p=0.475" in str(worst) and "the worst case" in str(worst)
+    # the default is enough whatever the baseline rate: no p on a grid needs more tasks
+    assert max(holdout_size(0.05, p=x / 100).n_tasks for x in range(96)) == 1568
+    assert holdout_size(-0.05).n_tasks == 1568  # a loss is as hard to see as a gain
+    assert holdout_size(0.05, k=4).n_tasks < worst.n_tasks / 3.9  # four rollouts quarter the noise
+    spread = holdout_size(0.1, k=4, p=0.45, spread=0.1)  # sd^2 = (.45*.55 + .55*.45) / 4 + .1^2 = .13375
+    assert spread.sd == pytest.approx(math.sqrt(0.13375)) and "varies across tasks with sd 0.100" in str(spread)
     assert holdout_size(0.1, sd=0.3).n_tasks == 73  # (1.96 + 0.84)^2 * 0.09 / 0.01 = 70.6, t adds 2-3
     with pytest.raises(ConfigError, match="effect=0"):
         holdout_size(0)

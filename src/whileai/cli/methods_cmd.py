@@ -2,7 +2,8 @@
 
 ``wai update --method NAME rows.jsonl`` prints the update's report (``--json`` the whole Update as
 JSON); ``--out FILE`` writes the coefficients, one JSON line per trajectory, to a temporary file that
-replaces FILE only once it is complete. ``--set key=value`` changes a knob (the value is read as JSON
+replaces FILE only once it is complete; ``--state FILE`` carries a stateful method's state (RAE's
+baselines) from one run to the next. An error about a row names its file line. ``--set key=value`` changes a knob (the value is read as JSON
 when it parses, e.g. ``--set ratio=[0.5,5]``, else as a string). ``wai methods`` lists every method with
 each default and where it comes from, read from the one defaults table.
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,9 @@ def register(subparsers: Any) -> None:
     update.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="also write the coefficients to FILE: one JSON line per trajectory "
                              "({\"row\", \"admitted\", \"coefficients\"}), written atomically")
+    update.add_argument("--state", type=Path, default=None, metavar="FILE",
+                        help="for a method that keeps state across updates (rae's per-agent baselines): load it "
+                             "from FILE before the update when FILE exists, and write it back after, atomically")
     update.set_defaults(func=cmd_update)
     methods = subparsers.add_parser("methods", help="list every method with its defaults and their sources",
                                     description="Every method, every knob, its default, the paper it comes from, "
@@ -76,22 +82,75 @@ def build_method(name: str, settings: list[str]) -> Method:
 
 def cmd_update(args: argparse.Namespace) -> int:
     chosen = build_method(args.method, args.settings)
+    if args.state is not None:
+        load_state(chosen, args.state)
     rows = load_rows(args.rows, require=("reward",))
     try:
         update = chosen.update(rows)
     except BatchError as err:
-        raise BatchError(f"{args.rows} (rows counted from 0, blank lines skipped): {err}") from None
+        raise BatchError(locate(args.rows, str(err))) from None
     if args.out is not None:
         write_coefficients(args.out, update)
+    if args.state is not None:
+        save_state(chosen, args.state)
     print(update.to_json() if args.json else str(update))
     return 0
+
+
+def locate(path: Path, message: str) -> str:
+    """'row 3: ...' -> 'rows.jsonl, line 5 (row 3): ...': the file line of the row an error names."""
+    match = re.match(r"row (\d+): ", message)
+    if match is None:
+        return f"{path}: {message}"
+    index = int(match.group(1))
+    if path.suffix in (".parquet", ".pq"):
+        where = f"row {index + 1}"
+    else:
+        with open(path, encoding="utf-8") as handle:
+            lines = (number for number, line in enumerate(handle, start=1) if line.strip())
+            where = f"line {next(itertools.islice(lines, index, None), '?')}"
+    return f"{path}, {where} (row {index}): {message[match.end():]}"
+
+
+# --------------------------------------------------------------------- --state
+def _stateful(chosen: Method, path: Path) -> Any:
+    if not (callable(getattr(chosen, "state_dict", None)) and callable(getattr(chosen, "load_state_dict", None))):
+        raise ConfigError(f"--state {path}: {chosen.name} keeps no state across updates (only methods with a "
+                          "running statistic do, e.g. rae); drop --state")
+    return chosen
+
+
+def load_state(chosen: Method, path: Path) -> None:
+    """Restore the method's state from ``path`` (a file ``save_state`` wrote); a missing file is a fresh start."""
+    method: Any = _stateful(chosen, path)
+    if not path.exists():
+        return
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        state = {key: dict((k, v) for k, v in value) for key, value in saved.items()}
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as err:
+        raise ConfigError(f"--state {path}: not a state file written by `wai update --state` ({err}); remove it "
+                          "to start fresh, or pass the right file") from None
+    try:
+        method.load_state_dict(state)
+    except ConfigError as err:
+        raise ConfigError(f"--state {path}: {err}") from None
+
+
+def save_state(chosen: Method, path: Path) -> None:
+    """Write the method's state to ``path`` atomically; mappings become [key, value] pairs so that any
+    JSON key (a None or integer agent) survives the round trip."""
+    state = _stateful(chosen, path).state_dict()
+    with atomic_write(path) as handle:
+        json.dump({key: [[k, v] for k, v in value.items()] for key, value in state.items()}, handle)
+        handle.write("\n")
 
 
 def write_coefficients(path: Path, update: Update) -> None:
     """One JSON line per trajectory, replacing ``path`` only once every line is written."""
     with atomic_write(path) as handle:
         for i, (admitted, coefficients) in enumerate(zip(update.admitted, update.coefficients)):
-            line = {"row": i, "admitted": bool(admitted), "coefficients": coefficients.tolist()}
+            line = {"row": i, "admitted": bool(admitted), "coefficients": (coefficients + 0.0).tolist()}
             handle.write(json.dumps(line) + "\n")
 
 

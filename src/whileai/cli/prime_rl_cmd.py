@@ -79,7 +79,9 @@ def build(args: argparse.Namespace) -> Any:
 
     fields = parse_pairs(args.env_field, "--env-field")
     env: Any = {"id": args.env, **fields} if fields else args.env
-    method = wai.method(args.method, **parse_pairs(args.knob, "--knob"))
+    knobs = parse_pairs(args.knob, "--knob")
+    # a bare name goes to the writer, which also names (and refuses) methods whileai has no class for, e.g. ppo
+    method: Any = wai.method(args.method, **knobs) if knobs and _known(args.method) else args.method
     teacher = None
     if args.teacher_url:
         teacher = wai.Endpoint(base_url=args.teacher_url, model=args.teacher_model, vocab_size=args.teacher_vocab)
@@ -87,15 +89,17 @@ def build(args: argparse.Namespace) -> Any:
                                strict=args.strict, **parse_pairs(args.overrides, "--set"))
 
 
+def _known(name: str) -> bool:
+    from whileai.methods.registry import method_names
+
+    return name.strip().lower().replace("-", "_") in method_names()
+
+
 def cmd_prime_rl(args: argparse.Namespace) -> int:
     try:
-        if args.method.strip().lower() == "ppo":  # not a whileai method; refused by name
-            import whileai as wai
-
-            wai.prime_rl_config(args.env, "ppo", model=args.model)
         cfg = build(args)
-    except ConfigError as err:  # a refusal (the method cannot run on prime-rl) or a bad argument
-        kind = "refused" if str(err).startswith("prime_rl_config: ") else "error"
+    except ConfigError as err:  # a refusal (prime-rl cannot run the method) or a bad argument
+        kind = "refused" if "What you can do:" in str(err) else "error"
         if args.json:
             print(json.dumps({kind: str(err)}))
         else:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from whileai.errors import WhileaiError
+from whileai.errors import ConfigError, WhileaiError
 from whileai.rows.io import atomic_write, load_graded, write_selected
 from whileai.rows.route import PRIVILEGED, route
 from whileai.rows.select import MODES, select_indices, selection_report
@@ -77,8 +77,8 @@ def _register_select(subparsers: Any) -> None:
 def _register_compare(subparsers: Any) -> None:
     parser = subparsers.add_parser("compare", help="paired per-task delta of pass@1, with a verdict",
                                    description="Treatment against baseline on the tasks both were scored on.")
-    parser.add_argument("baseline", type=Path, help="the baseline arm's graded rows (JSONL)")
-    parser.add_argument("treatment", type=Path, help="the treatment arm's graded rows (JSONL)")
+    parser.add_argument("baseline", type=Path, help="the baseline arm's graded rows (JSONL or .parquet)")
+    parser.add_argument("treatment", type=Path, help="the treatment arm's graded rows (JSONL or .parquet)")
     parser.add_argument("--name", default="compare", help="the row's name in the table (e.g. the recipe)")
     parser.add_argument("--baseline-name", default="baseline", help="label of the baseline arm")
     parser.add_argument("--treatment-name", default="treatment", help="label of the treatment arm")
@@ -114,6 +114,9 @@ def cmd_route(args: argparse.Namespace) -> int:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
+    if not args.out.parent.is_dir():
+        raise ConfigError(f"--out {args.out}: the folder {args.out.parent} does not exist. Fix: create it "
+                          "first, or write the kept rows somewhere that exists.")
     graded = load_graded(args.rows, lengths=args.mode == "dpo", lines=True)
     kept, pairs, notes = select_indices(graded, args.mode, args.threshold)
     assert graded.line_R is not None  # load_graded(lines=True) always fills it

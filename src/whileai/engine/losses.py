@@ -224,6 +224,9 @@ def loss_spec(name: str) -> LossSpec:
 def resolve_config(name: str, config: Mapping[str, Any] | None) -> dict[str, Any]:
     """The loss's defaults overridden by ``config``; every unknown key and bad value reported at once."""
     spec = loss_spec(name)
+    if config is not None and not isinstance(config, Mapping):
+        raise ConfigError(f"loss_fn_config for loss {name!r} must be a dict of {list(spec.keys) or 'no keys'} "
+                          f"or None, got {type(config).__name__}")
     config = dict(config or {})
     problems = []
     for key in config:

@@ -8,11 +8,14 @@ weights on every machine. LoRA goes through PEFT; without ``lora_rank`` every we
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
 
@@ -49,6 +52,14 @@ class LoadedModel:
     dtype: torch.dtype
     lora: dict[str, Any] | None = None
     load_args: dict[str, Any] = field(default_factory=dict)
+    autocast: torch.dtype | None = None
+    """Compute dtype of the forward passes under ``torch.autocast`` (None: run in the weights' dtype)."""
+
+    def precision(self) -> Any:
+        """A context manager running its block under this model's autocast (a no-op without one)."""
+        if self.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast)
 
     @property
     def max_context(self) -> int:
@@ -92,23 +103,47 @@ def byte_tokenizer() -> Any:
 
 
 # ----------------------------------------------------------------------------- devices
-def resolve_device_dtype(device: str | torch.device | None,
-                         dtype: str | torch.dtype | None) -> tuple[torch.device, torch.dtype]:
-    """CPU + float32 by default; CUDA + bfloat16 when a GPU is present and nothing is asked."""
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16, "float64": torch.float64}
+AUTOCAST = ("auto", "off", "bfloat16", "float16")
+
+
+def _named_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype {dtype!r} is not known: use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """The given device, or CUDA when torch sees a GPU, else the CPU."""
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"device {str(dev)!r} was asked for but torch sees no CUDA GPU "
                           f"(torch {torch.__version__}); use device='cpu' or install a CUDA build of torch")
-    if dtype is None:
-        return dev, (torch.bfloat16 if dev.type == "cuda" else torch.float32)
-    if isinstance(dtype, str):
-        named = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-                 "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
-                 "float64": torch.float64}
-        if dtype not in named:
-            raise ConfigError(f"dtype {dtype!r} is not known: use one of {sorted(named)}")
-        return dev, named[dtype]
-    return dev, dtype
+    return dev
+
+
+def resolve_precision(device_type: str, dtype: str | torch.dtype | None, autocast: str,
+                      lora: bool) -> tuple[torch.dtype, torch.dtype | None]:
+    """``(weight dtype, autocast dtype or None)``; a pure function of the arguments.
+
+    Default (``dtype=None, autocast="auto"``): CPU float32, no autocast. On CUDA under LoRA, bfloat16
+    base weights (PEFT keeps the trained adapters in float32); on CUDA for full fine-tuning, float32
+    weights with bfloat16 autocast, so small AdamW updates are not rounded away by bf16 weights.
+    An explicit ``dtype`` is used as given (native, no autocast unless ``autocast`` names a dtype).
+    """
+    if autocast not in AUTOCAST:
+        raise ConfigError(f"autocast {autocast!r} is not known: use one of {list(AUTOCAST)}")
+    weights = None if dtype is None else _named_dtype(dtype)
+    if autocast not in ("auto", "off"):
+        return weights or torch.float32, DTYPES[autocast]
+    if weights is not None or device_type != "cuda":
+        return weights or torch.float32, None
+    if lora:
+        return torch.bfloat16, None
+    return torch.float32, (torch.bfloat16 if autocast == "auto" else None)
 
 
 # ----------------------------------------------------------------------------- building
@@ -133,26 +168,59 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
-def _load_pretrained(name_or_path: str, dtype: torch.dtype) -> tuple[Any, Any]:
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached (offline mode, or no TCP connection within
+    ``timeout`` seconds), or None. Skipped (None) behind a proxy, which only a real request can test.
+
+    Without this check an unreachable hub costs ~25 s of retries before transformers gives up.
+    """
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    url = urlparse(endpoint)
+    try:
+        with socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)),
+                                      timeout=timeout):
+            return None
+    except OSError as err:
+        return f"{endpoint} is not reachable from this machine ({err})"
+
+
+def _from_pretrained(name_or_path: str, dtype: torch.dtype, local_only: bool) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    AutoConfig.from_pretrained(name_or_path, local_files_only=local_only)  # the cheapest file first
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_only)
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, local_files_only=local_only)
+    return model, tokenizer
+
+
+def _load_pretrained(name_or_path: str, dtype: torch.dtype) -> tuple[Any, Any]:
+    """A local directory, or a hub id: from the local cache when it is there, else downloaded."""
     builtins = ["builtin:" + n for n in BUILTINS]
     local = os.path.isdir(name_or_path)
     if not local and _looks_like_path(name_or_path):
         raise ConfigError(f"model directory {name_or_path!r} does not exist; pass a directory holding "
                           f"config.json, the tokenizer and the weights, a hub id, or one of {builtins}")
+    advice = (f"Pass a directory holding config.json, the tokenizer and the weights, a hub id on a machine "
+              f"that can reach the hub (or that has it in the Hugging Face cache), or one of {builtins}")
     try:
-        AutoConfig.from_pretrained(name_or_path)  # the cheapest file first: fail before the weights
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype)
+        return _from_pretrained(name_or_path, dtype, local_only=True)
     except (OSError, ValueError) as err:
-        where = ("the local directory" if local else
-                 "the Hugging Face hub (no such local directory, so it was taken as a hub id)")
-        raise ConfigError(
-            f"could not load model {name_or_path!r} from {where}: {str(err).strip().rstrip('.')}. Pass a "
-            f"directory holding config.json, the tokenizer and the weights, a hub id on a machine that can "
-            f"reach the hub, or one of {builtins}") from err
-    return model, tokenizer
+        if local:
+            raise ConfigError(f"could not load model {name_or_path!r} from the local directory: "
+                              f"{str(err).strip().rstrip('.')}. {advice}") from err
+    where = "the Hugging Face hub (no such local directory, so it was taken as a hub id)"
+    if (why := hub_unreachable()) is not None:
+        raise ConfigError(f"could not load model {name_or_path!r} from {where}: it is not in the local "
+                          f"cache and {why}. {advice}")
+    try:
+        return _from_pretrained(name_or_path, dtype, local_only=False)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"could not load model {name_or_path!r} from {where}: "
+                          f"{str(err).strip().rstrip('.')}. {advice}") from err
 
 
 def lora_targets(model: Any, train_attn: bool, train_mlp: bool, train_unembed: bool,
@@ -178,22 +246,26 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
                lora_dropout: float = 0.0, target_modules: Sequence[str] | None = None,
                train_attn: bool = True, train_mlp: bool = True, train_unembed: bool = True,
                dtype: str | torch.dtype | None = None, device: str | torch.device | None = None,
-               seed: int = 0) -> LoadedModel:
+               autocast: str = "auto", seed: int = 0) -> LoadedModel:
     """Load a model for training.
 
     ``name_or_path``: ``"builtin:tiny" | "builtin:mini" | "builtin:small"``, a local Hugging Face
     directory, or a hub id. ``lora_rank > 0`` wraps the model with PEFT LoRA (``lora_alpha``
     defaults to the rank, i.e. scale 1; the attention, MLP and unembedding projections train
     unless switched off or ``target_modules`` names others); ``lora_rank = 0`` trains every
-    weight. ``seed`` initialises the built-ins and the LoRA matrices.
+    weight. ``seed`` initialises the built-ins and the LoRA matrices. ``dtype``, ``device`` and
+    ``autocast`` ("auto", "off", "bfloat16", "float16"): see :func:`resolve_precision`; CPU and
+    float32 by default.
     """
-    if lora_rank < 0:
-        raise ConfigError(f"lora_rank={lora_rank} is negative: use 0 for full fine-tuning or a rank >= 1")
-    dev, dt = resolve_device_dtype(device, dtype)
+    if isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 0:
+        raise ConfigError(f"lora_rank={lora_rank!r} must be an integer: 0 for full fine-tuning or a rank >= 1")
+    dev = resolve_device(device)
+    dt, compute = resolve_precision(dev.type, dtype, autocast, lora=lora_rank > 0)
     args = dict(name_or_path=name_or_path, lora_rank=lora_rank, lora_alpha=lora_alpha,
                 lora_dropout=lora_dropout, target_modules=list(target_modules) if target_modules else None,
                 train_attn=train_attn, train_mlp=train_mlp, train_unembed=train_unembed,
-                dtype=str(dt).removeprefix("torch."), seed=seed)
+                dtype=str(dt).removeprefix("torch."),
+                autocast=None if compute is None else str(compute).removeprefix("torch."), seed=seed)
     if name_or_path.startswith("builtin:"):
         model, tokenizer = build_builtin(name_or_path.removeprefix("builtin:"), seed)
         model.config.name_or_path = name_or_path
@@ -216,7 +288,7 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
             model.peft_config["default"].base_model_name_or_path = name_or_path
         model.to(device=dev)
     model.train()
-    return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args)
+    return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args, compute)
 
 
 def parameter_count(model: Any) -> int:

@@ -130,7 +130,10 @@ def load_state(engine: Any, path: str | os.PathLike[str]) -> None:
     folder = snapshot_dir(path)
     meta = json.loads((folder / "meta.json").read_text())
     saved, mine = meta["load_args"], engine.loaded.load_args
-    differ = [f"{k}: saved {saved.get(k)!r}, this engine {mine.get(k)!r}" for k in MUST_MATCH
+    keys: tuple[str, ...] = MUST_MATCH
+    if str(saved.get("name_or_path")).startswith("builtin:") and saved.get("lora_rank"):
+        keys += ("seed",)  # the frozen base of a built-in is rebuilt from its seed; only adapters are saved
+    differ = [f"{k}: saved {saved.get(k)!r}, this engine {mine.get(k)!r}" for k in keys
               if saved.get(k) != mine.get(k)]
     if differ:
         raise ConfigError(f"the state at {str(folder)!r} was saved by a different model setup ({'; '.join(differ)}); "

@@ -57,6 +57,24 @@ class AdamParams:
                 raise ConfigError(f"AdamParams.{name}={value!r} must be a finite number in [{low}, {high})")
 
 
+def as_params(cls: Any, value: Any, what: str) -> Any:
+    """``value`` as a ``cls`` (``AdamParams``/``SamplingParams``): an instance, or a dict of its fields
+    (the JSON wire form); anything else, or an unknown field, raises ``ConfigError`` naming the fields."""
+    if isinstance(value, cls):
+        return value
+    fields = list(cls.__dataclass_fields__)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{what} must be a {cls.__name__} or a dict of its fields {fields}, "
+                          f"got {type(value).__name__}")
+    unknown = sorted(set(value) - set(fields))
+    if unknown:
+        raise ConfigError(f"{what} has unknown fields {unknown}; {cls.__name__} has {fields}")
+    try:
+        return cls(**value)
+    except TypeError as err:  # a required field is missing
+        raise ConfigError(f"{what}: {err}; {cls.__name__} has {fields}") from None
+
+
 @dataclass
 class ForwardBackwardOutput:
     """Per-datum outputs (``logprobs``, or ``values`` for a value loss) and ``name:reduction`` metrics."""
@@ -172,27 +190,31 @@ class TrainingEngine:
         attention = None if bool(mask.all()) else mask.to(self.device)
         return hidden_states(self.model, ids.to(self.device), attention)
 
-    def _scored_logprobs(self, item: Prepared, hidden_TH: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(index_P, logprobs_P[K])`` at the datum's scored positions, float32, differentiable."""
-        index = torch.from_numpy(np.flatnonzero(item.scored)).to(self.device)
+    def _logprobs_at(self, item: Prepared, hidden_TH: torch.Tensor, where: np.ndarray) -> torch.Tensor:
+        """``logprobs_P[K]`` of the datum's targets at the positions ``where`` is true, float32, differentiable."""
+        index = torch.from_numpy(np.flatnonzero(where)).to(self.device)
         targets = torch.from_numpy(item.targets).to(self.device)
         targets_PK = targets[index] if targets.dim() == 2 else targets[index][:, None]
         logp = select_logprobs(self.model, hidden_TH[index], targets_PK, chunk_size=self.logprob_chunk)
-        return index, (logp.squeeze(-1) if item.targets.ndim == 1 else logp)
+        return logp.squeeze(-1) if item.targets.ndim == 1 else logp
 
-    def _datum_loss(self, spec: LossSpec, config: dict[str, Any], item: Prepared,
-                    hidden_TH: torch.Tensor) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+    def _datum_loss(self, spec: LossSpec, config: dict[str, Any], item: Prepared, hidden_TH: torch.Tensor,
+                    every_position: bool) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        """The datum's summed loss over its scored positions, and its output (``logprobs`` or ``values``)
+        at the scored positions, or at every position when ``every_position`` (0 elsewhere)."""
+        where = np.ones(item.length, dtype=bool) if every_position else item.scored
         if spec.on_values:
-            index = torch.from_numpy(np.flatnonzero(item.scored)).to(self.device)
-            x = self.critic.head(hidden_TH[index].detach())
+            index = torch.from_numpy(np.flatnonzero(where)).to(self.device)
+            x_all = self.critic.head(hidden_TH[index].detach())
             name, shape = "values", (item.length,)
         else:
-            index, x = self._scored_logprobs(item, hidden_TH)
+            x_all = self._logprobs_at(item, hidden_TH, where)
             name, shape = "logprobs", item.targets.shape
+        x = x_all[torch.from_numpy(item.scored[where]).to(self.device)]
         inputs = {k: torch.from_numpy(v[item.scored]).to(self.device) for k, v in item.inputs.items()}
         loss = per_token_loss(spec, x.double(), inputs, config).sum()
         full = np.zeros(shape, dtype=np.float32)
-        full[item.scored] = x.detach().float().cpu().numpy()
+        full[where] = x_all.detach().float().cpu().numpy()
         return loss, {name: full}
 
     @contextlib.contextmanager
@@ -213,25 +235,31 @@ class TrainingEngine:
                               "engine.add_critic(learning_rate=...) first")
         items = prepare(data, spec, self.vocab_size, self.max_context)
         outputs: list[dict[str, np.ndarray]] = [{} for _ in items]
-        total, tokens = 0.0, 0
-        policy_grad = backward and not spec.on_values
+        total = 0.0
         with self._mode(backward):
             for batch in self._microbatches(items, lambda it: it.length):
-                with torch.set_grad_enabled(policy_grad):
-                    hidden = self._hidden(batch)
-                with torch.set_grad_enabled(backward):
-                    losses = []
-                    for b, item in enumerate(batch):
-                        loss, outputs[item.index] = self._datum_loss(spec, config, item, hidden[b, :item.length])
-                        losses.append(loss)
-                        tokens += int(item.scored.sum())
-                    loss_sum = torch.stack(losses).sum()
-                    _check_finite_loss(loss_sum, loss_fn, batch)
-                    if backward and loss_sum.requires_grad:
-                        loss_sum.backward()
-                total += float(loss_sum.detach())
+                total += self._run_batch(spec, config, batch, outputs, backward)
+        tokens = sum(int(it.scored.sum()) for it in items)
         metrics = {"loss:sum": total, "num_tokens:sum": float(tokens), "num_datums:sum": float(len(items))}
         return ForwardBackwardOutput(outputs, metrics)
+
+    def _run_batch(self, spec: LossSpec, config: dict[str, Any], batch: list[Prepared],
+                   outputs: list[dict[str, np.ndarray]], backward: bool) -> float:
+        """One micro-batch: forward (under the model's autocast), the summed loss, its backward."""
+        with self.loaded.precision():
+            with torch.set_grad_enabled(backward and not spec.on_values):  # a value loss trains the head only
+                hidden = self._hidden(batch)
+            with torch.set_grad_enabled(backward):
+                losses = []
+                for b, item in enumerate(batch):
+                    loss, outputs[item.index] = self._datum_loss(spec, config, item, hidden[b, :item.length],
+                                                                 every_position=not backward)
+                    losses.append(loss)
+                loss_sum = torch.stack(losses).sum()
+        _check_finite_loss(loss_sum, spec.name, batch)
+        if backward and loss_sum.requires_grad:
+            loss_sum.backward()
+        return float(loss_sum.detach())
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str,
                          loss_fn_config: Mapping[str, Any] | None = None) -> ForwardBackwardOutput:
@@ -240,18 +268,24 @@ class TrainingEngine:
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None) -> ForwardBackwardOutput:
-        """The same outputs and metrics as ``forward_backward``, without gradients (eval mode)."""
+        """The same loss and metrics as ``forward_backward``, without gradients (eval mode).
+
+        Unlike ``forward_backward``, which projects only the scored positions through the output
+        layer, ``forward`` returns the learner's log-probabilities at **every** position (weights 0
+        included), as Tinker's ``forward`` does: ``forward(data_with_zero_weights)`` gives the
+        log-probabilities a client-side custom loss needs.
+        """
         with torch.no_grad():
             return self._run(data, loss_fn, loss_fn_config, backward=False)
 
     # ------------------------------------------------------------------ optimizer
-    def optim_step(self, adam_params: AdamParams | None = None) -> OptimStepOutput:
+    def optim_step(self, adam_params: AdamParams | Mapping[str, Any] | None = None) -> OptimStepOutput:
         """One AdamW step on the accumulated gradients, then clear them. Returns the norm before clipping.
 
         A critic with accumulated gradients (from ``ppo_critic``) takes a step of its own optimizer.
         A non-finite gradient norm raises and clears the gradients without touching the weights.
         """
-        adam = adam_params or AdamParams()
+        adam = AdamParams() if adam_params is None else as_params(AdamParams, adam_params, "adam_params")
         params = list(self.named_params.values())
         for group in self.optimizer.param_groups:
             group.update(lr=adam.learning_rate, betas=(adam.beta1, adam.beta2), eps=adam.eps,
@@ -319,7 +353,7 @@ class TrainingEngine:
             return result
         inputs = torch.from_numpy(ids[:-1]).to(self.device)[None]
         targets = torch.from_numpy(ids[1:]).to(self.device)[:, None]
-        with self._mode(False), self._policy(reference) as model:
+        with self._mode(False), self._policy(reference) as model, self.loaded.precision():
             hidden = hidden_states(model, inputs)[0]
             logp = select_logprobs(model, hidden, targets, chunk_size=self.logprob_chunk)
             result["logprobs"] += logp.squeeze(-1).tolist()
@@ -359,18 +393,19 @@ class TrainingEngine:
                 for n, p in self.named_params.items():
                     p.copy_(current[n])
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int = 1, sampling_params: Any = None, *,
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any, *,
                version: int | None = None) -> list[Any]:
         """Sample continuations (KV cache, batched). One prompt -> a list of ``SampledSequence``;
-        a list of prompts -> one such list per prompt. ``version`` picks saved sampler weights."""
+        a list of prompts -> one such list per prompt. ``sampling_params`` is a ``SamplingParams`` or a
+        dict of its fields (``max_tokens`` has no default on purpose). ``version`` picks saved sampler weights."""
         from whileai.engine.sampling import SamplingParams, sample
 
+        sampling_params = as_params(SamplingParams, sampling_params, "sampling_params")
         single = len(prompt_tokens) > 0 and isinstance(prompt_tokens[0], (int, np.integer))
         prompts = [prompt_tokens] if single else prompt_tokens
-        params = sampling_params if sampling_params is not None else SamplingParams(max_tokens=16)
-        with self.weights(version):
-            out = sample(self.model, prompts, num_samples, params, eos_token_id=self.tokenizer.eos_token_id,
-                         max_context=self.max_context)
+        with self.weights(version), self.loaded.precision():
+            out = sample(self.model, prompts, num_samples, sampling_params,
+                         eos_token_id=self.tokenizer.eos_token_id, max_context=self.max_context)
         return out[0] if single else out
 
     # ------------------------------------------------------------------ critic
@@ -434,19 +469,14 @@ class TrainingEngine:
         if isinstance(rows, Mapping) or not rows:
             raise BatchError("rows must be a non-empty list of trajectory dicts")
         trajectories = [self._trajectory(i, r) for i, r in enumerate(rows)]
-        logps: list[Any] = [None] * len(trajectories)
-        hiddens: list[Any] = [None] * len(trajectories)
-        with self._mode(True):
-            for batch in self._microbatches(list(enumerate(trajectories)), lambda e: e[1].item.length):
-                hidden = self._hidden([t.item for _, t in batch])
-                for b, (i, t) in enumerate(batch):
-                    hiddens[i] = hidden[b, :t.item.length]
-                    logps[i] = self._scored_logprobs(t.item, hiddens[i])[1]
-            self._fill_required(method, trajectories, hiddens)
-            method_rows = [{**t.row, "logprobs": lp.detach().double().cpu().tolist()}
-                           for t, lp in zip(trajectories, logps)]
-            update = method.update(method_rows)
-            loss = self._kernel(update.coefficients, logps)
+        with self._mode(True):  # the backward replays checkpointed chunks: keep train mode (dropout) for it
+            with self.loaded.precision():
+                logps, hiddens = self._forward_rows(trajectories)
+                self._fill_required(method, trajectories, hiddens)
+                method_rows = [{**t.row, "logprobs": lp.detach().double().cpu().tolist()}
+                               for t, lp in zip(trajectories, logps)]
+                update = method.update(method_rows)
+                loss = self._kernel(update.coefficients, logps)
             loss.backward()
         metrics = {"loss:sum": float(loss.detach()),
                    "num_tokens:sum": float(sum(int(t.item.scored.sum()) for t in trajectories))}
@@ -456,6 +486,18 @@ class TrainingEngine:
         if adam_params is not None:
             out.optim = self.optim_step(adam_params)
         return out
+
+    def _forward_rows(self, trajectories: list[_Trajectory]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The one forward with gradients: per row, its log-probabilities at the scored positions and
+        its last hidden states."""
+        logps: list[Any] = [None] * len(trajectories)
+        hiddens: list[Any] = [None] * len(trajectories)
+        for batch in self._microbatches(list(enumerate(trajectories)), lambda e: e[1].item.length):
+            hidden = self._hidden([t.item for _, t in batch])
+            for b, (i, t) in enumerate(batch):
+                hiddens[i] = hidden[b, :t.item.length]
+                logps[i] = self._logprobs_at(t.item, hiddens[i], t.item.scored)
+        return logps, hiddens
 
     def _kernel(self, coefficients: Sequence[Any], logps: Sequence[Any]) -> torch.Tensor:
         if len(coefficients) != len(logps):

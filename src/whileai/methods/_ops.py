@@ -76,10 +76,14 @@ def unclipped_is_min(ratio_N: np.ndarray, advantage_N: np.ndarray, low: np.ndarr
                      high: np.ndarray | float) -> np.ndarray:
     """True where min(rho*A, clip(rho, low, high)*A) takes the unclipped branch (ties count as unclipped).
 
+    For A > 0 that is rho <= high, for A < 0 rho >= low, and always for A = 0 (both branches are 0).
     There the surrogate's gradient with respect to log pi is rho*A; elsewhere the clipped branch is a
-    constant in theta and the token carries 0.
+    constant in theta and the token carries 0. ``advantage_N`` may be the advantages or anything with
+    their signs.
     """
-    return ratio_N * advantage_N <= np.clip(ratio_N, low, high) * advantage_N
+    clipped_N = (advantage_N > 0) & (ratio_N > high)
+    clipped_N |= (advantage_N < 0) & (ratio_N < low)
+    return ~clipped_N
 
 
 # --------------------------------------------------------------------- the GAE scan
@@ -109,7 +113,8 @@ SCAN_CHUNK = 16
 def scan_padded(delta_M: np.ndarray, lengths_B: np.ndarray, decay_B: np.ndarray) -> np.ndarray:
     """The scan on a (B, C, K) right-aligned, zero-padded layout: K-token chunks in one batched matmul
     with the matrix of decay powers (decay^(j-k), j >= k; never a negative power, so no overflow),
-    then C sequential steps carrying each chunk's first value into the chunk before it."""
+    then C sequential (B,)-sized steps for the chunks' first values, and one pass carrying each into
+    the chunk before it."""
     count, k = len(lengths_B), SCAN_CHUNK
     chunks = -(-int(lengths_B.max()) // k)
     width = chunks * k
@@ -125,10 +130,15 @@ def scan_padded(delta_M: np.ndarray, lengths_B: np.ndarray, decay_B: np.ndarray)
     powers = decay_B.astype(np.float64)[:, None] ** j[None, :]  # (B, K + 1): decay^0 .. decay^K
     gap = j[:k, None] - j[None, :k]  # source j minus target k
     within = powers[:, np.maximum(gap, 0)] * (gap >= 0)  # (B, K, K)
-    out = np.matmul(grid, within)
-    carry = powers[:, k - j[:k]]  # (B, K): decay^(K - k)
+    out = np.matmul(grid, within)  # each chunk's scan as if nothing followed it
+    # the true value at each chunk's first token: first_c += decay^K first_{c+1}, one (B,) step per chunk
+    first = np.ascontiguousarray(out[:, :, 0].T)  # (C, B)
+    step = powers[:, k]
     for c in range(chunks - 2, -1, -1):
-        out[:, c, :] += carry * out[:, c + 1, :1]
+        first[c] += step * first[c + 1]
+    # every token then gets decay^(K - k) times the true first value of the chunk after it
+    carry = powers[:, k - j[:k]]  # (B, K): decay^(K - k)
+    out[:, :-1, :] += carry[:, None, :] * first[1:].T[:, :, None]
     return out.reshape(-1) if where is None else out.reshape(count, width)[where]
 
 

@@ -115,8 +115,9 @@ class Update:
         out: dict[str, Any] = {
             "method": self.method,
             "admitted": [bool(a) for a in self.admitted],
-            "coefficients": [c.tolist() for c in self.coefficients],
-            "advantages": [a.tolist() for a in self.advantages],
+            # + 0.0 turns a -0.0 (a negative advantage times a zero mask) into 0.0 for readers of the JSON
+            "coefficients": [(c + 0.0).tolist() for c in self.coefficients],
+            "advantages": [(a + 0.0).tolist() for a in self.advantages],
             "stats": {k: float(v) for k, v in self.stats.items()},
             "notes": list(self.notes),
         }

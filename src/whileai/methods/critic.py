@@ -35,16 +35,12 @@ VALUES_WHY = "the critic's prediction at every token is the baseline the advanta
 
 def _stats(batch: Batch, admitted_B: np.ndarray, ratio_N: np.ndarray, advantage_N: np.ndarray,
            values_N: np.ndarray) -> dict[str, float]:
-    mask_N = batch.action_mask_N
-    counted_N = mask_N & batch.spread(admitted_B)
-    if not counted_N.any():
-        counted_N = mask_N
     return {
         "batch_mean_reward": float(batch.rewards_B.mean()),
         "admitted_share": float(admitted_B.mean()),
-        "mean_ratio": float(ratio_N[counted_N].mean()),
-        "mean_value": float(values_N[mask_N].mean()),
-        "mean_advantage": float(advantage_N[mask_N].mean()),
+        "mean_ratio": batch.action_mean(ratio_N, admitted_B if admitted_B.any() else None),
+        "mean_value": batch.action_mean(values_N),
+        "mean_advantage": batch.action_mean(advantage_N),
     }
 
 
@@ -92,12 +88,15 @@ class SAO(Method):
         advantage_N = gae_advantages(batch, values_N, self.gae_alpha)
         ratio_N = batch.ratio_N
         low, high = self.ratio
-        inside_N = mask_N & (ratio_N > low) & (ratio_N < high)
-        coefficients_N = np.where(inside_N, ratio_N * advantage_N / mask_N.sum(), 0.0)
-        admitted_B = batch.per_row_sum(inside_N.astype(np.int64)) > 0
+        inside_N = (ratio_N > low) & (ratio_N < high)
+        inside_N &= mask_N
+        coefficients_N = np.multiply(ratio_N, advantage_N)  # advantage_N is 0 off action tokens
+        coefficients_N *= inside_N
+        coefficients_N /= batch.action_count
+        admitted_B = batch.per_row_sum(inside_N) > 0
         stats = _stats(batch, admitted_B, ratio_N, advantage_N, values_N)
         outside_N = mask_N & ~inside_N
-        stats["masked_token_share"] = float(outside_N.sum() / mask_N.sum())
+        stats["masked_token_share"] = float(np.count_nonzero(outside_N) / batch.action_count)
         return Update(self.name, batch.split(coefficients_N), batch.split(advantage_N), admitted_B, stats,
                       self._notes(batch, outside_N, admitted_B), _value_targets(batch))
 
@@ -186,11 +185,13 @@ class BPCO(Method):
             low_N, high_N = 1.0 - self.clip / mu_N, 1.0 + self.clip / mu_N
         unclipped_N = unclipped_is_min(ratio_N, advantage_N, low_N, high_N)
         kept_N = mask_N & unclipped_N
-        coefficients_N = np.where(kept_N, ratio_N * advantage_N / batch.size, 0.0)
-        admitted_B = batch.per_row_sum(kept_N.astype(np.int64)) > 0
+        coefficients_N = np.multiply(ratio_N, advantage_N)  # advantage_N is 0 off action tokens
+        coefficients_N *= kept_N
+        coefficients_N /= batch.size
+        admitted_B = batch.per_row_sum(kept_N) > 0
         clipped_N = mask_N & ~unclipped_N
         stats = _stats(batch, admitted_B, ratio_N, advantage_N, values_N)
-        stats["clipped_token_share"] = float(clipped_N.sum() / mask_N.sum())
+        stats["clipped_token_share"] = float(np.count_nonzero(clipped_N) / batch.action_count)
         notes = self._clip_notes(batch, clipped_N, admitted_B, low_N, high_N) + self._reward_notes(batch)
         return Update(self.name, batch.split(coefficients_N), batch.split(advantage_N), admitted_B, stats, notes,
                       _value_targets(batch))

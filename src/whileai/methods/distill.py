@@ -43,10 +43,19 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from whileai.errors import BatchError, ConfigError
+from whileai.errors import ConfigError
 from whileai.methods.base import Method, Update, knob
 from whileai.methods.supervised import mean_ratio
-from whileai.rows.batch import Batch
+from whileai.rows.batch import TOPK_FIELDS, Batch
+
+# What the top-k form reads from every row, each of shape (tokens, K) (validated by the batch contract).
+TOPK_NEEDS: dict[str, str] = {
+    "teacher_topk_tokens": "the top-k form trains on the teacher's top-k token ids (or drop every top-k field to "
+                           "use the sampled-token form with 'teacher_logprobs')",
+    "teacher_topk_logprobs": "the teacher's log-probability of each of its top-k tokens",
+    "topk_logprobs": "the student's log-probability of each of the teacher's top-k tokens (or drop every top-k "
+                     "field to use the sampled-token form with 'teacher_logprobs')",
+}
 
 
 # --------------------------------------------------------------------- the teacher endpoint
@@ -139,33 +148,6 @@ def keep_top(teacher_NK: np.ndarray, top_k: int) -> np.ndarray:
     return keep
 
 
-def student_topk(batch: Batch, method: str) -> np.ndarray:
-    """The rows' ``topk_logprobs`` as one (N, K) array, validated against the teacher's top-k."""
-    teacher = batch.topk_fields["teacher_topk_logprobs"]
-    parts = []
-    for i, row in enumerate(batch.rows):
-        n = int(batch.lengths_B[i])
-        if "topk_logprobs" not in row:
-            raise BatchError(f"row {i}: field 'topk_logprobs' is missing; {method}'s top-k form needs the student's "
-                             "log-probability of each of the teacher's top-k tokens, shape (tokens, K). Add it, or "
-                             "drop the top-k fields to use the sampled-token form with 'teacher_logprobs'.")
-        try:
-            arr = np.asarray(row["topk_logprobs"], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise BatchError(f"row {i}: field 'topk_logprobs' must be {n} lists of K numbers.") from None
-        if arr.shape != (n, teacher.shape[1]):
-            raise BatchError(f"row {i}: field 'topk_logprobs' has shape {arr.shape}; it must match "
-                             f"'teacher_topk_logprobs', ({n}, {teacher.shape[1]}).")
-        if not np.isfinite(arr).all() or (arr > 0).any():
-            raise BatchError(f"row {i}: field 'topk_logprobs' holds a non-finite value or one above 0; each entry "
-                             "is a log-probability (finite, <= 0).")
-        parts.append(arr)
-    if (teacher > 0).any():
-        first = int(batch.row_index_N[np.flatnonzero((teacher > 0).any(axis=1))[0]])
-        raise BatchError(f"row {first}: field 'teacher_topk_logprobs' holds a value above 0; pass log-probabilities.")
-    return np.concatenate(parts)
-
-
 # --------------------------------------------------------------------- the shared update
 @dataclass(frozen=True)
 class _Distill(Method):
@@ -177,9 +159,10 @@ class _Distill(Method):
         stats = {"batch_mean_reward": float(batch.rewards_B.mean()), "admitted_share": 1.0,
                  "mean_ratio": mean_ratio(batch, admitted_B)}
         if "teacher_logprobs" in batch.token_fields:
-            gap_N = np.where(mask, batch.token_fields["teacher_logprobs"] - batch.logprobs_N, 0.0)
-            stats["mean_teacher_gap"] = float(gap_N.sum() / mask.sum())
-        if batch.has("teacher_topk_logprobs") and batch.has("teacher_topk_tokens"):
+            gap_N = np.subtract(batch.token_fields["teacher_logprobs"], batch.logprobs_N)
+            gap_N *= batch.action_weight_N
+            stats["mean_teacher_gap"] = float(gap_N.sum() / batch.action_count)
+        if any(batch.has(name) for name in TOPK_FIELDS):
             return self._topk_update(batch, admitted_B, stats)
         batch.require("teacher_logprobs", self.name, "the teacher's log-probability of each sampled token (or "
                       "give teacher_topk_tokens, teacher_topk_logprobs and topk_logprobs)")
@@ -192,8 +175,10 @@ class _Distill(Method):
         return Update(self.name, batch.split(coefficients_N), batch.split(gap_N), admitted_B, stats, notes)
 
     def _topk_update(self, batch: Batch, admitted_B: np.ndarray, stats: dict[str, float]) -> Update:
+        for name, why in TOPK_NEEDS.items():
+            batch.require(name, self.name, why)
         teacher_NK = batch.topk_fields["teacher_topk_logprobs"]
-        student_NK = student_topk(batch, self.name)
+        student_NK = batch.topk_fields["topk_logprobs"]
         keep_NK = keep_top(teacher_NK, self._top_k) & batch.action_mask_N[:, None]
         coefficients_NK, divergence_N = topk_coefficients(self._divergence, student_NK, teacher_NK, keep_NK)
         stats["mean_divergence"] = float(divergence_N[batch.action_mask_N].mean())

@@ -25,13 +25,22 @@ def bernoulli_kl(behavior_logprobs: np.ndarray, logprobs: np.ndarray) -> np.ndar
     """KL(Bernoulli(p) || Bernoulli(q)) per token, p = exp(behavior), q = exp(logprobs); always finite.
 
     The "this token versus everything else" divergence: it needs only the one probability each side
-    gave the sampled token. log(1 - x) is floored at log(1e-30) so a token with probability 1 under
-    the trained policy gives a large finite KL, not inf.
+    gave the sampled token. Written as ``p (log p - log q) + (1 - p) log((1 - p) / (1 - q))`` with
+    ``1 - x = -expm1(log x)``; each ``1 - x`` is floored at 1e-30, so a token with probability 1 under
+    the trained policy gives a large finite KL, not inf. Three transcendental calls per token, in place.
     """
-    p = np.exp(behavior_logprobs)
-    log1m_p = np.log(np.maximum(-np.expm1(behavior_logprobs), 1e-30))
-    log1m_q = np.log(np.maximum(-np.expm1(logprobs), 1e-30))
-    return p * (behavior_logprobs - logprobs) + (1.0 - p) * (log1m_p - log1m_q)
+    one_minus_p = np.negative(np.expm1(behavior_logprobs))
+    p = np.subtract(1.0, one_minus_p)
+    kl = np.subtract(behavior_logprobs, logprobs)
+    kl *= p
+    one_minus_q = np.expm1(logprobs, out=p)
+    np.negative(one_minus_q, out=one_minus_q)
+    np.maximum(one_minus_q, 1e-30, out=one_minus_q)
+    np.maximum(one_minus_p, 1e-30, out=one_minus_p)
+    tail = np.log(np.divide(one_minus_p, one_minus_q, out=one_minus_q), out=one_minus_q)
+    tail *= one_minus_p
+    kl += tail
+    return kl
 
 
 @dataclass(frozen=True)
@@ -46,28 +55,30 @@ class FlashReinforce(Method):
     max_tokens: int = knob("flash_reinforce", "max_tokens")
 
     def _update(self, batch: Batch) -> Update:
-        mask = batch.action_mask_N
         tokens_B = batch.action_tokens_B
         advantage_B = batch.rewards_B - batch.rewards_B.mean()
-        kl_N = bernoulli_kl(batch.behavior_logprobs_N, batch.logprobs_N) * mask
+        kl_N = bernoulli_kl(batch.behavior_logprobs_N, batch.logprobs_N)
+        kl_N *= batch.action_weight_N
         mean_kl_B = batch.per_row_sum(kl_N) / tokens_B
         admitted_B = mean_kl_B <= self.trust
         ratio_N = batch.ratio_N
         scale_B = np.where(admitted_B, advantage_B / (tokens_B * batch.size), 0.0)
-        coefficients_N = batch.spread(scale_B) * ratio_N * mask
-        admitted_tokens = mask & batch.spread(admitted_B)
-        counted = admitted_tokens if admitted_tokens.any() else mask
+        coefficients_N = batch.spread(scale_B)
+        coefficients_N *= ratio_N
+        coefficients_N *= batch.action_weight_N
         stats = {
             "batch_mean_reward": float(batch.rewards_B.mean()),
             "admitted_share": float(admitted_B.mean()),
             "mean_sequence_kl": float(mean_kl_B.mean()),
             "max_sequence_kl": float(mean_kl_B.max()),
-            "mean_ratio": float(ratio_N[counted].mean()),
+            "mean_ratio": batch.action_mean(ratio_N, admitted_B if admitted_B.any() else None),
         }
+        advantage_N = batch.spread(advantage_B)
+        advantage_N *= batch.action_weight_N
         return Update(
             method=self.name,
             coefficients=batch.split(coefficients_N),
-            advantages=batch.split(batch.spread(advantage_B) * mask),
+            advantages=batch.split(advantage_N),
             admitted=admitted_B,
             stats=stats,
             notes=self._notes(batch, mean_kl_B, admitted_B),

@@ -50,24 +50,26 @@ class Surrogate:
 def clipped_surrogate(batch: Batch, advantage_B: np.ndarray, weight_B: np.ndarray, admitted_B: np.ndarray,
                       clip: float) -> Surrogate:
     """c = w_i rho A_i where PPO's unclipped branch is the minimum, else 0; 0 off action tokens and off admitted rows."""
-    mask_N = batch.action_mask_N
-    ratio_N = batch.ratio_N
-    advantage_N = batch.spread(advantage_B)
-    unclipped_N = unclipped_is_min(ratio_N, advantage_N, 1.0 - clip, 1.0 + clip)
-    live_N = mask_N & batch.spread(admitted_B)
-    coefficients_N = np.where(live_N & unclipped_N, batch.spread(weight_B) * ratio_N * advantage_N, 0.0)
-    return Surrogate(coefficients_N, advantage_N * mask_N, live_N & ~unclipped_N)
+    live_B = admitted_B & (advantage_B != 0)
+    # per row, A_i's sign says which side of the band clips: above 1 + clip for A > 0, below 1 - clip for A < 0
+    sign_N = batch.spread(np.where(live_B, np.sign(advantage_B), 0.0).astype(np.int8))
+    clipped_N = ~unclipped_is_min(batch.ratio_N, sign_N, 1.0 - clip, 1.0 + clip)
+    clipped_N &= batch.action_mask_N
+    coefficients_N = batch.spread(np.where(live_B, weight_B * advantage_B, 0.0))
+    coefficients_N *= batch.ratio_N
+    coefficients_N *= batch.action_weight_N
+    coefficients_N[clipped_N] = 0.0
+    advantages_N = batch.spread(advantage_B)
+    advantages_N *= batch.action_weight_N
+    return Surrogate(coefficients_N, advantages_N, clipped_N)
 
 
 def base_stats(batch: Batch, admitted_B: np.ndarray) -> dict[str, float]:
     """batch_mean_reward, admitted_share and mean_ratio (over the admitted trajectories' action tokens)."""
-    counted_N = batch.action_mask_N & batch.spread(admitted_B)
-    if not counted_N.any():
-        counted_N = batch.action_mask_N
     return {
         "batch_mean_reward": float(batch.rewards_B.mean()),
         "admitted_share": float(admitted_B.mean()),
-        "mean_ratio": float(batch.ratio_N[counted_N].mean()),
+        "mean_ratio": batch.action_mean(batch.ratio_N, admitted_B if admitted_B.any() else None),
     }
 
 
@@ -408,7 +410,8 @@ class RAE(Method):
         if new_agents:
             named = key_list(new_agents) if new_agents != [None] else "(the one shared agent)"
             notes.append(f"{plural(len(new_agents), 'agent')} {named} had no baseline yet, so it started at 0 and "
-                         "the first rows' advantages are their raw rewards: load_state_dict() a saved state to carry "
-                         "baselines across runs, or lower decay so the baseline catches up faster")
+                         "the first rows' advantages are their raw rewards: carry baselines across runs with "
+                         "`wai update --state FILE` or state_dict() / load_state_dict(), or lower decay so the "
+                         "baseline catches up faster")
         return Update(self.name, batch.split(surrogate.coefficients_N), batch.split(surrogate.advantages_N),
                       admitted_B, stats, notes)

@@ -49,7 +49,8 @@ def _is_number(x: Any) -> bool:
 def number(low: float | None = None, high: float | None = None, *, open_low: bool = False,
            open_high: bool = False) -> Check:
     """A finite float inside [low, high] (ends open where asked)."""
-    lo_br, hi_br = ("(" if open_low else "["), (")" if open_high else "]")
+    lo_br = "(" if open_low or low is None else "["
+    hi_br = ")" if open_high or high is None else "]"
     text = f"a finite number in {lo_br}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_br}"
 
     def check(x: Any) -> str | None:
@@ -87,7 +88,9 @@ def one_of(*choices: Any) -> Check:
 
 def interval(low: float | None = None, high: float | None = None) -> Check:
     """A pair (a, b) of finite numbers with a < b, both inside [low, high]."""
-    text = f"a pair (low, high) of finite numbers with low < high, inside [{low}, {high}]"
+    lo_br, hi_br = ("(" if low is None else "["), (")" if high is None else "]")
+    text = (f"a pair (low, high) of finite numbers with low < high, inside "
+            f"{lo_br}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_br}")
 
     def check(x: Any) -> str | None:
         if not isinstance(x, tuple) or len(x) != 2 or not all(_is_number(v) for v in x):

@@ -35,7 +35,7 @@ import numpy as np
 
 from whileai.errors import BatchError
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
-from whileai.methods.grouped import clipped_surrogate
+from whileai.methods.grouped import ONE_ROLLOUT_FIX, clipped_surrogate
 from whileai.methods.supervised import mean_ratio
 from whileai.rows.batch import Batch, as_batch
 
@@ -279,7 +279,13 @@ class ReinforceAda(Method):
             notes.append(f"{plural(left.size, 'trajectory', 'trajectories')} {trajectory_list(left)} not kept in their "
                          f"prompt's group of {self.group_size}, c = 0 (they still set the baseline); raise group_size "
                          "to train on more of them")
-        flat = [task for task, rows in groups_of(batch, self.name).items() if np.ptp(batch.rewards_B[rows]) == 0]
+        groups = groups_of(batch, self.name)
+        single = [task for task, rows in groups.items() if len(rows) == 1]
+        if single:
+            notes.append(f"{plural(len(single), 'prompt')} ({', '.join(repr(t) for t in single[:8])}) "
+                         f"{'has' if len(single) == 1 else 'have'} a single rollout, so A = 0 there; "
+                         f"{ONE_ROLLOUT_FIX}")
+        flat = [task for task, rows in groups.items() if len(rows) > 1 and np.ptp(batch.rewards_B[rows]) == 0]
         if flat:
             notes.append(f"{plural(len(flat), 'prompt')} ({', '.join(repr(t) for t in flat[:8])}) ended unanimous, "
                          "advantage 0: sampling stopped before they mixed passes and fails; follow plan(rows) until "

@@ -53,9 +53,7 @@ def mean_ratio(batch: Batch, admitted_B: np.ndarray) -> float:
     """Mean rho over the admitted trajectories' action tokens (all action tokens when none is admitted)."""
     if "behavior_logprobs" not in batch.token_fields:
         return 1.0  # every row on-policy: rho = 1 on every token
-    tokens = batch.action_mask_N & batch.spread(admitted_B)
-    counted = tokens if tokens.any() else batch.action_mask_N
-    return float(np.exp(batch.logprobs_N[counted] - batch.behavior_logprobs_N[counted]).mean())
+    return batch.action_mean(batch.ratio_N, admitted_B if admitted_B.any() else None)
 
 
 @dataclass(frozen=True)
@@ -152,22 +150,22 @@ class SFT(Method):
     normalize: str = knob("sft", "normalize")
 
     def _update(self, batch: Batch) -> Update:
-        mask = batch.action_mask_N
         if self.normalize == "token_mean":
             scale_B = np.full(batch.size, 1.0 / batch.action_tokens_B.sum())
         elif self.normalize == "sequence_mean":
             scale_B = 1.0 / (batch.action_tokens_B * batch.size)
         else:
             scale_B = np.ones(batch.size)
-        coefficients_N = batch.spread(scale_B) * mask
+        coefficients_N = batch.spread(scale_B)
+        coefficients_N *= batch.action_weight_N
         admitted_B = np.ones(batch.size, dtype=bool)
         stats = {
             "batch_mean_reward": float(batch.rewards_B.mean()),
             "admitted_share": 1.0,
             "mean_ratio": mean_ratio(batch, admitted_B),
-            "action_tokens": float(mask.sum()),
+            "action_tokens": float(batch.action_count),
         }
-        return Update(self.name, batch.split(coefficients_N), batch.split(mask.astype(np.float64)),
+        return Update(self.name, batch.split(coefficients_N), batch.split(batch.action_weight_N.copy()),
                       admitted_B, stats, self._notes(batch))
 
     def _notes(self, batch: Batch) -> list[str]:

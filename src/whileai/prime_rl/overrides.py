@@ -13,7 +13,7 @@ from urllib.parse import urlparse
 
 from whileai.errors import ConfigError
 from whileai.prime_rl import schema
-from whileai.prime_rl.plan import Context, Plan, group_size, has, put
+from whileai.prime_rl.plan import Context, Plan, group_size, put
 from whileai.prime_rl.schema import PINNED_SHORT, SOURCE
 
 # Short override names accepted besides dotted prime-rl keys.
@@ -129,12 +129,23 @@ def _lora(config: dict[str, Any], value: Any, written: dict[str, tuple[Any, str]
 
 # ----------------------------------------------------------------- the last pass: batch, renderer, cross-checks
 def finish(config: dict[str, Any], ctx: Context, plan: Plan) -> None:
+    _knob_values(plan)
     _batch(config, plan)
     _renderer(config, ctx, plan)
     _seq_len(config, plan)
+    _no_lag(config, plan)
     found = _cross_check(config) + schema.problems(config)
     if found:
         raise ConfigError("prime_rl_config: the config would not validate: " + "; ".join(found))
+
+
+def _knob_values(plan: Plan) -> None:
+    """A knob value prime-rl's key does not take (temperature 3.0 > 2.0) is named by its knob."""
+    for path, (value, tag) in plan.keys.items():
+        why = schema.type_problem(schema.KEYS[path], value)
+        if why is not None and path not in plan.overridden:
+            raise ConfigError(f"prime_rl_config: {tag}={value!r} cannot be written: it goes to {path}, which "
+                              f"at {PINNED_SHORT} {why}; set {tag} within that range")
 
 
 def _batch(config: dict[str, Any], plan: Plan) -> None:
@@ -183,6 +194,14 @@ def _seq_len(config: dict[str, Any], plan: Plan) -> None:
                              "or lower max_tokens on the method.")
 
 
+def _no_lag(config: dict[str, Any], plan: Plan) -> None:
+    if schema.get(config, "orchestrator.max_off_policy_steps") == 0:
+        plan.warnings.append("max_off_policy_steps = 0 while prime-rl always samples one step ahead (TARGET_LAG = 1, "
+                             "prime_rl/orchestrator/orchestrator.py): rollouts one version old may all be dropped, and "
+                             "whether such a run trains or starves is untested; a bound of 1 or more covers the "
+                             "fixed lag.")
+
+
 def _cross_check(config: dict[str, Any]) -> list[str]:
     """prime-rl's own cross-field rules (reference section 5) that a writer can see before launch."""
     found = []
@@ -195,7 +214,7 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
         if isinstance(value, int) and value < k:
             found.append(f"orchestrator.concurrency.{name}={value} must be >= group_size={k}")
     broadcast = schema.get(config, "weight_broadcast.type")
-    if has(config, "trainer.model.lora") and broadcast in ("nccl", "nixl"):
+    if schema.get(config, "trainer.model.lora") is not None and broadcast in ("nccl", "nixl"):
         found.append(f"LoRA needs the filesystem weight broadcast, not weight_broadcast.type={broadcast!r}")
     if schema.get(config, "monitors.wandb.offline") is True:
         found.append("monitors.wandb.offline = true is rejected at the shared level")

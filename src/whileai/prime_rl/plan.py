@@ -63,13 +63,6 @@ def put(config: dict[str, Any], path: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def has(config: dict[str, Any], path: str) -> bool:
-    return schema.get(config, path, _MISSING) is not _MISSING
-
-
-_MISSING = object()
-
-
 # ----------------------------------------------------------------- the result object
 @dataclass
 class PrimeRLConfig:
@@ -96,32 +89,32 @@ class PrimeRLConfig:
     @property
     def command(self) -> str:
         """The launch line (the file name is ``rl.toml`` until ``write`` names it)."""
-        return f"uv run rl @ {shlex.quote(str(self.path or 'rl.toml'))}"
+        return _launch(self.path)
 
     @property
     def toml(self) -> str:
-        return self._header() + tomli_w.dumps(self.config)
+        return self._render(self.path)
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        """Write ``toml`` to ``path`` atomically (a temporary file in the same folder, then a rename)."""
-        target, previous = Path(path), self.path
-        self.path = target  # the launch line in the header names the file
-        text = self.toml
+        """Write the TOML to ``path`` atomically (a temporary file in the same folder, then a rename).
+
+        The file is readable by all (0644), like any config; ``path`` and ``command`` name it once written.
+        """
+        target = Path(path)
+        text = self._render(target)  # the header's launch line names the file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-            try:
-                with os.fdopen(handle, "w", encoding="utf-8") as out:
-                    out.write(text)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(temporary, target)
-            except BaseException:
-                Path(temporary).unlink(missing_ok=True)
-                raise
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(temporary, 0o644)
+            os.replace(temporary, target)
         except BaseException:
-            self.path = previous
+            Path(temporary).unlink(missing_ok=True)
             raise
+        self.path = target
         return target
 
     def to_dict(self) -> dict[str, Any]:
@@ -132,14 +125,19 @@ class PrimeRLConfig:
 
     def __str__(self) -> str:
         head = f"prime-rl config ({PINNED_SHORT}): {self.algorithm}, from {self.method!r}"
-        return "\n".join([head, *self._notes()])
+        return "\n".join([head, *self._notes(self.path)])
 
-    def _notes(self) -> list[str]:
-        return [f"launch: {self.command}", *(f"ignored {tag}: {why}" for tag, why in self.ignored.items()),
+    def _notes(self, path: Path | None) -> list[str]:
+        return [f"launch: {_launch(path)}", *(f"ignored {tag}: {why}" for tag, why in self.ignored.items()),
                 *(f"warning: {text}" for text in self.warnings)]
 
-    def _header(self) -> str:
+    def _render(self, path: Path | None) -> str:
+        """The TOML text: a comment header (pin, method, launch line, ignored, warnings), then the config."""
         lines = [f"written by whileai prime_rl_config for {PINNED['repo']} {PINNED['tag']} ({PINNED['commit']})",
-                 f"method: {self.method!r}", *self._notes()]
+                 f"method: {self.method!r}", *self._notes(path)]
         wrapped = [textwrap.fill(line, 108, initial_indent="# ", subsequent_indent="#   ") for line in lines]
-        return "\n".join(wrapped) + "\n\n"
+        return "\n".join(wrapped) + "\n\n" + tomli_w.dumps(self.config)
+
+
+def _launch(path: Path | None) -> str:
+    return f"uv run rl @ {shlex.quote(str(path or 'rl.toml'))}"

@@ -30,9 +30,13 @@ def _label(method: Any) -> str:
 
 
 # --------------------------------------------------------------------- whole methods
-def flash_reinforce(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
+CRITIC = ("needs a value model (a critic for GAE advantages), and prime-rl only ever hosts the trainable policy "
+          "(prime_rl/configs/algorithm.py, FrozenModelConfig); it has no value network, no GAE, no PPO ratio clip "
+          "and one optimizer step per batch (prime_rl/trainer/rl/train.py)")
+
+# registry name -> (what it needs and prime-rl lacks, the nearest thing prime-rl has, what to do instead)
+WHOLE_METHODS: dict[str, tuple[str, str, str]] = {
+    "flash_reinforce": (
         "needs a baseline from the whole batch's mean reward, a trust region that drops a whole trajectory "
         "whose mean per-token KL to the sampler exceeds trust, and equal weight 1/T_i per trajectory; "
         f"{PINNED_SHORT} has none of the three: its baselines are the group mean (zero over a group of one, "
@@ -42,98 +46,64 @@ def flash_reinforce(method: Any) -> ConfigError:
         "The nearest thing it runs at one rollout per prompt is 'rae' (REINFORCE against an EMA of past "
         "rewards, no trajectory gate), which is a different method.",
         f"{OWN_LOOP}, with behavior_logprobs on each row; or write prime_rl_config(env, 'rae', model=...) and "
-        "call it rae",
-    )
-
-
-def sao(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
+        "call it rae"),
+    "sao": (
         "needs a value critic, and prime-rl only ever hosts the trainable policy (prime_rl/configs/algorithm.py, "
         "FrozenModelConfig): no value network, so no GAE advantage",
         "The half prime-rl has is a token trust region, and it is not SAO's: at the pinned commit its rl losses "
         "are 'default' and 'ipo' (prime_rl/configs/trainer.py), which mask a token on how far its probability "
         "moved, not on a ratio band (ratio_low, ratio_high), and they sit around a group-mean or EMA baseline, "
         "which is a different method.",
-        f"{OWN_LOOP}, with your critic's 'values' on each trajectory; or wait for the trainer",
-    )
-
-
-def bpco(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
+        f"{OWN_LOOP}, with your critic's 'values' on each trajectory; or wait for the trainer"),
+    "bpco": (
         "needs a bounded value critic (outputs inside reward_range) for its GAE advantage, and prime-rl only ever "
         "hosts the trainable policy (prime_rl/configs/algorithm.py, FrozenModelConfig): no value network",
         "The half prime-rl has is the probability trust region: its default loss masks a token whose probability "
         "moved more than dppo_mask_low/high (prime_rl/trainer/rl/loss.py), close to BPCO's clip, but around a "
         "group-mean or EMA baseline, which is a different method.",
-        f"{OWN_LOOP}, with your critic's 'values' on each trajectory",
-    )
-
-
-def critic(method: Any) -> ConfigError:
-    name = method if isinstance(method, str) else _label(method)
-    return _refuse(
-        str(name),
-        "needs a value model (a critic for GAE advantages), and prime-rl only ever hosts the trainable policy "
-        "(prime_rl/configs/algorithm.py, FrozenModelConfig); it has no value network, no GAE, no PPO ratio clip "
-        "and one optimizer step per batch (prime_rl/trainer/rl/train.py)",
+        f"{OWN_LOOP}, with your critic's 'values' on each trajectory"),
+    "ppo": (
+        CRITIC,
         "The nearest thing it runs is 'grpo', a group-mean baseline with no critic, which is a different method.",
         "train PPO with a critic in your own loop (whileai's engine has a critic head); or write "
-        "prime_rl_config(env, 'grpo', model=...) and call it grpo",
-    )
-
-
-def dpo(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
+        "prime_rl_config(env, 'grpo', model=...) and call it grpo"),
+    "dpo": (
         "trains offline on chosen/rejected pairs against a frozen reference, and prime-rl has no preference mode: "
         "its algorithms are grpo, max_rl, rae, hierarchical_grpo, echo, opd, opsd and sft "
         "(prime_rl/configs/algorithm.py), all on-policy, and no frozen reference is kept for a KL term",
         "The separate `uv run sft` entrypoint trains on a dataset, which is SFT, a different method.",
         f"{OWN_LOOP} with ref_logprobs on each row; or, if a program can check the task, "
-        "prime_rl_config(env, 'grpo', model=...)",
-    )
-
-
-def rm(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
+        "prime_rl_config(env, 'grpo', model=...)"),
+    "rm": (
         "trains a scalar reward head on preference pairs, and prime-rl neither trains nor hosts reward models: "
         "every algorithm in prime_rl/configs/algorithm.py trains the policy only, and rewards come from the "
         "taskset's reward functions or a judge configured inside the env (verifiers/v1/configs)",
         "Nothing in prime-rl trains a reward head.",
-        f"{OWN_LOOP}; then serve the trained model as a judge inside your taskset's reward function",
-    )
-
-
-def groupwise_grading(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
+        f"{OWN_LOOP}; then serve the trained model as a judge inside your taskset's reward function"),
+    "groupwise_grading": (
         "ranks the passes of a group with a grader and moves their rewards or advantages by that rank, and "
         "prime-rl has no hook for it: rewards come from the taskset, and advantages from a fixed algorithm class "
         "with no config hook for user code (prime_rl/orchestrator/algo/; the custom advantage was removed)",
         "Its grpo trains on the taskset's rewards as they are, which is a different method.",
         f"put the grader's ranking into the taskset's reward function (that is mode='reward') and write "
-        f"'grpo'; or {OWN_LOOP}",
-    )
-
-
-def reinforce_ada(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
+        f"'grpo'; or {OWN_LOOP}"),
+    "reinforce_ada": (
         "keeps sampling a prompt until its group holds both passes and fails, and prime-rl samples a fixed "
         "group_size per prompt (prime_rl/configs/orchestrator.py)",
         "The nearest thing it has is a curriculum gate (advantage_range) that rejects a unanimous group and asks "
         "for other work, without the balanced stopping rule, which is a different method.",
-        f"sample adaptively yourself and {OWN_LOOP}; or write 'grpo' with a larger generations",
-    )
-
-
-WHOLE_METHODS = {
-    "flash_reinforce": flash_reinforce, "sao": sao, "bpco": bpco, "ppo": critic, "dpo": dpo, "rm": rm,
-    "groupwise_grading": groupwise_grading, "reinforce_ada": reinforce_ada,
+        f"sample adaptively yourself and {OWN_LOOP}; or write 'grpo' with a larger generations"),
 }
+
+
+def whole_method(name: str, method: Any) -> ConfigError:
+    """The refusal of a method prime-rl cannot run at all; ``method`` is the object, or the name alone."""
+    return _refuse(method if isinstance(method, str) else _label(method), *WHOLE_METHODS[name])
+
+
+def critic(method: Any) -> ConfigError:
+    """Any method that needs a value model (rows with 'values'): refused as PPO is."""
+    return whole_method("ppo", method)
 
 
 # --------------------------------------------------------------------- a knob value prime-rl cannot run

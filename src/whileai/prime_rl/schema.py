@@ -52,6 +52,8 @@ class Key:
     choices: tuple[Any, ...] = ()
     low: float | None = None
     high: float | None = None
+    low_open: bool = False  # the value must be > low (not >=)
+    high_open: bool = False  # the value must be < high (not <=)
     variant: tuple[str, tuple[str, ...]] | None = None  # (discriminator path, variants it belongs to)
 
 
@@ -73,7 +75,7 @@ def _keys() -> list[Key]:
         Key("run.name", "str", None, RL, "predictable run directory; needed to resume", nullable=True),
         Key("run.dir", "str", None, RL, nullable=True),
         Key("log", "table", NO_DEFAULT, RL),
-        Key("log.level", "str", None, RL, nullable=True, choices=("debug", "info", "warning", "error")),
+        Key("log.level", "str", None, RL, "its allowed names are not in the reference: unchecked", nullable=True),
         Key("log.json_logging", "bool", False, RL),
         Key("env_vars", "dict[str,str]", {}, RL, "environment variables for every component"),
         Key("ckpt", "table", None, "prime_rl/configs/rl.py::SharedCheckpointConfig",
@@ -192,7 +194,7 @@ def _keys() -> list[Key]:
         Key("orchestrator.algo", "table", NO_DEFAULT, ALGO, "the advantage/loss-routing algorithm"),
         Key("orchestrator.algo.type", "str", "grpo", ALGO, choices=("grpo", "max_rl", "rae", "opd", "opsd", "sft")),
         Key("orchestrator.algo.decay", "float", 0.95, f"{ALGO}::RAEConfig", "EMA baseline decay", low=0.0,
-            high=1.0, variant=("orchestrator.algo.type", ("rae",))),
+            high=1.0, high_open=True, variant=("orchestrator.algo.type", ("rae",))),
         Key("orchestrator.algo.teacher", "table", NO_DEFAULT, f"{ALGO}::FrozenModelConfig", "required by opd",
             variant=("orchestrator.algo.type", ("opd",))),
         Key("orchestrator.algo.teacher.name", "str", NO_DEFAULT, f"{ALGO}::FrozenModelConfig",
@@ -222,7 +224,8 @@ def _keys() -> list[Key]:
         Key("orchestrator.train.source", "list[table]", [], ORCH, "an array of tables, one per train source"),
         Key(f"{SOURCE}.name", "str", None, "prime_rl/configs/orchestrator.py::TrainSourceConfig",
             "unique per source; defaults to the taskset id"),
-        Key(f"{SOURCE}.ratio", "float", 1.0, "prime_rl/configs/orchestrator.py::TrainSourceConfig", low=0.0),
+        Key(f"{SOURCE}.ratio", "float", 1.0, "prime_rl/configs/orchestrator.py::TrainSourceConfig", low=0.0,
+            low_open=True),
         Key(f"{SOURCE}.env", "table", NO_DEFAULT, ENV),
         Key(f"{SOURCE}.env.taskset", "open-table", NO_DEFAULT, ENV, "id plus the taskset package's own fields"),
         Key(f"{SOURCE}.env.taskset.id", "str", NO_DEFAULT, ENV, "an installed taskset package ('-' becomes '_')"),
@@ -249,23 +252,21 @@ def _keys() -> list[Key]:
 
 KEYS: dict[str, Key] = {k.path: k for k in _keys()}
 
-# A sub-config field that prime-rl fills from a shared top-level key (propagate_shared_fields).
-# The writer writes the top-level key once; a sub-config override is moved up to it.
-SHARED: dict[str, str] = {
-    "trainer.model.name": "model.name", "orchestrator.model.name": "model.name", "inference.vllm.model": "model.name",
-    "trainer.model.seq_len": "seq_len", "orchestrator.seq_len": "seq_len",
-    "trainer.max_steps": "max_steps", "orchestrator.max_steps": "max_steps",
-    "trainer.ckpt.interval": "ckpt.interval", "orchestrator.ckpt.interval": "ckpt.interval",
-    "trainer.ckpt.keep_last": "ckpt.keep_last", "orchestrator.ckpt.keep_last": "ckpt.keep_last",
-    "trainer.ckpt.output_dir": "ckpt.output_dir",
-    "trainer.log.level": "log.level", "orchestrator.log.level": "log.level", "inference.log.level": "log.level",
-    "trainer.tokenizer.name": "tokenizer.name", "orchestrator.tokenizer.name": "tokenizer.name",
-    "trainer.tokenizer.chat_template": "tokenizer.chat_template",
-    "orchestrator.tokenizer.chat_template": "tokenizer.chat_template",
-    "inference.vllm.chat_template": "tokenizer.chat_template",
-    "trainer.monitors.wandb.project": "monitors.wandb.project",
-    "orchestrator.monitors.wandb.project": "monitors.wandb.project",
+# A sub-config field that prime-rl fills from a shared top-level key (propagate_shared_fields, reference
+# section 1.3). The writer writes the top-level key once; a sub-config override is moved up to it.
+_SPREAD: dict[str, tuple[str, ...]] = {
+    "model.name": ("trainer.model.name", "orchestrator.model.name", "inference.vllm.model"),
+    "seq_len": ("trainer.model.seq_len", "orchestrator.seq_len"),
+    "ckpt.output_dir": ("trainer.ckpt.output_dir",),
+    "tokenizer.chat_template": ("trainer.tokenizer.chat_template", "orchestrator.tokenizer.chat_template",
+                                "inference.vllm.chat_template"),
+    **{top: (f"trainer.{top}", f"orchestrator.{top}") for top in (
+        "max_steps", "ckpt.interval", "ckpt.keep_last", "ckpt.keep_interval", "tokenizer.name",
+        "tokenizer.trust_remote_code", "monitors.file.path",
+        *(f"monitors.wandb.{name}" for name in ("project", "entity", "name", "group", "tags", "offline")))},
+    **{top: (f"trainer.{top}", f"orchestrator.{top}", f"inference.{top}") for top in ("log.level", "log.json_logging")},
 }
+SHARED: dict[str, str] = {sub: top for top, subs in _SPREAD.items() for sub in subs}
 
 # Fields the `rl` launcher sets itself; writing them fails or is overwritten (reference section 5).
 AUTO_SET: dict[str, str] = {
@@ -344,10 +345,11 @@ def type_problem(key: Key, value: Any) -> str | None:
         return f"must map names to strings, got {value!r}"
     if key.choices and value not in key.choices:
         return f"must be one of {', '.join(repr(c) for c in key.choices)}, got {value!r}"
-    if key.low is not None and isinstance(value, (int, float)) and value < key.low:
-        return f"must be >= {key.low}, got {value!r}"
-    if key.high is not None and isinstance(value, (int, float)) and value > key.high:
-        return f"must be <= {key.high}, got {value!r}"
+    if isinstance(value, (int, float)):
+        if key.low is not None and (value < key.low or (key.low_open and value == key.low)):
+            return f"must be {'>' if key.low_open else '>='} {key.low}, got {value!r}"
+        if key.high is not None and (value > key.high or (key.high_open and value == key.high)):
+            return f"must be {'<' if key.high_open else '<='} {key.high}, got {value!r}"
     return None
 
 

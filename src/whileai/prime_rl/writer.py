@@ -10,12 +10,12 @@ also the only source of keys the writer may emit.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from whileai.errors import ConfigError
 from whileai.methods.base import Method
+from whileai.methods.distill import Endpoint
 from whileai.prime_rl import refusals, schema
 from whileai.prime_rl.overrides import apply_overrides, finish
 from whileai.prime_rl.plan import Context, Plan, PrimeRLConfig, group_size, put
@@ -37,8 +37,8 @@ KNOB_KEYS: dict[str, str] = {
 # Why a knob is not read, shared by several methods.
 CLIP = ("prime-rl clips no ratio: its default rl loss masks a token whose probability (not ratio) moved more than "
         "dppo_mask_low/high = 0.2 (prime_rl/trainer/rl/loss.py), and the ipo loss masks |p - mu| > ipo_threshold")
-TRUNCATED = ("the pinned schema has no key for a reply cut at max_completion_tokens (prime_rl/configs/"
-             "orchestrator.py): the taskset's reward scores it as it stands, neither masked nor zeroed")
+TRUNCATED = ("no key of the pinned schema masks or zeroes a reply cut at max_completion_tokens (prime_rl/configs/"
+             "orchestrator.py): it trains with whatever reward the taskset's reward function gives it")
 WEIGHT = ("prime-rl divides each loss component by its own token count over the whole step "
           "(prime_rl/trainer/rl/loss.py): every token of the step weighs the same")
 LAG = ("prime-rl always samples one step ahead of the trainer (TARGET_LAG = 1, prime_rl/orchestrator/"
@@ -64,11 +64,15 @@ def _knobs(method: Method, plan: Plan, ignored: Mapping[str, str], same: Mapping
             plan.ignored[tag] = f"{value!r}: no key of {PINNED_SHORT} reads it"
 
 
-def _grouped(method: Method, ctx: Context, algo: str) -> Plan:
+def _grouped(method: Any, algo: str, ignored: Mapping[str, str] | None = None,
+             same: Mapping[str, str] | None = None, needs_group: bool = True) -> Plan:
+    """A group-baseline method on prime-rl's rl component; ``needs_group``: refused at group size 1."""
     plan = Plan(algo={"type": algo}, component="rl")
-    _knobs(method, plan, {"clip": CLIP})
-    plan.finalize.append(_needs_a_group)
-    plan.warnings.append(f"wai.{type(method).__name__} weights trajectory i by 1/(B*T_i); {WEIGHT}.")
+    _knobs(method, plan, ignored or {"clip": CLIP}, same)
+    if needs_group:
+        plan.finalize.append(_needs_a_group)
+    if "loss_type" not in type(method).knobs():  # GRPO states its length weight in ignored["loss_type"]
+        plan.warnings.append(f"wai.{type(method).__name__} weights trajectory i by 1/(B*T_i); {WEIGHT}.")
     return plan
 
 
@@ -80,17 +84,14 @@ def _grpo(method: Any, ctx: Context) -> Plan:
     lost = {"grpo": "the division by the group's std and the 1/T_i weight per sequence",
             "bnpo": "the division by the group's std (its pooled 1/N weight is prime-rl's)",
             "dr_grpo": "the constant 1/(B*max_tokens) weight (its no-std advantage is prime-rl's)"}[method.loss_type]
-    plan = Plan(algo={"type": "grpo"}, component="rl")
     loss_type = (f"prime-rl's grpo is reward minus group mean with no std (prime_rl/orchestrator/algo/grpo.py) "
                  f"and {WEIGHT[0].lower() + WEIGHT[1:]}; not honoured: {lost}")
-    same = {"beta": "no KL to a reference, which is what prime-rl runs"}
-    _knobs(method, plan, {"clip": CLIP, "truncated": TRUNCATED, "loss_type": loss_type}, same)
-    plan.finalize.append(_needs_a_group)
-    return plan
+    return _grouped(method, "grpo", {"clip": CLIP, "truncated": TRUNCATED, "loss_type": loss_type},
+                    {"beta": "no KL to a reference, which is what prime-rl runs"})
 
 
 def _rloo(method: Any, ctx: Context) -> Plan:
-    plan = _grouped(method, ctx, "grpo")
+    plan = _grouped(method, "grpo")
     plan.owned.add("trainer.loss.adv_tau")
     plan.finalize.append(_rloo_scale)
     return plan
@@ -106,12 +107,11 @@ def _rloo_scale(config: dict[str, Any], plan: Plan) -> None:
 
 
 def _max_rl(method: Any, ctx: Context) -> Plan:
-    return _grouped(method, ctx, "max_rl")
+    return _grouped(method, "max_rl")
 
 
 def _rae(method: Any, ctx: Context) -> Plan:
-    plan = _grouped(method, ctx, "rae")
-    plan.finalize.remove(_needs_a_group)
+    plan = _grouped(method, "rae", needs_group=False)
     plan.finalize.append(_rae_baseline)
     if method.baselines:
         plan.warnings.append(f"the running baselines on this wai.RAE object ({len(method.baselines)} agents) do not "
@@ -121,8 +121,7 @@ def _rae(method: Any, ctx: Context) -> Plan:
 
 
 def _rae_baseline(config: dict[str, Any], plan: Plan) -> None:
-    k = group_size(config)
-    if k == 1:
+    if group_size(config) == 1:
         decay = schema.get(config, "orchestrator.algo.decay")
         plan.warnings.append(
             f"rae at group_size 1: each rollout's advantage is its reward minus a running average of past rewards "
@@ -215,6 +214,9 @@ def _async(method: Any, ctx: Context) -> Plan:
         raise refusals.correction(method, method.correction)
     plan = build_plan(method.method, ctx)
     plan.async_wrapped = True
+    if plan.method is not method.method:  # an inner OPD that took teacher= from the call
+        method = method.replace(method=plan.method)
+    plan.method = method
     label = "Async"
     plan.keys["orchestrator.max_off_policy_steps"] = (method.off_policy_steps, f"{label}.off_policy_steps")
     plan.mapped[f"{label}.off_policy_steps"] = f"orchestrator.max_off_policy_steps = {method.off_policy_steps!r}"
@@ -243,14 +245,14 @@ def build_plan(method: Method, ctx: Context) -> Plan:
     """The plan for one method object, or the refusal that says why prime-rl cannot run it."""
     name = type(method).name
     if name in refusals.WHOLE_METHODS:
-        raise refusals.WHOLE_METHODS[name](method)
+        raise refusals.whole_method(name, method)
     if "values" in getattr(method, "requires", {}):
         raise refusals.critic(method)
     writer = WRITERS.get(name)
     if writer is None:
         raise refusals.no_mapping(f"wai.{type(method).__name__}")
     plan = writer(method, ctx)
-    plan.method = plan.method or method
+    plan.method = plan.method or method  # the object written: an OPD given teacher= carries it
     if ctx.strict and plan.ignored:
         tag, why = next(iter(plan.ignored.items()))
         raise refusals.strict(tag, why)
@@ -300,6 +302,9 @@ def prime_rl_config(env: str | Mapping[str, Any], method: str | Method, *, model
                                          or model_vocab_size < 1):
         raise ConfigError(f"prime_rl_config: model_vocab_size={model_vocab_size!r} is invalid: it must be None or "
                           "the student tokenizer's len(tokenizer), an integer >= 1")
+    if teacher is not None and not isinstance(teacher, Endpoint):
+        raise ConfigError(f"prime_rl_config: teacher={teacher!r} is invalid: it must be None or "
+                          "wai.Endpoint(base_url='http://host:port/v1', model='<served name>')")
     plan = build_plan(method_object, ctx)
     if teacher is not None and not plan.teacher_used:
         raise ConfigError(f"prime_rl_config: teacher={teacher!r} is read only for wai.SFT (the frozen model it "
@@ -309,9 +314,7 @@ def prime_rl_config(env: str | Mapping[str, Any], method: str | Method, *, model
     for step in plan.finalize:
         step(config, plan)
     finish(config, ctx, plan)
-    if plan.method is not None and type(plan.method) is type(method_object):
-        method_object = plan.method
-    return PrimeRLConfig(method=method_object, config=config, ignored=dict(plan.ignored),
+    return PrimeRLConfig(method=plan.method, config=config, ignored=dict(plan.ignored),
                          warnings=list(plan.warnings), mapped=dict(plan.mapped))
 
 
@@ -324,7 +327,7 @@ def _resolve(method: str | Method) -> Method:
 
         key = method.strip().lower().replace("-", "_")
         if key in refusals.WHOLE_METHODS and key not in method_names():
-            raise refusals.WHOLE_METHODS[key](key)
+            raise refusals.whole_method(key, key)
         try:
             return by_name(key)
         except ConfigError:
@@ -393,8 +396,3 @@ def _check_taskset_fields(bare: str, fields: dict[str, Any], plan: Plan) -> None
         value, kind = fields[name], known[name]
         if isinstance(value, bool) or not isinstance(value, types[kind]):
             raise ConfigError(f"prime_rl_config: taskset {bare!r} field {name}={value!r} is invalid: it must be {kind}")
-
-
-def method_fields(method: Method) -> list[str]:
-    """Every knob field of a method (what ``mapped`` and ``ignored`` together must cover)."""
-    return [f.name for f in dataclasses.fields(method) if "knob" in f.metadata]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -22,10 +23,13 @@ from whileai.errors import BatchError
 
 # Per-token float fields a row may carry, each as long as ``logprobs``.
 FLOAT_TOKEN_FIELDS: tuple[str, ...] = ("behavior_logprobs", "values", "ref_logprobs", "teacher_logprobs")
+# Per-token top-k fields: one list of K entries per token (distillation over a teacher's top-k): the
+# teacher's top-k token ids, the teacher's log-probabilities of them, and the trained model's
+# log-probabilities of the same K tokens. A batch carries all of a row's top-k fields on every row or none.
+TOPK_FIELDS: tuple[str, ...] = ("teacher_topk_tokens", "teacher_topk_logprobs", "topk_logprobs")
 # Fields that are log-probabilities and so must be <= 0.
-LOGPROB_FIELDS: frozenset[str] = frozenset({"logprobs", "behavior_logprobs", "ref_logprobs", "teacher_logprobs"})
-# Per-token top-k fields: one list of K entries per token (distillation over a teacher's top-k).
-TOPK_FIELDS: tuple[str, ...] = ("teacher_topk_logprobs", "teacher_topk_tokens")
+LOGPROB_FIELDS: frozenset[str] = frozenset({"logprobs", "behavior_logprobs", "ref_logprobs", "teacher_logprobs",
+                                            "teacher_topk_logprobs", "topk_logprobs"})
 # Cap on log(rho): keeps every ratio finite in float64 and float32.
 MAX_LOG_RATIO = 80.0
 # Per-row scalar fields kept as object/float arrays.
@@ -69,10 +73,9 @@ class Batch:
             # a row without the sampler's log-probabilities is on-policy: rho = 1 on its tokens
             token_fields["behavior_logprobs"] = np.concatenate(
                 [np.asarray(r.get("behavior_logprobs", r["logprobs"]), dtype=np.float64) for r in rows])
-        for name in FLOAT_TOKEN_FIELDS[1:]:
+        for name in (*FLOAT_TOKEN_FIELDS[1:], *TOPK_FIELDS):
             _refuse_partial(rows, name)
-        topk = {name: np.concatenate([np.asarray(r[name], dtype=np.float64) for r in rows])
-                for name in TOPK_FIELDS if all(name in r for r in rows)}
+        topk = {name: _concat_topk(rows, name) for name in TOPK_FIELDS if name in rows[0]}
         row_fields = {name: np.array([r.get(name) for r in rows], dtype=object) for name in ROW_FIELDS
                       if any(name in r for r in rows)}
         truncated = np.array([bool(r.get("truncated", False)) for r in rows], dtype=bool)
@@ -85,27 +88,47 @@ class Batch:
         """B, the number of trajectories."""
         return len(self.rewards_B)
 
-    @property
+    # Derived arrays are computed once per Batch (``cached_property`` stores them on the instance) and
+    # marked read-only, so a method cannot change what the next method reads. ``dataclasses.replace``
+    # builds a new Batch with an empty cache.
+    @cached_property
     def lengths_B(self) -> np.ndarray:
         """Tokens per trajectory (action and environment tokens alike)."""
-        return np.diff(self.offsets)
+        return _frozen(np.diff(self.offsets))
 
-    @property
+    @cached_property
     def row_index_N(self) -> np.ndarray:
         """For every token, the index of the trajectory it belongs to."""
-        return np.repeat(np.arange(self.size), self.lengths_B)
+        return _frozen(np.repeat(np.arange(self.size), self.lengths_B))
 
-    @property
+    @cached_property
     def action_tokens_B(self) -> np.ndarray:
         """T_i: action tokens per trajectory."""
-        return np.add.reduceat(self.action_mask_N.astype(np.int64), self.offsets[:-1])
+        return _frozen(np.add.reduceat(self.action_mask_N, self.offsets[:-1], dtype=np.int64))
+
+    @cached_property
+    def action_weight_N(self) -> np.ndarray:
+        """The action mask as floats (1.0 on action tokens, 0.0 elsewhere), for in-place products."""
+        return _frozen(self.action_mask_N.astype(np.float64))
+
+    @cached_property
+    def action_count(self) -> int:
+        """N: action tokens in the batch."""
+        return int(self.action_tokens_B.sum())
 
     @property
     def behavior_logprobs_N(self) -> np.ndarray:
         """The sampler's log-probabilities; the trained model's where a row has none (rho = 1)."""
         return self.token_fields.get("behavior_logprobs", self.logprobs_N)
 
-    @property
+    @cached_property
+    def log_ratio_N(self) -> np.ndarray:
+        """log rho = logprobs - behavior_logprobs per token (0 where a row has no behavior_logprobs)."""
+        if "behavior_logprobs" not in self.token_fields:
+            return _frozen(np.zeros(len(self.logprobs_N)))
+        return _frozen(np.subtract(self.logprobs_N, self.behavior_logprobs_N))
+
+    @cached_property
     def ratio_N(self) -> np.ndarray:
         """rho = exp(logprobs - behavior_logprobs) per token, kept finite.
 
@@ -113,7 +136,8 @@ class Batch:
         vanishing probability cannot turn a coefficient into inf; every method's gate, band or clip
         acts on such a token long before the cap matters.
         """
-        return np.exp(np.minimum(self.logprobs_N - self.behavior_logprobs_N, MAX_LOG_RATIO))
+        ratio = np.minimum(self.log_ratio_N, MAX_LOG_RATIO)
+        return _frozen(np.exp(ratio, out=ratio))
 
     def has(self, name: str) -> bool:
         return name in self.token_fields or name in self.topk_fields or name in self.row_fields
@@ -151,8 +175,23 @@ class Batch:
         return np.repeat(values_B, self.lengths_B)
 
     def split(self, values_N: np.ndarray) -> list[np.ndarray]:
-        """Cut a flat per-token array into one array per trajectory."""
-        return np.split(values_N, self.offsets[1:-1])
+        """Cut a flat per-token array into one array (a view) per trajectory."""
+        bounds = self.offsets.tolist()
+        return [values_N[start:stop] for start, stop in zip(bounds[:-1], bounds[1:])]
+
+    def action_mean(self, values_N: np.ndarray, rows_B: np.ndarray | None = None) -> float:
+        """Mean of a per-token array over the action tokens (of the rows ``rows_B`` selects, when given)."""
+        if rows_B is None or rows_B.all():
+            return float(np.dot(values_N, self.action_weight_N) / self.action_count)
+        count = int(self.action_tokens_B[rows_B].sum())
+        if not count:
+            return 0.0
+        return float(self.per_row_sum(values_N * self.action_weight_N)[rows_B].sum() / count)
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 def as_batch(rows: Batch | Iterable[Mapping[str, Any]]) -> Batch:
@@ -182,9 +221,11 @@ def _check_row(i: int, row: Mapping[str, Any]) -> float:
     if "action_mask" in row and not any(bool(m) for m in row["action_mask"]):
         raise BatchError(f"row {i}: field 'action_mask' is false on all {n} tokens, so the trajectory has no "
                          "action tokens to train on; drop the row or mark the tokens the model wrote as true.")
-    for name in TOPK_FIELDS:
-        if name in row:
-            _check_topk(i, name, row[name], n)
+    widths = {name: _check_topk(i, name, row[name], n) for name in TOPK_FIELDS if name in row}
+    if len(set(widths.values())) > 1:
+        shown = ", ".join(f"{name!r} K={k}" for name, k in widths.items())
+        raise BatchError(f"row {i}: the top-k fields disagree on K ({shown}); each token needs the same K teacher "
+                         "slots in every top-k field, in the same order.")
     return reward
 
 
@@ -224,7 +265,7 @@ def _check_floats(i: int, name: str, values: Sequence[Any]) -> None:
     bad = np.flatnonzero(~np.isfinite(arr))
     if bad.size:
         raise BatchError(f"row {i}: field {name!r} is {arr[bad[0]]} at token {bad[0]} ({bad.size} non-finite "
-                         "values); every value must be finite. Check the engine that produced it.")
+                         f"value{'' if bad.size == 1 else 's'}); every value must be finite. Check the engine that produced it.")
     if name in LOGPROB_FIELDS:
         above = np.flatnonzero(arr > 0)
         if above.size:
@@ -232,16 +273,37 @@ def _check_floats(i: int, name: str, values: Sequence[Any]) -> None:
                              "log-probability is <= 0. Pass log-probabilities, not probabilities or logits.")
 
 
-def _check_topk(i: int, name: str, values: Any, n: int) -> None:
+def _check_topk(i: int, name: str, values: Any, n: int) -> int:
+    """Check one top-k field of row ``i`` (shape (n, K), finite, <= 0 for log-probabilities); return K."""
     try:
         arr = np.asarray(values, dtype=np.float64)
     except (TypeError, ValueError):
         raise BatchError(f"row {i}: field {name!r} must be {n} lists of K numbers (same K for every token).") from None
-    if arr.ndim != 2 or arr.shape[0] != n:
-        raise BatchError(f"row {i}: field {name!r} has shape {arr.shape}; it must be ({n}, K): one list of the "
-                         "teacher's top-K per generated token.")
-    if not np.isfinite(arr).all():
-        raise BatchError(f"row {i}: field {name!r} holds a non-finite value; every value must be finite.")
+    if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] == 0:
+        raise BatchError(f"row {i}: field {name!r} has shape {arr.shape}; it must be ({n}, K) with K >= 1: one list "
+                         "of K entries per generated token, for the teacher's top-K tokens.")
+    bad = np.argwhere(~np.isfinite(arr))
+    if bad.size:
+        raise BatchError(f"row {i}: field {name!r} is {arr[tuple(bad[0])]} at token {bad[0][0]}, slot {bad[0][1]}; "
+                         "every value must be finite. Check the engine that produced it.")
+    if name in LOGPROB_FIELDS and (above := np.argwhere(arr > 0)).size:
+        raise BatchError(f"row {i}: field {name!r} is {arr[tuple(above[0])]} at token {above[0][0]}, slot "
+                         f"{above[0][1]}, above 0; a log-probability is <= 0. Pass log-probabilities, not "
+                         "probabilities or logits.")
+    if name == "teacher_topk_tokens" and (np.any(arr < 0) or np.any(arr != np.round(arr))):
+        raise BatchError(f"row {i}: field {name!r} must hold token ids (whole numbers >= 0).")
+    return int(arr.shape[1])
+
+
+def _concat_topk(rows: Sequence[Mapping[str, Any]], name: str) -> np.ndarray:
+    """One (N, K) array; a batch whose rows carry different K is refused, naming the first that differs."""
+    parts = [np.asarray(r[name], dtype=np.float64) for r in rows]
+    widths = [part.shape[1] for part in parts]
+    if len(set(widths)) > 1:
+        first = next(i for i, k in enumerate(widths) if k != widths[0])
+        raise BatchError(f"row {first}: field {name!r} has K={widths[first]} slots per token but row 0 has "
+                         f"K={widths[0]}; every row of a batch needs the same K (ask the teacher for the same top-k).")
+    return np.concatenate(parts)
 
 
 def _concat(rows: Sequence[Mapping[str, Any]], name: str) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from whileai.errors import BatchError, ConfigError
 from whileai.rows.io import as_graded
-from whileai.rows.stats import THRESHOLD, Rows, pass_at
+from whileai.rows.stats import THRESHOLD, Rows, check_threshold, pass_at
 
 # The gap a teacher must clear over the student before OPD is worth a run: engineering, not a
 # result from the literature (the guide, section 5).
@@ -21,6 +21,7 @@ PROVE_EFFECT = 0.05
 
 def truncated_passes(rows: Rows, threshold: float = THRESHOLD) -> int:
     """Rows cut at the token cap that still pass. Above zero, fix the reward before reading anything else."""
+    threshold = check_threshold(threshold)
     graded = as_graded(rows)
     return int(np.count_nonzero(graded.truncated_R & (graded.reward_R >= threshold)))
 

@@ -64,13 +64,36 @@ def _records(path: PathLike, fields: Sequence[str] | None) -> Iterator[tuple[str
         yield from _parquet_records(path, fields)
         return
     keep = None if fields is None else tuple(fields)
-    with open(path, encoding="utf-8") as handle:
+    with open_jsonl(path) as handle:
         for lineno, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             where = f"{path}, line {lineno}"
             row = _parse_line(where, line)
             yield where, (row if keep is None else {k: row[k] for k in keep if k in row})
+
+
+@contextmanager
+def open_jsonl(path: PathLike) -> Iterator[IO[str]]:
+    """Open a JSONL file as UTF-8 text; bytes that are not UTF-8 fail with the line they are on."""
+    with open(path, encoding="utf-8") as handle:
+        try:
+            yield handle
+        except UnicodeDecodeError as err:
+            raise BatchError(f"{path}, line {_first_bad_line(path)}: not UTF-8 text ({err.reason}). "
+                             "Fix: write the file as UTF-8 JSON (json.dumps "
+                             "escapes anything else), or re-encode it.") from None
+
+
+def _first_bad_line(path: PathLike) -> int:
+    """The number of the first line that is not valid UTF-8 (read again in binary, only on the error path)."""
+    with open(path, "rb") as raw:
+        for lineno, line in enumerate(raw, start=1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError:
+                return lineno
+    return 0
 
 
 def _parse_line(where: str, line: str) -> dict[str, Any]:
@@ -91,7 +114,13 @@ def _parquet_records(path: Path, fields: Sequence[str] | None) -> Iterator[tuple
     except ImportError:
         raise BatchError(f"{path}: reading Parquet needs pyarrow, which is not installed. Fix: "
                          "pip install 'whileai[parquet]', or convert the file to JSONL.") from None
-    parquet = pq.ParquetFile(path)
+    try:
+        parquet = pq.ParquetFile(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
+        if isinstance(err, (FileNotFoundError, IsADirectoryError)):
+            raise
+        raise BatchError(f"{path}: not a readable Parquet file ({err}). Fix: write it with "
+                         "pyarrow.parquet.write_table, or give the rows as JSONL.") from None
     names = parquet.schema_arrow.names
     columns = names if fields is None else [name for name in fields if name in names]
     index = 0
@@ -302,7 +331,7 @@ def load_graded(path: PathLike, *, lengths: bool = False, lines: bool = False,
         for number, (where, row) in enumerate(_parquet_records(Path(path), fields), start=1):
             builder.add(where, row, number)
         return builder.build()
-    with open(path, encoding="utf-8") as handle:
+    with open_jsonl(path) as handle:
         if lengths:
             for lineno, line in enumerate(handle, start=1):
                 if line.strip():
@@ -423,7 +452,7 @@ def write_selected(path: PathLike, line_numbers: Sequence[int], out: IO[str],
                 out.write(json.dumps({**row, **extra.get(number, {})}) + "\n")
                 written += 1
         return written
-    with open(path, encoding="utf-8") as handle:
+    with open_jsonl(path) as handle:
         for lineno, line in enumerate(handle, start=1):
             if lineno not in wanted:
                 continue

@@ -83,6 +83,8 @@ class Route:
         lines += [f"  {q.ljust(width)}  {a}" for q, a in self.asked]
         if self.config is not None:
             lines += ["", f"train with: {self.config!r}"]
+        elif self.method is not None:
+            lines += ["", f"train with: {self.method}, not built yet (see next)"]
         lines += [f"  or: {alt}" for alt in self.alternatives]
         lines += ["", "numbers:"] + [f"  {k}: {_short(v)}" for k, v in self.numbers.items()]
         lines += ["", "next:"] + [f"  - {step}" for step in self.next_steps]
@@ -145,8 +147,8 @@ def _rollouts(graded: GradedRows, asked: list[tuple[str, str]], threshold: float
     config, notes = _build("method", "flash_reinforce")
     return Route("k = 1", "flash_reinforce", config, Q_ROLLOUTS, answer, numbers, tuple(asked), (
         "wai.SAO(): a value critic plus a token band on the ratio", "wai.BPCO(): a critic bounded to the "
-        "reward range", "prime-rl: wai.prime_rl_config(env, 'rae', model=...) (an EMA baseline; prime-rl "
-        "refuses the three above)"), (
+        "reward range", "prime-rl: wai.prime_rl_config(env, 'rae', model=..., **{'orchestrator.group_size': 1}) "
+        "(REINFORCE against an EMA of past rewards; prime-rl refuses the three above)"), (
         "if you can re-run the prompts, sample k >= 4 per prompt and route again: usually the cheaper fix",
         "give every row logprobs and the sampler's behavior_logprobs (the ratio needs both), then "
         "config.update(batch) inside your trainer"), notes)
@@ -278,6 +280,7 @@ def _grpo(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, mo
     k = int(samples.min())
     numbers = {"split_share": split, "rollouts_per_task": k, "n_tasks": graded.n_tasks,
                "rl_keeps_rows": int(samples[(passes > 0) & (passes < samples)].sum()),
+               f"expected_split_share_at_k{k}": float(expected_split_share(rates, k).mean()),
                f"expected_split_share_at_k{2 * k}": float(expected_split_share(rates, 2 * k).mean())}
     answer = f"yes: {split:.1%} of tasks split, every row from {model}"
     asked.append((Q_GRPO, answer))
@@ -287,8 +290,10 @@ def _grpo(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, mo
              "same size beside the real one as a control"]
     alternatives: tuple[str, ...] = ()
     if split < FEW_SPLIT:
-        steps.insert(0, f"few split tasks ({split:.1%}): raising k to {2 * k} would split about "
-                     f"{numbers[f'expected_split_share_at_k{2 * k}']:.1%} (estimate from each task's rate)")
+        now, more = numbers[f"expected_split_share_at_k{k}"], numbers[f"expected_split_share_at_k{2 * k}"]
+        steps.insert(0, f"few split tasks ({split:.1%}): raising k from {k} to {2 * k} moves the expected split "
+                     f"share from about {now:.1%} to {more:.1%} (plug-in from each task's rate, on the low side: "
+                     "a task seen unanimous counts as never splitting)")
         alternatives = ("wai.methods.ReinforceAda: samples until a prompt has a pass and a fail (an "
                         "experiment: flat against GRPO at three seeds)",)
     return Route("grpo", "grpo", config, Q_GRPO, answer, numbers, tuple(asked), alternatives, tuple(steps), notes)

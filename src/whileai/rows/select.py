@@ -23,7 +23,7 @@ import numpy as np
 from whileai.errors import ConfigError
 from whileai.rows.checks import expected_split_share, model_mix
 from whileai.rows.io import GradedRows, as_graded, load_rows
-from whileai.rows.stats import THRESHOLD, Rows, format_table, mean_interval, task_counts
+from whileai.rows.stats import THRESHOLD, Rows, check_threshold, format_table, mean_interval, task_counts
 
 MODES: tuple[str, ...] = ("rl", "sft", "dpo")
 
@@ -78,6 +78,7 @@ def select(rows: Rows, mode: str = "rl", threshold: float = THRESHOLD) -> Select
 def select_indices(graded: GradedRows, mode: str, threshold: float = THRESHOLD
                    ) -> tuple[np.ndarray, tuple[tuple[int, int], ...], list[str]]:
     """(kept row indices, dpo pairs, notes) for ``mode``; the column form ``wai select`` streams."""
+    threshold = check_threshold(threshold)
     if mode in ("rl", "sft"):
         kept, notes = (_select_rl if mode == "rl" else _select_sft)(graded, threshold)
         return kept, (), notes
@@ -206,8 +207,11 @@ class SelectionReport:
         bands = format_table([("tasks", "count", "share"), ("all fail", str(self.tasks_all_fail),
                               share(self.tasks_all_fail)), ("split", str(self.tasks_split), share(self.tasks_split)),
                               ("all pass", str(self.tasks_all_pass), share(self.tasks_all_pass))])
-        more = [f"at k={kk} about {v:.1%} of tasks would be split (plug-in estimate from each task's rate)"
-                for kk, v in self.expected_split_share.items()]
+        more = []
+        if self.expected_split_share:
+            at = ", ".join(f"{v:.1%} at k={kk}" for kk, v in self.expected_split_share.items())
+            more = [f"fresh rollouts would split about {at} (plug-in from each task's rate, on the low side:",
+                    "a task seen unanimous counts as never splitting); raising k buys the difference"]
         trunc = [f"truncated: {self.truncated_rows} rows, {self.truncated_passes} of them pass"
                  + ("  <- fix the reward first: a cut-off reply scores" if self.truncated_passes else "")]
         models = format_table([("model", "rows")] + [(m, str(n)) for m, n in self.model_mix.items()])
@@ -224,7 +228,8 @@ def selection_report(rows: Rows, threshold: float = THRESHOLD) -> SelectionRepor
     all_fail, all_pass = int(np.count_nonzero(passes == 0)), int(np.count_nonzero(passes == samples))
     split = graded.n_tasks - all_fail - all_pass
     k_min, k_max = int(samples.min()), int(samples.max())
-    more = {kk: float(expected_split_share(rates, kk).mean()) for kk in (2 * k_min, 4 * k_min)} if k_min > 1 else {}
+    more = ({kk: float(expected_split_share(rates, kk).mean()) for kk in (k_min, 2 * k_min, 4 * k_min)}
+            if k_min > 1 else {})
     cut = graded.truncated_R & (graded.reward_R >= threshold)
     clean_passes = np.bincount(graded.task_R, weights=(graded.reward_R >= threshold) & ~graded.truncated_R,
                                minlength=graded.n_tasks)

@@ -176,8 +176,18 @@ def pass_at(rows: Rows, k: int = 1, threshold: float = THRESHOLD) -> PassAt:
     return PassAt(k, threshold, graded.task_ids, samples, passes, graded.n_rows)
 
 
+def check_threshold(threshold: Any) -> float:
+    """The pass threshold as a float; a NaN or infinite one would make every row fail (or pass) silently."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(threshold):
+        raise ConfigError(f"threshold={threshold!r} must be a finite number: a row passes when reward >= "
+                          f"threshold (default {THRESHOLD:g}).")
+    return float(threshold)
+
+
 def task_counts(graded: GradedRows, threshold: float = THRESHOLD) -> tuple[np.ndarray, np.ndarray]:
     """(rollouts, passes) per task, in ``graded.task_ids`` order."""
+    threshold = check_threshold(threshold)
     samples = np.bincount(graded.task_R, minlength=graded.n_tasks)
     passes = np.bincount(graded.task_R, weights=graded.reward_R >= threshold, minlength=graded.n_tasks)
     return samples.astype(np.int64), passes.astype(np.int64)
@@ -213,7 +223,7 @@ class HoldoutSize:
         return "\n".join(lines + [f"  - {a}" for a in self.assumptions])
 
 
-def holdout_size(effect: float, k: int = 1, *, p: float = 0.5, spread: float = 0.0, sd: float | None = None,
+def holdout_size(effect: float, k: int = 1, *, p: float | None = None, spread: float = 0.0, sd: float | None = None,
                  power: float = POWER, confidence: float = CONFIDENCE) -> HoldoutSize:
     """Held-out tasks a paired comparison of two arms needs to see a pass@1 change of ``effect``.
 
@@ -224,8 +234,10 @@ def holdout_size(effect: float, k: int = 1, *, p: float = 0.5, spread: float = 0
 
     * each arm samples ``k`` rollouts per task, independently, so a task's pass rate carries
       binomial noise ``p(1 - p) / k``;
-    * the baseline passes each task with probability ``p`` (default 0.5, the worst case, so the
-      answer is an upper bound for any other rate) and the treatment with ``p + effect``;
+    * the baseline passes each task with probability ``p`` and the treatment with ``p + effect``;
+      by default ``p = 0.5 - effect / 2``, the two rates either side of 0.5, which maximizes the
+      binomial noise ``p(1-p) + q(1-q)``: the answer is then enough for any baseline rate, equal
+      across tasks or not (a task's noise is largest at 0.5);
     * the true effect may differ between tasks with standard deviation ``spread`` (default 0);
     * the tasks are a random sample of the tasks you care about, and one training seed's noise
       is not in it: a difference between two training runs needs seeds as well (``compare``).
@@ -239,14 +251,17 @@ def holdout_size(effect: float, k: int = 1, *, p: float = 0.5, spread: float = 0
         raise ConfigError(f"holdout_size: effect={effect!r} must be a non-zero change in pass@1, in [-1, 1].")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ConfigError(f"holdout_size: k={k!r} must be an integer >= 1 (rollouts per task per arm).")
+    worst = p is None
+    p = 0.5 - effect / 2 if p is None else p
     q = min(1.0, max(0.0, p + effect))
     assumptions: list[str]
     if sd is None:
         _check_fraction("p", p, closed=True)
         sd = math.sqrt((p * (1 - p) + q * (1 - q)) / k + spread**2)
         assumptions = [
-            f"baseline pass rate p={p:.2f} on every task, treatment {q:.2f}"
-            + (" (rates near 0.5 are the worst case: rates far from it need fewer tasks)" if p == 0.5 else ""),
+            f"baseline pass rate p={p:.3f} on every task, treatment {q:.3f}"
+            + (" (rates either side of 0.5: the worst case, so any other rates need no more tasks)"
+               if worst else ""),
             f"{k} independent rollout(s) per task per arm: binomial noise p(1-p)/k in each task's rate",
             f"the true effect varies across tasks with sd {spread:.3f}",
             f"so the per-task difference has sd {sd:.3f}"]
@@ -329,6 +344,7 @@ def compare(baseline_rows: Rows, treatment_rows: Rows, *, threshold: float = THR
     training noise. Seeds are read from each row's ``seed`` field (absent: one seed) unless
     ``seeds=`` says how many runs each arm pooled.
     """
+    threshold = check_threshold(threshold)
     base, treat = as_graded(baseline_rows, seeds=True), as_graded(treatment_rows, seeds=True)
     shared = sorted(set(base.task_ids) & set(treat.task_ids), key=str)
     if not shared:
