@@ -24,15 +24,24 @@ import time
 import torch
 
 
-def matmul_peak(size: int, seconds: float) -> float:
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_peak(size: int, seconds: float, device: str = "cpu") -> float:
     """FLOP/s of repeated ``a @ b`` on (size, size) float32 matrices for about ``seconds``."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
     torch.matmul(a, b)  # warm up
+    _sync(device)
     flops_each = 2 * size**3
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         torch.matmul(a, b)
         count += 1
+        if count % 16 == 0:
+            _sync(device)
+    _sync(device)
     return flops_each * count / (time.perf_counter() - start)
 
 
@@ -58,17 +67,20 @@ def run(args: argparse.Namespace) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    engine = TrainingEngine(args.model, micro_batch_tokens=args.batch * args.length)
+    # float32 weights and compute everywhere (no bf16 autocast on a GPU): the peak is a float32 matmul
+    engine = TrainingEngine(args.model, micro_batch_tokens=args.batch * args.length, dtype="float32",
+                            autocast="off", device=args.device)
     data = make_data(args.batch, args.length, engine.vocab_size)
     adam = AdamParams(learning_rate=1e-4)
     engine.forward_backward(data, "cross_entropy")  # warm up (allocator, kernels)
     engine.optim_step(adam)
     peaks, step_seconds = [], []
     for _ in range(args.rounds):
-        peaks.append(matmul_peak(args.matmul_size, args.matmul_seconds))
+        peaks.append(matmul_peak(args.matmul_size, args.matmul_seconds, args.device))
         start = time.perf_counter()
         engine.forward_backward(data, "cross_entropy")
         engine.optim_step(adam)
+        _sync(args.device)
         step_seconds.append(time.perf_counter() - start)
     tokens = args.batch * args.length
     n_matmul = matmul_parameters(engine.model)
@@ -92,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--length", type=int, default=512, help="tokens per sequence (default 512)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="rounds of (matmul peak, one timed step) after one warm-up step (default 5)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run (default cpu)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's default)")
     parser.add_argument("--matmul-size", type=int, default=2048, help="side of the peak matmul (default 2048)")
     parser.add_argument("--matmul-seconds", type=float, default=1.5,

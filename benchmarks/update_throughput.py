@@ -1,23 +1,22 @@
 """How fast is ``method.update(batch)``? Side by side, in one process, on the same packed arrays.
 
-    python benchmarks/update_throughput.py [--rows 4096] [--tokens 1024] [--subset 64] [--repeats 3]
+    python benchmarks/update_throughput.py [--rows 4096] [--tokens 1024] [--subset 256] [--repeats 3]
 
 For each method this prints:
 
-* ``update`` - the best of ``--repeats`` timings of ``method.update(batch)`` on a ``Batch`` built once
-  (validation is timed separately, once, as ``Batch.from_rows``);
+* ``update`` - the best of ``--repeats`` timings of ``method.update(batch)``. The rows are validated
+  into a ``Batch`` once (timed separately, as ``Batch.from_rows``); every timed call gets a fresh copy
+  (``dataclasses.replace``: the same arrays, an empty cache), so the ratio and every other derived
+  array are recomputed in every timing;
 * ``x pass`` - that time over one *plain pass* over the same input arrays: one vectorised numpy pass
   computing ``rho = exp(logprobs - behavior_logprobs)`` over every token and a per-row sum of it
   (``np.add.reduceat``), the least any method that reads the ratio must do;
 * ``x faster than ref`` - the slow per-token reference (``whileai.simulations.reference``: plain Python
-  loops over every token, the same functions the tests check ``update`` against) timed once on the first
-  ``--subset`` trajectories and scaled linearly to the whole batch, over ``update``. Each reference is
-  first checked equal to ``update`` on that subset, so the two compute the same thing. The grouped
-  references look up each row's group by scanning the batch (quadratic in rows), so linear scaling
-  from a subset *understates* their full-batch time: the printed speed-up is a lower bound.
-
-Every ``update`` call gets a fresh ``Batch`` (``dataclasses.replace``: the same arrays, an empty cache),
-so the ratio and other derived arrays are recomputed in every timing.
+  loops over every token, the same functions the tests check ``update`` against), timed on the first
+  ``--subset`` trajectories (best of up to 3) and scaled linearly to the whole batch, over ``update``.
+  Each reference is first checked equal to ``update`` on that subset, so the two compute the same
+  thing. The grouped references look up each row's group by scanning the batch (quadratic in rows), so
+  linear scaling from a subset *understates* their full-batch time: that speed-up is a lower bound.
 
 Goals (issue 2): FlashReinforce and GRPO within 10x of one pass, SAO and BPCO within 25x, every method
 at least 50x faster than the per-token reference.
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         got = factory().update(subset).coefficients
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12, err_msg=name)
-        ref_s = best_time(lambda ref=slow: ref(subset), 1) * scale
+        ref_s = best_time(lambda ref=slow: ref(subset), min(args.repeats, 3)) * scale
         print(f"{name:22s} {update_s * 1e3:10.1f} {update_s / one_pass:8.1f} {ref_s:15.1f} {ref_s / update_s:18.0f}")
     return 0
 

@@ -122,3 +122,11 @@ def test_state_errors(capsys, tmp_path):
     code, _, err = run(capsys, "update", "--method", "rae", "--state", str(broken), str(TRACES))
     assert code == 2 and "baseline for agent 'a' is 'high'; it must be a finite number" in err
     assert broken.read_text() == '{"baselines": [["a", "high"]]}'  # left as it was
+    # an update that fails leaves a good state file as it was
+    good = tmp_path / "good.json"
+    good.write_text('{"baselines": [["a", 0.5]]}\n')
+    bad_rows = tmp_path / "bad.jsonl"
+    bad_rows.write_text('{"reward": 1.0, "logprobs": [0.3], "agent": "a"}\n')
+    code, _, err = run(capsys, "update", "--method", "rae", "--state", str(good), str(bad_rows))
+    assert code == 2 and "bad.jsonl, line 1 (row 0): field 'logprobs' is 0.3" in err
+    assert good.read_text() == '{"baselines": [["a", 0.5]]}\n'

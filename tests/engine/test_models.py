@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from whileai.engine import BUILTINS, AdamParams, SamplingParams, TrainingEngine, load_model
+from whileai.engine import BUILTINS, AdamParams, SamplingParams, TrainingEngine, load_model, make_datum
 from whileai.engine.models import byte_tokenizer, parameter_count, resolve_precision
 
 
@@ -155,3 +155,21 @@ def test_autocast_runs_every_forward_in_bfloat16_and_keeps_float32_weights():
     assert len(mixed.sample([1, 50], 2, SamplingParams(max_tokens=3, seed=0))) == 2
     with pytest.raises(ValueError, match=r"autocast 'fp8' is not known: use one of \['auto', 'off'"):
         load_model("builtin:tiny", autocast="fp8")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_cuda_defaults_train_and_agree_with_the_cpu(lora_rank):
+    """On a GPU with the defaults (full FT: fp32 weights + bf16 autocast; LoRA: bf16 base), one SFT step
+    runs, logprobs agree with the CPU float32 ones to bf16 accuracy, and a seeded sample repeats."""
+    gpu = TrainingEngine("builtin:tiny", lora_rank=lora_rank, seed=9)
+    cpu = TrainingEngine("builtin:tiny", lora_rank=lora_rank, seed=9, device="cpu")
+    assert gpu.device.type == "cuda" and (gpu.loaded.autocast is not None) == (lora_rank == 0)
+    datum = make_datum([1, 50, 51], [52, 53, 2])
+    low = gpu.forward_backward([datum], "cross_entropy").loss_fn_outputs[0]["logprobs"]
+    high = cpu.forward([datum]).loss_fn_outputs[0]["logprobs"]
+    assert low == pytest.approx(high, abs=0.1)
+    assert gpu.optim_step(AdamParams(learning_rate=1e-3)).grad_norm > 0
+    params = SamplingParams(max_tokens=5, seed=2)
+    assert gpu.sample([1, 50], 2, params) == gpu.sample([1, 50], 2, params)

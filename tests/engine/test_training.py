@@ -108,6 +108,8 @@ def test_grad_clip_norm_scales_the_gradient_before_the_step():
 def test_bad_adam_params_and_non_finite_losses_are_refused():
     with pytest.raises(ValueError, match="AdamParams.beta2=1.0"):
         AdamParams(beta2=1.0)
+    with pytest.raises(ValueError, match=r"AdamParams.eps=0 must be > 0: a weight whose gradient is 0 would become NaN"):
+        AdamParams(eps=0.0)
     with pytest.raises(ValueError, match="AdamParams.learning_rate=-0.1"):
         AdamParams(learning_rate=-0.1)
     engine = TrainingEngine("builtin:tiny", seed=1)
@@ -136,6 +138,28 @@ def test_sampler_versions_keep_old_weights_usable():
         assert engine.sample([1, 50], 2, SamplingParams(max_tokens=4, seed=3)) == old
     with pytest.raises(ValueError, match=r"no sampler weights of version 7; saved versions: \[0\]"):
         engine.sample([1, 50], 1, SamplingParams(max_tokens=2), version=7)
+
+
+def test_a_sampler_version_is_usable_several_steps_later_until_it_is_evicted():
+    """Samples from version 0 taken three steps later equal the samples taken at step 0; the
+    keep_sampler_versions=4 most recent snapshots are kept, so a fifth save evicts version 0."""
+    engine = TrainingEngine("builtin:tiny", seed=6, keep_sampler_versions=4)
+    params = SamplingParams(max_tokens=6, seed=5)
+    at_start = engine.sample([1, 50], 3, params)
+    engine.save_weights_for_sampler()
+    for _ in range(3):
+        engine.forward_backward([make_datum([1, 50], [60, 70, 80])], "cross_entropy")
+        engine.optim_step(AdamParams(learning_rate=5e-2))
+        engine.save_weights_for_sampler()
+    assert engine.step == 3 and sorted(engine.sampler_weights) == [0, 1, 2, 3]
+    assert engine.sample([1, 50], 3, params) != at_start  # the policy moved
+    assert engine.sample([1, 50], 3, params, version=0) == at_start
+    assert engine.sample([1, 50], 3, params) != at_start  # and the current weights are back
+    engine.forward_backward([make_datum([1, 50], [60, 70, 80])], "cross_entropy")
+    engine.optim_step(AdamParams(learning_rate=5e-2))
+    engine.save_weights_for_sampler()
+    with pytest.raises(ValueError, match=r"no sampler weights of version 0; saved versions: \[1, 2, 3, 4\]"):
+        engine.sample([1, 50], 1, params, version=0)
 
 
 # ----------------------------------------------------------------------------- the method bridge
@@ -313,6 +337,25 @@ def test_tinker_wire_forms_equal_plain_lists():
     q, adv = np.array([[-5.0, -6.0]] * 4), np.array([[1.0, -0.5]] * 4)
     assert a.metrics["loss:sum"] == pytest.approx(np.sum(-np.exp(p - q) * adv), rel=1e-9)
     assert a.to_dict()["loss_fn_outputs"][0]["logprobs"] == p.astype(np.float32).tolist()
+
+
+def test_params_as_json_dicts_equal_the_dataclasses_and_bad_ones_name_the_fields():
+    """The service passes AdamParams / SamplingParams / loss_fn_config as JSON dicts."""
+    a, b = TrainingEngine("builtin:tiny", seed=0), TrainingEngine("builtin:tiny", seed=0)
+    for engine, adam in ((a, AdamParams(learning_rate=1e-2, weight_decay=0.1)),
+                         (b, {"learning_rate": 1e-2, "weight_decay": 0.1})):
+        engine.forward_backward([make_datum([1, 5], [6, 7])], "cross_entropy")
+        engine.optim_step(adam)
+    assert all(torch.equal(x, y) for x, y in zip(a.named_params.values(), b.named_params.values()))
+    assert a.sample([1, 5], 2, {"max_tokens": 3, "seed": 1}) == a.sample([1, 5], 2, SamplingParams(max_tokens=3, seed=1))
+    with pytest.raises(ValueError, match=r"adam_params has unknown fields \['lr'\]; AdamParams has \['learning_rate'"):
+        a.optim_step({"lr": 1e-3})
+    with pytest.raises(ValueError, match=r"sampling_params: .*missing 1 required positional argument: 'max_tokens'"):
+        a.sample([1, 5], 1, {"temperature": 0.5})
+    with pytest.raises(ValueError, match=r"sampling_params must be a SamplingParams or a dict of its fields"):
+        a.sample([1, 5], 1, 8)
+    with pytest.raises(ValueError, match=r"loss_fn_config for loss 'ppo' must be a dict of \['clip_low_threshold'"):
+        a.forward([make_datum([1, 5], [6], logprobs=[-1.0], advantages=[1.0])], "ppo", [0.8, 1.2])
 
 
 def test_train_step_with_bpco_fills_values_from_the_critic_and_trains_it():

@@ -32,6 +32,11 @@ def good() -> dict:
     ({"reward": None}, ["row 1", "'reward'", "must be a number"]),
     ({"reward": float("nan")}, ["row 1", "'reward'", "finite"]),
     ({"logprobs": "abc"}, ["row 1", "'logprobs'", "list"]),
+    # a string is not read as true, nor a 2 as a mask value, nor a nested list as a flat one
+    ({"action_mask": ["false", "true", "true"]}, ["row 1", "'action_mask'", "true/false (or 0/1)", "'false'"]),
+    ({"action_mask": [2, 1, 0]}, ["row 1", "'action_mask'", "true/false (or 0/1)"]),
+    ({"action_mask": [[True], [False], [True]]}, ["row 1", "'action_mask'", "flat list"]),
+    ({"truncated": "no"}, ["row 1", "'truncated' is 'no' (str)", "true or false"]),
 ])
 def test_each_bad_row_is_refused_with_row_field_and_fix(change, pieces):
     rows = [good(), {**good(), **change}]

@@ -104,6 +104,18 @@ def test_topk_slots_are_minus_the_gradient_wrt_slot_logprobs(divergence, seed):
 
 
 @pytest.mark.parametrize("divergence", DIVERGENCES)
+@pytest.mark.parametrize("seed", range(3))
+def test_topk_matches_slow_reference(divergence, seed):
+    rng = np.random.default_rng(seed + 50)
+    rows = [topk_row(rng, length=int(rng.integers(1, 6)), vocab=7, k=3,
+                     mask=None)[0] for _ in range(4)]
+    rows[1]["action_mask"] = [i % 2 == 0 for i in range(len(rows[1]["logprobs"]))]
+    update = OPD(divergence=divergence).update(rows)
+    for got, want in zip(update.coefficients, reference.opd_topk(rows, divergence)):
+        np.testing.assert_allclose(got, np.array(want).reshape(got.shape), rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("divergence", DIVERGENCES)
 def test_topk_over_the_whole_vocabulary_is_the_exact_logit_gradient(divergence):
     """With K = V, sum_k c_k (onehot(v_k) - p) is -dD/dlogits: the kernel's step is the true gradient."""
     rng = np.random.default_rng(5)

@@ -218,6 +218,15 @@ def test_update_matches_slow_reference(seed):
         np.testing.assert_allclose(update.coefficients[i], want, rtol=1e-10, atol=1e-15)
 
 
+@pytest.mark.parametrize("make", [lambda: ReinforceAda(), lambda: GroupwiseGrading(grader=lambda rows: [0.0] * len(rows))])
+def test_groups_of_one_give_zero_and_point_to_the_single_rollout_methods(make):
+    rows = [{"reward": r, "logprobs": [-0.2, -0.4], "task_id": f"t{i}"} for i, r in enumerate([1.0, 0.0, 1.0])]
+    update = make().update(rows)
+    assert np.count_nonzero(update.coefficients_flat) == 0
+    assert any("single rollout" in note and "wai.FlashReinforce, wai.SAO, wai.BPCO or wai.RAE" in note
+               for note in update.notes), update.notes
+
+
 def test_reprs_and_registry():
     assert repr(ReinforceAda()) == ("ReinforceAda(exit='balance', group_size=4, round_size=8, max_rounds=4, "
                                     "pass_reward=1.0, clip=0.2)")

@@ -104,6 +104,12 @@ def test_compare_reads_seeds_from_the_files(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert (data["baseline_seeds"], data["treatment_seeds"], data["verdict"]) == (2, 2, "gain shown")
     assert data["delta"] == pytest.approx(0.5)
+    rows = seeded([1, 2])
+    del rows[7]["seed"]  # one row with no seed among seeded rows: it would belong to no seed
+    write_jsonl(base, rows)
+    assert main(["compare", str(base), str(new)]) == 2
+    err = capsys.readouterr().err
+    assert "1 rows have no 'seed' while others do (the first is row 8, task 't1')" in err and "Fix:" in err
 
 
 def test_select_from_parquet_writes_jsonl(tmp_path, capsys):

@@ -114,6 +114,8 @@ def test_route_returns_ready_method_objects(branch, cls):
     assert f"train with: {result.config!r}" in str(result)
     if branch == "floor":
         assert result.config.privileged == "reference"
+    if branch == "grpo":
+        assert result.config.generations == 4  # the rows' k, not the library default of 8
     if branch == "strong teacher":
         assert result.config.teacher == wai.Endpoint(base_url="http://127.0.0.1:8001/v1", model="Qwen/Qwen3-32B")
 

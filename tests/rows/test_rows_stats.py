@@ -70,6 +70,19 @@ def test_all_fail_interval_is_exact_bound_on_tasks():
     assert mean_interval(np.ones(20)) == (pytest.approx(0.025 ** (1 / 20)), 1.0)
 
 
+def test_zero_spread_inside_the_bounds_is_not_a_point():
+    """10 tasks, each 1 pass of 2: sd 0, but the eval is not known exactly. At most u = 1 - 0.025**(1/10)
+    = 0.30850 of tasks differ from 0.5 (Clopper-Pearson, 0 of 10), moving the mean at most u * 0.5:
+    [0.34575, 0.65425]. compare: 12 tasks all unchanged (deltas 0) -> [-u, +u], u = 1 - 0.025**(1/12)."""
+    result = pass_at(make_rows([1] * 10, 2))
+    u = 1 - 0.025 ** (1 / 10)
+    assert result.ci95 == (pytest.approx(0.5 - 0.5 * u), pytest.approx(0.5 + 0.5 * u))
+    assert u == pytest.approx(0.30850, abs=1e-5)
+    same = make_rows([1] * 12, 2)
+    u12 = 1 - 0.025 ** (1 / 12)
+    assert compare(same, same).ci95 == (pytest.approx(-u12), pytest.approx(u12))
+
+
 # --------------------------------------------------------------------------- pass@k
 @pytest.mark.parametrize("n, c, k", [(5, 2, 2), (6, 1, 3), (4, 4, 2), (7, 0, 3), (8, 3, 8), (10, 4, 1)])
 def test_pass_at_k_equals_share_of_k_subsets_with_a_pass(n, c, k):
@@ -170,6 +183,8 @@ def test_holdout_size_by_hand():
     assert holdout_size(0.1, sd=0.3).n_tasks == 73  # (1.96 + 0.84)^2 * 0.09 / 0.01 = 70.6, t adds 2-3
     with pytest.raises(ConfigError, match="effect=0"):
         holdout_size(0)
+    with pytest.raises(ConfigError, match=r"p=0.98 plus effect=0.05 is 1.030, not a pass rate"):
+        holdout_size(0.05, p=0.98)  # clipping q to 1 would size for +0.02 and promise +0.05
 
 
 def test_holdout_size_gives_the_power_it_promises():

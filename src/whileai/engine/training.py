@@ -55,6 +55,9 @@ class AdamParams:
                   and low <= value and (value < high or high == math.inf))
             if not ok:
                 raise ConfigError(f"AdamParams.{name}={value!r} must be a finite number in [{low}, {high})")
+        if self.eps == 0:  # a never-updated weight has m = v = 0, and 0 / (0 + 0) is NaN
+            raise ConfigError("AdamParams.eps=0 must be > 0: a weight whose gradient is 0 would become NaN "
+                              "(0 / (sqrt(0) + 0)); Tinker's default is 1e-12, its cookbook passes 1e-8")
 
 
 def as_params(cls: Any, value: Any, what: str) -> Any:
@@ -162,6 +165,7 @@ class TrainingEngine:
                 "lora": self.loaded.lora, "vocab_size": self.vocab_size, "max_context": self.max_context,
                 "trainable_parameters": sum(p.numel() for p in self.named_params.values()),
                 "step": self.step, "device": str(self.device), "dtype": str(self.loaded.dtype),
+                "autocast": None if self.loaded.autocast is None else str(self.loaded.autocast),
                 "losses": list(LOSSES), "has_critic": self.critic is not None,
                 "has_reference": self.reference is not None}
 

@@ -53,11 +53,16 @@ class Async(Method):
     def _update(self, batch: Batch) -> Update:
         inner: Update = self.method.update(batch)
         factor_N, affected_N = self._factor(batch)
-        coefficients = [c * f.reshape(f.shape + (1,) * (c.ndim - 1))
-                        for c, f in zip(inner.coefficients, batch.split(factor_N))]
+        if all(c.ndim == 1 for c in inner.coefficients):  # one flat product instead of one per row
+            flat_N = np.concatenate(inner.coefficients)
+            flat_N *= factor_N
+            coefficients = batch.split(flat_N)
+        else:  # top-k coefficients (T_i, K): the token's factor on every slot
+            coefficients = [c * f.reshape(f.shape + (1,) * (c.ndim - 1))
+                            for c, f in zip(inner.coefficients, batch.split(factor_N))]
         stats = dict(inner.stats)
         key = "correction_capped_share" if self.correction == "tis" else "correction_masked_share"
-        stats[key] = float(affected_N.sum() / batch.action_mask_N.sum())
+        stats[key] = float(np.count_nonzero(affected_N) / batch.action_count)
         notes = list(inner.notes) + self._notes(batch, affected_N)
         return Update(f"async({inner.method}, {self.correction})", coefficients, inner.advantages, inner.admitted,
                       stats, notes, inner.value_targets)
@@ -65,17 +70,16 @@ class Async(Method):
     def _factor(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """The per-token multiplier, and the action tokens it changed."""
         mask_N = batch.action_mask_N
-        log_ratio_N = batch.logprobs_N - batch.behavior_logprobs_N
         if self.correction == "tis":
             # min(rho, cap) / rho = exp(min(0, log cap - log rho)): finite for any rho
-            factor_N = np.exp(np.minimum(0.0, np.log(self.max_ratio) - log_ratio_N))
+            factor_N = np.exp(np.minimum(0.0, np.log(self.max_ratio) - batch.log_ratio_N))
             return factor_N, mask_N & (factor_N < 1.0)
         if self.correction == "ipo":
+            # probabilities, not the (capped) ratio: a token the sampler gave ~0 may still have moved a lot
             keep_N = np.abs(np.exp(batch.logprobs_N) - np.exp(batch.behavior_logprobs_N)) <= self.threshold
         else:
             low, high = self.ratio
-            ratio_N = np.exp(log_ratio_N)
-            keep_N = (ratio_N >= low) & (ratio_N <= high)
+            keep_N = (batch.ratio_N >= low) & (batch.ratio_N <= high)
         return keep_N.astype(np.float64), mask_N & ~keep_N
 
     def _notes(self, batch: Batch, affected_N: np.ndarray) -> list[str]:
@@ -91,7 +95,7 @@ class Async(Method):
             return [f"{who} moved more than threshold {self.threshold:g} in probability and "
                     f"{agree(where.size, 'was', 'were')} masked by ipo "
                     f"(largest move {moved.max():.3g}); {lag} or raise threshold"]
-        ratio = np.exp(batch.logprobs_N[where] - batch.behavior_logprobs_N[where])
+        ratio = np.exp(batch.log_ratio_N[where])
         if self.correction == "icepop":
             low, high = self.ratio
             return [f"{who} had a ratio outside [{low:g}, {high:g}] and "
@@ -111,5 +115,6 @@ def _resolve(method: Any) -> Method:
         raise ConfigError("Async.method is itself an Async; wrap the inner method once and pick one correction")
     if not isinstance(method, Method):
         raise ConfigError(f"Async.method={method!r} is invalid: it must be a method object such as wai.GRPO() or a "
-                          "name such as 'grpo' (see wai.method_names())")
+                          "name such as 'grpo' (see wai.method_names(); from the shell: "
+                          "wai update --method async --set method=grpo)")
     return method

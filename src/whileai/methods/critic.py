@@ -49,6 +49,16 @@ def _value_targets(batch: Batch) -> list[np.ndarray]:
     return batch.split(batch.spread(batch.rewards_B))
 
 
+def _not_admitted_note(admitted_B: np.ndarray, why: str) -> list[str]:
+    """One note naming the trajectories whose every action token was masked or clipped ("why")."""
+    dropped = np.flatnonzero(~admitted_B)
+    if not dropped.size:
+        return []
+    fate = agree(dropped.size, "it carries nothing and is", "they carry nothing and are")
+    return [f"{plural(dropped.size, 'trajectory', 'trajectories')} {trajectory_list(dropped)} had every action "
+            f"token {why}, so {fate} not admitted this update"]
+
+
 def _token_place(batch: Batch, token: int) -> str:
     row = int(batch.row_index_N[token])
     return f"token {token - int(batch.offsets[row])} of trajectory {row}"
@@ -93,7 +103,7 @@ class SAO(Method):
         coefficients_N = np.multiply(ratio_N, advantage_N)  # advantage_N is 0 off action tokens
         coefficients_N *= inside_N
         coefficients_N /= batch.action_count
-        admitted_B = batch.per_row_sum(inside_N) > 0
+        admitted_B = batch.any_per_row(inside_N)
         stats = _stats(batch, admitted_B, ratio_N, advantage_N, values_N)
         outside_N = mask_N & ~inside_N
         stats["masked_token_share"] = float(np.count_nonzero(outside_N) / batch.action_count)
@@ -117,12 +127,7 @@ class SAO(Method):
             "from the policy: check behavior_logprobs are the sampler's own, then sample fresher rollouts (lower "
             "off_policy_steps in wai.Async) or widen ratio"
         ]
-        dropped = np.flatnonzero(~admitted_B)
-        if dropped.size:
-            fate = agree(dropped.size, "it carries nothing and is", "they carry nothing and are")
-            notes.append(f"{plural(dropped.size, 'trajectory', 'trajectories')} {trajectory_list(dropped)} had every "
-                         f"action token outside the band, so {fate} not admitted this update")
-        return notes
+        return notes + _not_admitted_note(admitted_B, "outside the band")
 
 
 class _Bound:
@@ -188,7 +193,7 @@ class BPCO(Method):
         coefficients_N = np.multiply(ratio_N, advantage_N)  # advantage_N is 0 off action tokens
         coefficients_N *= kept_N
         coefficients_N /= batch.size
-        admitted_B = batch.per_row_sum(kept_N) > 0
+        admitted_B = batch.any_per_row(kept_N)
         clipped_N = mask_N & ~unclipped_N
         stats = _stats(batch, admitted_B, ratio_N, advantage_N, values_N)
         stats["clipped_token_share"] = float(np.count_nonzero(clipped_N) / batch.action_count)
@@ -224,12 +229,7 @@ class BPCO(Method):
             f"range [{max(low_N[token], 0.0):.3g}, {high_N[token]:.3g}]); the rollouts are staler than clip allows: "
             "sample fresher rollouts (lower off_policy_steps in wai.Async) or raise clip"
         ]
-        dropped = np.flatnonzero(~admitted_B)
-        if dropped.size:
-            fate = agree(dropped.size, "it carries nothing and is", "they carry nothing and are")
-            notes.append(f"{plural(dropped.size, 'trajectory', 'trajectories')} {trajectory_list(dropped)} had every "
-                         f"action token clipped, so {fate} not admitted this update")
-        return notes
+        return notes + _not_admitted_note(admitted_B, "clipped")
 
     def _reward_notes(self, batch: Batch) -> list[str]:
         low, high = self.reward_range

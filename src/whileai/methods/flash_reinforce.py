@@ -21,25 +21,29 @@ from whileai.methods.base import Method, Update, knob, plural, trajectory_list
 from whileai.rows.batch import Batch
 
 
-def bernoulli_kl(behavior_logprobs: np.ndarray, logprobs: np.ndarray) -> np.ndarray:
+def bernoulli_kl(behavior_logprobs: np.ndarray, logprobs: np.ndarray,
+                 log_ratio: np.ndarray | None = None) -> np.ndarray:
     """KL(Bernoulli(p) || Bernoulli(q)) per token, p = exp(behavior), q = exp(logprobs); always finite.
 
     The "this token versus everything else" divergence: it needs only the one probability each side
-    gave the sampled token. Written as ``p (log p - log q) + (1 - p) log((1 - p) / (1 - q))`` with
+    gave the sampled token. Written as ``(1 - p) log((1 - p) / (1 - q)) - p (log q - log p)`` with
     ``1 - x = -expm1(log x)``; each ``1 - x`` is floored at 1e-30, so a token with probability 1 under
-    the trained policy gives a large finite KL, not inf. Three transcendental calls per token, in place.
+    the trained policy gives a large finite KL, not inf. ``log_ratio`` (log q - log p, uncapped) may be
+    passed when already computed. Three transcendental calls per token, the rest in place.
     """
-    one_minus_p = np.negative(np.expm1(behavior_logprobs))
-    p = np.subtract(1.0, one_minus_p)
-    kl = np.subtract(behavior_logprobs, logprobs)
-    kl *= p
-    one_minus_q = np.expm1(logprobs, out=p)
+    if log_ratio is None:
+        log_ratio = np.subtract(logprobs, behavior_logprobs)
+    one_minus_p = np.expm1(behavior_logprobs)
+    np.negative(one_minus_p, out=one_minus_p)
+    p_log_ratio = np.subtract(1.0, one_minus_p)
+    p_log_ratio *= log_ratio
+    one_minus_q = np.expm1(logprobs)
     np.negative(one_minus_q, out=one_minus_q)
     np.maximum(one_minus_q, 1e-30, out=one_minus_q)
     np.maximum(one_minus_p, 1e-30, out=one_minus_p)
-    tail = np.log(np.divide(one_minus_p, one_minus_q, out=one_minus_q), out=one_minus_q)
-    tail *= one_minus_p
-    kl += tail
+    kl = np.log(np.divide(one_minus_p, one_minus_q, out=one_minus_q), out=one_minus_q)
+    kl *= one_minus_p
+    kl -= p_log_ratio
     return kl
 
 
@@ -57,7 +61,7 @@ class FlashReinforce(Method):
     def _update(self, batch: Batch) -> Update:
         tokens_B = batch.action_tokens_B
         advantage_B = batch.rewards_B - batch.rewards_B.mean()
-        kl_N = bernoulli_kl(batch.behavior_logprobs_N, batch.logprobs_N)
+        kl_N = bernoulli_kl(batch.behavior_logprobs_N, batch.logprobs_N, batch.log_ratio_N)
         kl_N *= batch.action_weight_N
         mean_kl_B = batch.per_row_sum(kl_N) / tokens_B
         admitted_B = mean_kl_B <= self.trust

@@ -348,7 +348,8 @@ class RAE(Method):
         A_i = R_i - b_a        then        b_a <- decay b_a + (1 - decay) R_i
 
     then GRPO's surrogate with w_i = 1/(B T_i). The baselines persist across updates on the object
-    (``baselines``, ``state_dict()``, ``load_state_dict()``) and start at 0 for an agent never seen.
+    (``baselines``, ``state_dict()``, ``load_state_dict()``; from the shell ``wai update --state FILE``)
+    and start at 0 for an agent never seen.
     It is the one group baseline that works at one rollout per prompt. Where we differ from prime-rl:
     prime-rl keeps the baseline in memory only; here it can be saved. ``replace(...)`` returns an object
     with fresh (empty) baselines.

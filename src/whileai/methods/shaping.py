@@ -104,7 +104,8 @@ class GroupwiseGrading(Method):
         problems = []
         if not callable(self.grader):
             problems.append(f"GroupwiseGrading.grader={self.grader!r} is invalid: it must be a callable taking one "
-                            "group's passing rows and returning one score per row (higher is better)")
+                            "group's passing rows and returning one score per row (higher is better); it is Python "
+                            "code, so GroupwiseGrading runs from Python, not from `wai update`")
         if not isinstance(self.method, Method) or isinstance(self.method, GroupwiseGrading):
             problems.append(f"GroupwiseGrading.method={self.method!r} is invalid: it must be a grouped method "
                             "(wai.GRPO(), wai.RLOO(), wai.MaxRL(), or its name)")

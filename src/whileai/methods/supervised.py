@@ -196,8 +196,9 @@ class DPO(Method):
 
     def _update(self, batch: Batch) -> Update:
         pairs = pair_rows(batch, self.pass_reward, self.name)
-        mask = batch.action_mask_N
-        log_ratio_B = batch.per_row_sum((batch.logprobs_N - batch.token_fields["ref_logprobs"]) * mask)
+        policy_minus_ref_N = np.subtract(batch.logprobs_N, batch.token_fields["ref_logprobs"])
+        policy_minus_ref_N *= batch.action_weight_N
+        log_ratio_B = batch.per_row_sum(policy_minus_ref_N)
         margin_P = self.beta * (log_ratio_B[pairs.chosen] - log_ratio_B[pairs.rejected])
         weight_P = self.beta * sigmoid(-margin_P)
         scale_B = np.zeros(batch.size)
@@ -205,8 +206,9 @@ class DPO(Method):
         scale_B[pairs.rejected] = -weight_P
         admitted_B = np.zeros(batch.size, dtype=bool)
         admitted_B[pairs.chosen] = admitted_B[pairs.rejected] = True
-        coefficients = batch.split(np.where(mask, batch.spread(scale_B), 0.0))
-        return Update(self.name, coefficients, [c.copy() for c in coefficients], admitted_B,
+        coefficients_N = batch.spread(scale_B)
+        coefficients_N *= batch.action_weight_N
+        return Update(self.name, batch.split(coefficients_N), batch.split(coefficients_N.copy()), admitted_B,
                       pair_stats(batch, admitted_B, margin_P), pair_notes(pairs, batch.size))
 
 
@@ -238,8 +240,7 @@ class RM(Method):
         admitted_B[pairs.chosen] = admitted_B[pairs.rejected] = True
         coefficients_N = np.zeros(len(batch.logprobs_N))
         coefficients_N[last_action_tokens(batch)] = scale_B
-        coefficients = batch.split(coefficients_N)
-        return Update(self.name, coefficients, [c.copy() for c in coefficients], admitted_B,
+        return Update(self.name, batch.split(coefficients_N), batch.split(coefficients_N.copy()), admitted_B,
                       pair_stats(batch, admitted_B, margin_P), pair_notes(pairs, batch.size))
 
 

@@ -15,6 +15,9 @@ from typing import Any
 from whileai.errors import ConfigError
 from whileai.prime_rl.schema import PINNED_SHORT
 
+RAE_INSTEAD = ("; or, at one rollout per prompt on prime-rl, write prime_rl_config(env, 'rae', model=..., "
+               "**{'orchestrator.group_size': 1}) and call it rae (REINFORCE against an EMA of past rewards, "
+               "no critic)")
 OWN_LOOP = ("apply method.update(batch) inside your own trainer loop (the coefficients multiply each token's "
             "log-probability gradient; the batch contract is Batch in whileai/rows/batch.py, the result is "
             "Update in whileai/methods/base.py)")
@@ -54,14 +57,14 @@ WHOLE_METHODS: dict[str, tuple[str, str, str]] = {
         "are 'default' and 'ipo' (prime_rl/configs/trainer.py), which mask a token on how far its probability "
         "moved, not on a ratio band (ratio_low, ratio_high), and they sit around a group-mean or EMA baseline, "
         "which is a different method.",
-        f"{OWN_LOOP}, with your critic's 'values' on each trajectory; or wait for the trainer"),
+        f"{OWN_LOOP}, with your critic's 'values' on each trajectory{RAE_INSTEAD}"),
     "bpco": (
         "needs a bounded value critic (outputs inside reward_range) for its GAE advantage, and prime-rl only ever "
         "hosts the trainable policy (prime_rl/configs/algorithm.py, FrozenModelConfig): no value network",
         "The half prime-rl has is the probability trust region: its default loss masks a token whose probability "
         "moved more than dppo_mask_low/high (prime_rl/trainer/rl/loss.py), close to BPCO's clip, but around a "
         "group-mean or EMA baseline, which is a different method.",
-        f"{OWN_LOOP}, with your critic's 'values' on each trajectory"),
+        f"{OWN_LOOP}, with your critic's 'values' on each trajectory{RAE_INSTEAD}"),
     "ppo": (
         CRITIC,
         "The nearest thing it runs is 'grpo', a group-mean baseline with no critic, which is a different method.",

@@ -284,8 +284,10 @@ def _grpo(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, mo
                f"expected_split_share_at_k{2 * k}": float(expected_split_share(rates, 2 * k).mean())}
     answer = f"yes: {split:.1%} of tasks split, every row from {model}"
     asked.append((Q_GRPO, answer))
-    config, notes = _build("method", "grpo")
-    steps = ["wai select ROWS --mode rl --out kept.jsonl: drop the unanimous groups before the GPU",
+    config, notes = _build("method", "grpo", generations=k)
+    steps = [f"generations={k} matches the rows (the fewest rollouts any task has); sample each prompt that "
+             "many times in training, or set it to the k you will use",
+             "wai select ROWS --mode rl --out kept.jsonl: drop the unanimous groups before the GPU",
              "size the held-out test with holdout_size(effect, k=...) and train a random selection of the "
              "same size beside the real one as a control"]
     alternatives: tuple[str, ...] = ()

@@ -209,9 +209,9 @@ class SelectionReport:
                               ("all pass", str(self.tasks_all_pass), share(self.tasks_all_pass))])
         more = []
         if self.expected_split_share:
-            at = ", ".join(f"{v:.1%} at k={kk}" for kk, v in self.expected_split_share.items())
-            more = [f"fresh rollouts would split about {at} (plug-in from each task's rate, on the low side:",
-                    "a task seen unanimous counts as never splitting); raising k buys the difference"]
+            at = "   ".join(f"k={kk} {v:.1%}" for kk, v in self.expected_split_share.items())
+            more = ["split share expected of fresh rollouts (plug-in from each task's rate; on the low side, a task "
+                    "seen unanimous counts as never splitting):", f"  {at}   (raising k buys the difference)", ""]
         trunc = [f"truncated: {self.truncated_rows} rows, {self.truncated_passes} of them pass"
                  + ("  <- fix the reward first: a cut-off reply scores" if self.truncated_passes else "")]
         models = format_table([("model", "rows")] + [(m, str(n)) for m, n in self.model_mix.items()])

@@ -69,9 +69,11 @@ def mean_interval(values: np.ndarray, bounds: tuple[float, float] = (0.0, 1.0),
     """Student-t interval for the mean of per-task values, clipped to ``bounds``.
 
     One task says nothing about the spread, so its interval is all of ``bounds``. When every task
-    has the same value at a bound (every task fails, or every task passes) the spread is zero and
-    a t-interval would be a point; the interval is then the exact (Clopper-Pearson) bound on the
-    share of tasks that are not at that bound, which also bounds the mean.
+    has the same value ``v`` (every task fails, every task passes, every task 1 of 2) the spread is
+    zero and a t-interval would be a point. The interval is then exact and distribution-free: with
+    ``confidence``, the share of tasks whose value is not ``v`` is at most ``u = 1 - (alpha/2)**(1/n)``
+    (Clopper-Pearson for 0 of n), and those tasks can move the mean at most ``u`` of the way to
+    either bound: ``[v - u (v - lo), v + u (hi - v)]``.
     """
     n = len(values)
     mean = float(values.mean())
@@ -79,9 +81,9 @@ def mean_interval(values: np.ndarray, bounds: tuple[float, float] = (0.0, 1.0),
         return bounds
     sd = float(values.std(ddof=1))
     alpha = 1.0 - confidence
-    if sd == 0.0 and mean in bounds:
-        reach = (bounds[1] - bounds[0]) * (1.0 - (alpha / 2) ** (1.0 / n))
-        return (bounds[0], bounds[0] + reach) if mean == bounds[0] else (bounds[1] - reach, bounds[1])
+    if sd == 0.0:
+        share = 1.0 - (alpha / 2) ** (1.0 / n)
+        return mean - share * (mean - bounds[0]), mean + share * (bounds[1] - mean)
     half = t_quantile(1.0 - alpha / 2, n - 1) * sd / math.sqrt(n)
     return max(bounds[0], mean - half), min(bounds[1], mean + half)
 
@@ -253,10 +255,13 @@ def holdout_size(effect: float, k: int = 1, *, p: float | None = None, spread: f
         raise ConfigError(f"holdout_size: k={k!r} must be an integer >= 1 (rollouts per task per arm).")
     worst = p is None
     p = 0.5 - effect / 2 if p is None else p
-    q = min(1.0, max(0.0, p + effect))
+    q = p + effect
     assumptions: list[str]
     if sd is None:
         _check_fraction("p", p, closed=True)
+        if not 0.0 <= q <= 1.0:
+            raise ConfigError(f"holdout_size: p={p!r} plus effect={effect!r} is {q:.3f}, not a pass rate. Fix: "
+                              "give the baseline rate p the treatment can move by effect, or leave p out.")
         sd = math.sqrt((p * (1 - p) + q * (1 - q)) / k + spread**2)
         assumptions = [
             f"baseline pass rate p={p:.3f} on every task, treatment {q:.3f}"
@@ -372,6 +377,12 @@ def _rates_on(graded: GradedRows, shared: list[Any], threshold: float,
 
 
 def _seed_count(graded: GradedRows, seeds: int | None) -> int:
+    missing = np.flatnonzero(graded.seed_R < 0) if graded.seeds else np.zeros(0, np.int64)
+    if len(missing):
+        first = int(missing[0])
+        raise BatchError(f"compare: {graded.source}: {len(missing)} rows have no 'seed' while others do (the first is "
+                         f"row {first + 1}, task {graded.task_ids[graded.task_R[first]]!r}), so they would belong to "
+                         "no seed. Fix: give every row of the file its training seed, or none.")
     if seeds is not None:
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise ConfigError(f"compare: seeds={seeds!r} must be an integer >= 1 (training runs per arm).")

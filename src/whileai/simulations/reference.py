@@ -237,6 +237,32 @@ def rm(rows: Sequence[Row], chosen: Sequence[int], rejected: Sequence[int]) -> C
     return out
 
 
+def opd_topk(rows: Sequence[Row], divergence: str = "reverse_kl") -> list[list[list[float]]]:
+    """The top-k form, every slot kept: c_v = -p_v (g(p_v, q_v) - g(p_tail, q_tail)), g = df/dp, per token.
+
+    p is the student (``topk_logprobs``), q the teacher (``teacher_topk_logprobs``); the tail is the mass
+    outside the K slots on each side (floored at 1e-12). One list of K coefficients per token.
+    """
+    def slope(p: float, q: float) -> float:
+        if divergence == "reverse_kl":
+            return math.log(p / q) + 1.0
+        if divergence == "forward_kl":
+            return -q / p
+        return 0.5 * math.log(p / ((p + q) / 2))
+
+    out = []
+    for row in rows:
+        mask, lines = _mask(row), []
+        for t, (student, teacher) in enumerate(zip(row["topk_logprobs"], row["teacher_topk_logprobs"])):
+            p = [math.exp(x) for x in student]
+            q = [math.exp(x) for x in teacher]
+            p_tail, q_tail = max(1.0 - sum(p), 1e-12), max(1.0 - sum(q), 1e-12)
+            tail = slope(p_tail, q_tail)
+            lines.append([-p[v] * (slope(p[v], q[v]) - tail) if mask[t] else 0.0 for v in range(len(p))])
+        out.append(lines)
+    return out
+
+
 def opd(rows: Sequence[Row]) -> Coefficients:
     """The sampled-token reverse-KL form: c = log pi_T - log pi on every action token."""
     return [[t - s if m else 0.0 for s, t, m in zip(row["logprobs"], row["teacher_logprobs"], _mask(row))]
