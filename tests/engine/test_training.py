@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from whileai.engine import AdamParams, SamplingParams, TrainingEngine, make_datum, sft_datum
-from whileai.errors import WhileaiError
+from whileai.errors import BatchError, WhileaiError
 
 
 def grads(engine: TrainingEngine) -> dict[str, torch.Tensor]:
@@ -259,6 +259,26 @@ def test_train_step_refuses_rows_it_cannot_read():
         engine.train_step(ScaledSFT(1.0), [{"reward": 1.0, "logprobs": [-1.0]}])
     with pytest.raises(ValueError, match=r"datum 1 model_input: token 999 at position 1 is outside"):
         engine.train_step(ScaledSFT(1.0), [bridge_rows()[0], {"prompt_tokens": [1, 999], "tokens": [3], "reward": 0}])
+
+
+def test_train_step_reads_a_datums_sampler_logprobs_as_behavior_logprobs():
+    """Tinker's datum 'logprobs' are the sampler's: the method must get them as behavior_logprobs at the
+    trajectory's positions (weights [0, 0, 1, 1] -> positions 2 and 3 -> [-0.7, -0.9]), never drop them;
+    a loss input train_step cannot use is refused rather than ignored."""
+    engine = TrainingEngine("builtin:tiny", seed=8)
+    datum = {"model_input": [1, 30, 31, 32], "reward": 1.0,
+             "loss_fn_inputs": {"target_tokens": [30, 31, 32, 2], "weights": [0, 0, 1, 1],
+                                "logprobs": [0.0, 0.0, -0.7, -0.9]}}
+    method = ScaledSFT(1.0)
+    engine.train_step(method, [datum])
+    assert method.seen[0]["behavior_logprobs"] == [-0.7, -0.9]
+    assert method.seen[0]["logprobs"] != [-0.7, -0.9]  # the engine's own, this pass
+    advantages = {**datum, "loss_fn_inputs": {**datum["loss_fn_inputs"], "advantages": [0, 0, 1, 1]}}
+    with pytest.raises(BatchError, match=r"row 0: loss_fn_inputs 'advantages' is not read by train_step"):
+        engine.train_step(method, [advantages])
+    both = {**datum, "behavior_logprobs": [-0.7, -0.9]}
+    with pytest.raises(BatchError, match=r"row 0: both loss_fn_inputs 'logprobs' and 'behavior_logprobs'"):
+        engine.train_step(method, [both])
 
 
 def test_train_step_refuses_coefficients_that_do_not_match_the_rows():

@@ -213,5 +213,5 @@ def test_rm_matches_slow_reference(seed):
 def test_rm_refuses_rows_without_a_score():
     rows = [{"reward": 1.0, "logprobs": [-0.1], "task_id": "a", "score": 0.1},
             {"reward": 0.0, "logprobs": [-0.1], "task_id": "a"}]
-    with pytest.raises(wai.BatchError, match=r"row 1: field 'score' is None; rm needs a finite number"):
+    with pytest.raises(wai.BatchError, match=r"row 1: field 'score' is missing \(1 of 2 rows lack it\); rm needs the reward head's"):
         RM().update(rows)

@@ -89,7 +89,9 @@ def test_compare_prints_the_table_row(tmp_path, capsys):
 
 def test_missing_file_is_a_clear_error(tmp_path, capsys):
     assert main(["report", str(tmp_path / "nope.jsonl")]) == 2
-    assert "No such file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'nope.jsonl'}: no such file. Fix: check the path" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_compare_reads_seeds_from_the_files(tmp_path, capsys):

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+from typing import NoReturn
 
 from whileai.errors import WhileaiError
 
@@ -20,10 +22,15 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line (what was wrong, and where the help is)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}. See `{self.prog} --help`.\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="wai", description="whileai: post-training language models with reinforcement learning."
-    )
+    parser = _Parser(prog="wai", description="whileai: post-training language models with reinforcement learning.")
     parser.add_argument("--version", action="version", version=f"whileai {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
@@ -42,17 +49,28 @@ def main(argv: list[str] | None = None) -> int:
     except WhileaiError as err:
         print(f"wai {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, IsADirectoryError) as err:
-        print(f"wai {args.command}: {err}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # `wai report ... | head`: the reader left, which is not an error
         _silence_stdout()
         return 0
+    except OSError as err:  # a path the user gave: missing, a folder, not readable
+        print(f"wai {args.command}: {describe_os_error(err)}", file=sys.stderr)
+        return 2
+
+
+def describe_os_error(err: OSError) -> str:
+    """One line naming the path, what is wrong with it, and what to do."""
+    path = err.filename2 if err.filename2 is not None else err.filename
+    if isinstance(err, FileNotFoundError):
+        return f"{path}: no such file. Fix: check the path (relative paths start at {os.getcwd()})."
+    if isinstance(err, IsADirectoryError):
+        return f"{path} is a folder, not a file. Fix: name a file (e.g. {os.path.join(str(path), 'rows.jsonl')})."
+    if isinstance(err, PermissionError):
+        return f"{path}: permission denied. Fix: choose a path you can read (or write), or change its permissions."
+    where = f"{path}: " if path is not None else ""
+    return f"{where}{err.strerror or err}."
 
 
 def _silence_stdout() -> None:
-    import os
-
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
 

@@ -21,7 +21,7 @@ from typing import Any
 from whileai.errors import BatchError, ConfigError
 from whileai.methods.base import REGISTRY, Method, Update
 from whileai.methods.registry import method, method_names
-from whileai.rows.io import atomic_write, load_rows
+from whileai.rows.io import atomic_write, check_output_path, load_rows
 
 
 def register(subparsers: Any) -> None:
@@ -34,8 +34,10 @@ def register(subparsers: Any) -> None:
                         "'logprobs' (optional: behavior_logprobs, action_mask, values, task_id, ...)")
     update.add_argument("--method", required=True, metavar="NAME",
                         help=f"the method to run; one of: {', '.join(names)}")
-    update.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
-                        help="change one knob, e.g. --set trust=0.01 (repeatable; `wai methods` lists the knobs)")
+    update.add_argument("--set", "--knob", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                        help="change one knob of the method, e.g. --set trust=0.01; the value is read as JSON "
+                             "when it parses, else as a string (repeatable; `--knob` is the same flag, as in "
+                             "`wai prime-rl`; `wai methods` lists the knobs)")
     update.add_argument("--json", action="store_true", help="print the whole Update as JSON instead of the report")
     update.add_argument("--out", type=Path, default=None, metavar="FILE",
                         help="also write the coefficients to FILE: one JSON line per trajectory "
@@ -82,6 +84,9 @@ def build_method(name: str, settings: list[str]) -> Method:
 
 def cmd_update(args: argparse.Namespace) -> int:
     chosen = build_method(args.method, args.settings)
+    for path in (args.out, args.state):
+        if path is not None:
+            check_output_path(path)  # before any work, so a typo does not cost the whole update
     if args.state is not None:
         load_state(chosen, args.state)
     rows = load_rows(args.rows, require=("reward",))

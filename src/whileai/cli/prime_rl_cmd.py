@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
                         help="refuse instead of listing a knob prime-rl cannot honour as ignored")
     parser.add_argument("--out", type=Path, default=None,
                         help="write the TOML here (atomically); without it the TOML is printed")
-    parser.add_argument("--json", action="store_true", help="print JSON (config, ignored, warnings, command)")
+    parser.add_argument("--json", action="store_true", help="print JSON (method, algorithm, command, path, pinned, config, ignored, mapped, warnings, toml)")
     parser.set_defaults(func=cmd_prime_rl)
 
 

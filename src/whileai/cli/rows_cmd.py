@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from whileai.errors import ConfigError, WhileaiError
-from whileai.rows.io import atomic_write, load_graded, write_selected
+from whileai.errors import WhileaiError
+from whileai.rows.io import atomic_write, check_output_path, load_graded, write_selected
 from whileai.rows.route import PRIVILEGED, route
 from whileai.rows.select import MODES, select_indices, selection_report
 from whileai.rows.stats import THRESHOLD, compare, pass_at
@@ -92,7 +92,7 @@ def _register_compare(subparsers: Any) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     graded = load_graded(args.rows)
     report = selection_report(graded, args.threshold)
-    extra = pass_at(graded, args.k, args.threshold) if args.k else None
+    extra = pass_at(graded, args.k, args.threshold) if args.k is not None else None
     if args.json:
         out = report.to_dict()
         if extra is not None:
@@ -114,9 +114,7 @@ def cmd_route(args: argparse.Namespace) -> int:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    if not args.out.parent.is_dir():
-        raise ConfigError(f"--out {args.out}: the folder {args.out.parent} does not exist. Fix: create it "
-                          "first, or write the kept rows somewhere that exists.")
+    check_output_path(args.out)
     graded = load_graded(args.rows, lengths=args.mode == "dpo", lines=True)
     kept, pairs, notes = select_indices(graded, args.mode, args.threshold)
     assert graded.line_R is not None  # load_graded(lines=True) always fills it
@@ -170,8 +168,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args))
-    except (WhileaiError, FileNotFoundError, IsADirectoryError) as err:
+    except WhileaiError as err:
         print(f"wai {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        from whileai.cli import describe_os_error
+
+        print(f"wai {args.command}: {describe_os_error(err)}", file=sys.stderr)
         return 2
 
 

@@ -295,7 +295,10 @@ def parameter_count(model: Any) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-if __name__ == "__main__":  # pragma: no cover - a table for the docs
+def builtin_table() -> str:
+    """The built-in models and their parameter counts (``python -m whileai.engine`` prints it)."""
+    lines = []
     for size in BUILTINS:
         m, _ = build_builtin(size)
-        print(f"builtin:{size:6s} {parameter_count(m):>12,d} parameters")
+        lines.append(f"builtin:{size:6s} {parameter_count(m):>12,d} parameters")
+    return "\n".join(lines)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from whileai.engine import state as state_io
-from whileai.engine.datums import Prepared, check_tokens, make_datum, prepare, prepare_datum
+from whileai.engine.datums import Prepared, as_array, check_tokens, make_datum, prepare, prepare_datum
 from whileai.engine.logprobs import DEFAULT_CHUNK, hidden_states, select_logprobs, topk_logprobs
 from whileai.engine.losses import LOSSES, LossSpec, loss_spec, per_token_loss, resolve_config
 from whileai.engine.models import LoadedModel, load_model
@@ -426,8 +426,14 @@ class TrainingEngine:
         if not isinstance(row, Mapping):
             raise BatchError(f"row {index}: expected a dict, got {type(row).__name__}")
         spec = LOSSES["cross_entropy"]
+        lfi: dict[str, Any] = {}
         if "model_input" in row:
             lfi = dict(row.get("loss_fn_inputs") or {})
+            unread = sorted(set(lfi) - {"target_tokens", "weights", "logprobs"})
+            if unread:
+                raise BatchError(f"row {index}: loss_fn_inputs {unread[0]!r} is not read by train_step (the method "
+                                 "computes its own advantages from the row fields, e.g. 'reward'); drop it, or train "
+                                 "on your own advantages with forward_backward(data, 'importance_sampling')")
             datum = {"model_input": row["model_input"],
                      "loss_fn_inputs": {k: lfi[k] for k in ("target_tokens", "weights") if k in lfi}}
             extras = {k: v for k, v in row.items() if k not in ("model_input", "loss_fn_inputs")}
@@ -443,6 +449,15 @@ class TrainingEngine:
             raise BatchError(f"row {index}: a trajectory needs (N,) target_tokens and at least one position "
                              "with nonzero weight")
         extras.setdefault("tokens", item.targets[item.scored].tolist())
+        if "logprobs" in lfi:  # a datum's logprobs are the sampler's (Tinker): the rows' behavior_logprobs
+            if "behavior_logprobs" in extras:
+                raise BatchError(f"row {index}: both loss_fn_inputs 'logprobs' and 'behavior_logprobs' give the "
+                                 "sampler's log-probabilities; keep one")
+            sampler = as_array(lfi["logprobs"], f"row {index}: loss_fn_inputs['logprobs']").astype(np.float64)
+            if sampler.shape != item.targets.shape:
+                raise BatchError(f"row {index}: loss_fn_inputs['logprobs'] has shape {sampler.shape}, but the "
+                                 f"datum has {item.targets.shape[0]} positions; give one per position")
+            extras["behavior_logprobs"] = sampler[item.scored].tolist()
         return _Trajectory(item, extras)
 
     def _fill_required(self, method: Any, trajectories: list[_Trajectory],

@@ -110,6 +110,9 @@ def _resolve(method: Any) -> Method:
     if isinstance(method, str):
         from whileai.methods.registry import method as by_name
 
+        if method.strip().lower() == "async":
+            raise ConfigError("Async.method='async' is invalid: Async wraps another method; name the one to "
+                              "correct, e.g. method='grpo'")
         method = by_name(method)
     if isinstance(method, Async):
         raise ConfigError("Async.method is itself an Async; wrap the inner method once and pick one correction")

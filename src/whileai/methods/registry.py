@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -39,8 +40,14 @@ def method(name: str, **overrides: Any) -> Method:
     registry = _load()
     key = name.strip().lower().replace("-", "_")
     if key in ALIASES:
-        base, preset = ALIASES[key]
-        return registry[base](**{**preset, **overrides})
+        key, preset = ALIASES[key][0], {**ALIASES[key][1], **overrides}
+    else:
+        preset = overrides
     if key not in registry:
         raise ConfigError(f"unknown method {name!r}; valid names: {', '.join(method_names())}")
-    return registry[key](**overrides)
+    knobs = [f.name for f in dataclasses.fields(registry[key])] if dataclasses.is_dataclass(registry[key]) else None
+    unknown = sorted(set(preset) - set(knobs)) if knobs is not None else []
+    if unknown:
+        raise ConfigError(f"{key} has no knob {unknown[0]!r}; its knobs are {', '.join(knobs or [])} "
+                          "(`wai methods` lists them with their defaults)")
+    return registry[key](**preset)

@@ -255,6 +255,11 @@ def _scores(batch: Batch, method: str) -> np.ndarray:
     scores = []
     for i, row in enumerate(batch.rows):
         score = row.get("score")
+        if "score" not in row:
+            lacking = sum("score" not in r for r in batch.rows)
+            raise BatchError(f"row {i}: field 'score' is missing ({lacking} of {len(batch.rows)} rows lack it); "
+                             f"{method} needs the reward head's scalar output for each trajectory. Score every row "
+                             "with the head first and add it as 'score'.")
         if isinstance(score, bool) or not isinstance(score, (int, float, np.integer, np.floating)) \
                 or not np.isfinite(float(score)):
             raise BatchError(f"row {i}: field 'score' is {score!r}; {method} needs a finite number per row, the "

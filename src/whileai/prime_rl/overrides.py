@@ -7,6 +7,7 @@ one, and runs the cross-field rules prime-rl's own validation would run (referen
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlparse
@@ -65,12 +66,21 @@ def _canonical(path: str, raw: str, plan: Plan) -> str:
     return path
 
 
+def _knob_hint(raw: str, plan: Plan) -> str:
+    """A hint when an override is really a knob of the method (``--set generations=16``)."""
+    fields = {f.name for f in dataclasses.fields(plan.method)} if dataclasses.is_dataclass(plan.method) else set()
+    if raw not in fields:
+        return ""
+    return (f". {raw} is a knob of {type(plan.method).__name__}: set it on the method "
+            f"({type(plan.method).__name__}({raw}=...); from the shell, --knob {raw}=VALUE)")
+
+
 def _put(config: dict[str, Any], path: str, value: Any, raw: str, written: dict[str, tuple[Any, str]],
          plan: Plan) -> None:
     key = schema.lookup(path)
     if key is None:
         raise ConfigError(f"prime_rl_config: override {raw!r} names {path}, which is not a key of {PINNED_SHORT}"
-                          f"{schema.suggest(path)}; prime-rl forbids unknown keys")
+                          f"{schema.suggest(path)}; prime-rl forbids unknown keys{_knob_hint(raw, plan)}")
     if _owned(path, plan):
         raise ConfigError(f"prime_rl_config: {path} is written from the method, env= or model=, not from an "
                           "override: pass another method object (or its knobs), env or model instead")

@@ -13,6 +13,7 @@ from typing import Any
 
 import tomli_w
 
+from whileai.errors import ConfigError
 from whileai.methods.base import Method
 from whileai.prime_rl import schema
 from whileai.prime_rl.schema import PINNED, PINNED_SHORT
@@ -101,6 +102,8 @@ class PrimeRLConfig:
         The file is readable by all (0644), like any config; ``path`` and ``command`` name it once written.
         """
         target = Path(path)
+        if target.is_dir():
+            raise ConfigError(f"write: {target} is a folder; name the TOML file to write, e.g. {target / 'rl.toml'}")
         text = self._render(target)  # the header's launch line names the file
         target.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)

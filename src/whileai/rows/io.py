@@ -27,7 +27,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from whileai.errors import BatchError
+from whileai.errors import BatchError, ConfigError
 
 PathLike = str | os.PathLike[str]
 # Fields a graded-rows command reads; everything else on a line is parsed and dropped.
@@ -414,6 +414,16 @@ def as_graded(rows: GradedRows | PathLike | Iterable[Mapping[str, Any]], *, leng
 
 
 # --------------------------------------------------------------------------- writing
+def check_output_path(target: Path) -> None:
+    """Refuse, before any work, an output path that is a folder or whose folder does not exist."""
+    if target.is_dir():
+        raise ConfigError(f"{target} is a folder; an output must be a file path. Fix: name a file inside it, "
+                          f"e.g. {target / 'out.jsonl'}.")
+    if not target.parent.is_dir():
+        raise ConfigError(f"{target}: the folder {target.parent} does not exist. Fix: create it first "
+                          "(mkdir -p), or write somewhere that exists.")
+
+
 @contextmanager
 def atomic_write(path: PathLike) -> Iterator[IO[str]]:
     """Open ``path`` for writing so that it appears whole or not at all.
@@ -423,6 +433,7 @@ def atomic_write(path: PathLike) -> Iterator[IO[str]]:
     is left exactly as it was.
     """
     target = Path(path)
+    check_output_path(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

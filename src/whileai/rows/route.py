@@ -104,6 +104,10 @@ def route(rows: Rows, model: str, teacher_rows: Rows | None = None, *, grader: A
     """
     if privileged not in PRIVILEGED:
         raise ConfigError(f"route: privileged={privileged!r} is not one of {', '.join(map(repr, PRIVILEGED))}.")
+    if isinstance(teacher, str):  # a bad URL is refused whichever question decides
+        from whileai.methods.distill import Endpoint
+
+        Endpoint(base_url=teacher)
     graded = as_graded(rows)
     asked: list[tuple[str, str]] = []
     for step in (_truncation, _rollouts, _band):
@@ -115,7 +119,7 @@ def route(rows: Rows, model: str, teacher_rows: Rows | None = None, *, grader: A
         if decided is not None:
             return decided
     else:
-        asked.append((Q_TEACHER, "no teacher rows given (pass teacher_rows= to check one)"))
+        asked.append((Q_TEACHER, "no teacher rows given (pass teacher_rows=, or --teacher-rows, to check one)"))
     return _pairs(graded, asked) or _policy(graded, asked, model) or _grpo(graded, asked, threshold, model)
 
 
@@ -334,7 +338,8 @@ def _config_dict(config: Any) -> Any:
     if config is None or isinstance(config, dict):
         return config
     if dataclasses.is_dataclass(config):
-        out = {"method": getattr(config, "name", type(config).__name__)}
+        name = getattr(config, "name", None)  # a method has a registry name; a nested Endpoint does not
+        out = {"method": name} if isinstance(name, str) else {"type": type(config).__name__}
         for f in dataclasses.fields(config):
             value = getattr(config, f.name)
             out[f.name] = _config_dict(value) if dataclasses.is_dataclass(value) else _plain(value)
