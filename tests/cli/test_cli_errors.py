@@ -29,6 +29,7 @@ CASES = [
     (["update", "--method", "flash_reinforce", "--out", "folder", TRACES], "folder is a folder; an output must be a file"),
     (["update", "--method", "flash_reinforce", "--out", "no/such/out.jsonl", TRACES], "the folder no/such does not exist"),
     (["update", "--method", "rae", "--state", "folder", TRACES], "folder is a folder"),
+    (["update", "--method", "rae", "--out", "rows.jsonl", "rows.jsonl"], "--out rows.jsonl is the rows file itself"),
     (["update", "--method", "async", "--knob", "method=async", TRACES], "Async wraps another method"),
     (["update", "--method", "rm", TRACES], "field 'score' is missing (4 of 4 rows lack it)"),
     (["report", "nope.jsonl"], "no such file"),
@@ -46,6 +47,9 @@ CASES = [
     ([*PRIME, "--method", "grpo", "--knob", "nosuch=1"], "grpo has no knob 'nosuch'; its knobs are generations"),
     ([*PRIME, "--method", "grpo", "--set", "generations=16"], "--knob generations=VALUE"),
     ([*PRIME, "--method", "grpo", "--out", "folder"], "folder is a folder"),
+    ([*PRIME, "--method", "groupwise_grading"], "refused: prime_rl_config: groupwise_grading ranks the passes"),
+    ([*PRIME, "--method", "groupwise_grading", "--knob", "mode=advantage"], "refused: prime_rl_config:"),
+    ([*PRIME, "--method", "async"], "'async' cannot be built from its name alone: Async.method=None"),
     ([*PRIME, "--method", "opd", "--teacher-vocab", "abc"], "argument --teacher-vocab: invalid int value"),
 ]
 
@@ -56,6 +60,7 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "folder").mkdir()
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "broken.jsonl").write_text('{"reward": 1.0, "logprobs": [-0.1\n')
+    (tmp_path / "rows.jsonl").write_text((REPO / TRACES).read_text())
     (tmp_path / "typed.jsonl").write_text('{"reward": "one", "logprobs": [-0.1]}\n')
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -81,3 +86,10 @@ def test_method_by_name_refuses_an_unknown_knob_with_the_list():
     with pytest.raises(wai.ConfigError, match=r"grpo has no knob 'nosuch'; its knobs are generations, clip"):
         wai.method("grpo", nosuch=1)
     assert wai.method("dr-grpo", generations=4).generations == 4
+
+
+def test_prime_rl_refuses_groupwise_grading_by_name_with_the_reason_not_as_unknown():
+    """The name is a registry name whose defaults cannot be built (no grader): still a refusal."""
+    with pytest.raises(wai.ConfigError, match=r"groupwise_grading ranks the passes") as caught:
+        wai.prime_rl_config("reverse-text", "groupwise_grading", model="Qwen/Qwen3-0.6B")
+    assert "What you can do:" in str(caught.value) and "unknown method" not in str(caught.value)

@@ -21,7 +21,7 @@ import whileai as wai
 
 RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "rl_loop.py"
 MARGIN = 0.12  # reward gain (last 5 steps minus first 5) a working update clears and a broken one does not
-STEPS = 30
+STEPS = {"flash_reinforce": 30, "grpo": 40}  # GRPO sees 4 prompts a step (8 rollouts each), FlashReinforce 32
 
 
 def load_recipe():
@@ -37,6 +37,10 @@ def load_recipe():
 rl = load_recipe()
 
 
+def run(method: str, seed: int) -> dict:
+    return rl.train(rl.Config(method=method, steps=STEPS[method], seed=seed, lag=2), log=lambda *_: None)
+
+
 def check_learned(history: dict) -> None:
     rewards = np.array(history["rewards"])
     first, last = rewards[:5].mean(), rewards[-5:].mean()
@@ -50,7 +54,7 @@ def check_learned(history: dict) -> None:
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_flash_reinforce_learns_from_one_rollout_per_prompt(seed):
-    history = rl.train(rl.Config(method="flash_reinforce", steps=STEPS, seed=seed, lag=2), log=lambda *_: None)
+    history = run("flash_reinforce", seed)
     assert history["group"] == 1
     check_learned(history)
     # the trust gate did its job on stale rows: some trajectories were dropped, never all of them every step
@@ -60,7 +64,7 @@ def test_flash_reinforce_learns_from_one_rollout_per_prompt(seed):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_grpo_learns_from_groups(seed):
-    history = rl.train(rl.Config(method="grpo", steps=STEPS, seed=seed, lag=2), log=lambda *_: None)
+    history = run("grpo", seed)
     assert history["group"] == wai.GRPO().generations == 8
     check_learned(history)
     # with stale samples PPO's clip engaged on some tokens
@@ -94,3 +98,10 @@ def test_cli_knobs_reach_the_method_and_group_size_comes_from_it():
     assert engine.keep_sampler_versions == 2
     with pytest.raises(wai.ConfigError, match="rollouts_per_step=2 is below the method's group size 4"):
         rl.train(rl.Config(method="grpo", knobs={"generations": 4}, rollouts_per_step=2, steps=1))
+
+
+def test_bad_settings_are_reported_all_at_once(capsys):
+    with pytest.raises(wai.ConfigError, match=r"steps=0 must be >= 1; lag=-1 must be >= 0"):
+        rl.train(rl.Config(steps=0, lag=-1))
+    assert rl.main(["--set", "trust=-1"]) == 2  # a bad knob is the method's ConfigError, exit 2
+    assert "FlashReinforce.trust=-1 is invalid" in capsys.readouterr().err

@@ -84,9 +84,13 @@ def build_method(name: str, settings: list[str]) -> Method:
 
 def cmd_update(args: argparse.Namespace) -> int:
     chosen = build_method(args.method, args.settings)
-    for path in (args.out, args.state):
-        if path is not None:
-            check_output_path(path)  # before any work, so a typo does not cost the whole update
+    for flag, path in (("--out", args.out), ("--state", args.state)):
+        if path is None:
+            continue
+        check_output_path(path)  # before any work, so a typo does not cost the whole update
+        if path.resolve() == args.rows.resolve():
+            raise ConfigError(f"{flag} {path} is the rows file itself; writing there would replace your "
+                              f"trajectories. Fix: give {flag} another file name")
     if args.state is not None:
         load_state(chosen, args.state)
     rows = load_rows(args.rows, require=("reward",))

@@ -81,12 +81,27 @@ def build(args: argparse.Namespace) -> Any:
     env: Any = {"id": args.env, **fields} if fields else args.env
     knobs = parse_pairs(args.knob, "--knob")
     # a bare name goes to the writer, which also names (and refuses) methods whileai has no class for, e.g. ppo
-    method: Any = wai.method(args.method, **knobs) if knobs and _known(args.method) else args.method
+    method: Any = _method(args.method, knobs)
     teacher = None
     if args.teacher_url:
         teacher = wai.Endpoint(base_url=args.teacher_url, model=args.teacher_model, vocab_size=args.teacher_vocab)
     return wai.prime_rl_config(env, method, model=args.model, teacher=teacher, model_vocab_size=args.model_vocab,
                                strict=args.strict, **parse_pairs(args.overrides, "--set"))
+
+
+def _method(name: str, knobs: dict[str, Any]) -> Any:
+    """The method object the knobs describe, or the bare name (the writer refuses it with the reason)."""
+    import whileai as wai
+    from whileai.prime_rl.refusals import WHOLE_METHODS
+
+    if not knobs or not _known(name):
+        return name
+    try:
+        return wai.method(name, **knobs)
+    except ConfigError:
+        if name.strip().lower().replace("-", "_") in WHOLE_METHODS:  # refused whatever its knobs
+            return name
+        raise
 
 
 def _known(name: str) -> bool:

@@ -119,5 +119,5 @@ def _resolve(method: Any) -> Method:
     if not isinstance(method, Method):
         raise ConfigError(f"Async.method={method!r} is invalid: it must be a method object such as wai.GRPO() or a "
                           "name such as 'grpo' (see wai.method_names(); from the shell: "
-                          "wai update --method async --set method=grpo)")
+                          "--method async --knob method=grpo)")
     return method

@@ -326,12 +326,17 @@ def _resolve(method: str | Method) -> Method:
         from whileai.methods.registry import method_names
 
         key = method.strip().lower().replace("-", "_")
-        if key in refusals.WHOLE_METHODS and key not in method_names():
-            raise refusals.whole_method(key, key)
+        if key not in method_names():
+            if key in refusals.WHOLE_METHODS:  # e.g. ppo: no whileai class, still refused with the reason
+                raise refusals.whole_method(key, key)
+            raise refusals.unknown(method, method_names())
         try:
             return by_name(key)
-        except ConfigError:
-            raise refusals.unknown(method, method_names()) from None
+        except ConfigError as err:  # a name whose defaults are not a method by themselves (async, groupwise_grading)
+            if key in refusals.WHOLE_METHODS:
+                raise refusals.whole_method(key, key) from None
+            raise ConfigError(f"prime_rl_config: method {method!r} cannot be built from its name alone: {err}") \
+                from None
     raise ConfigError(f"prime_rl_config: method={method!r} is invalid: it must be a method object such as "
                       "wai.GRPO() or a name such as 'grpo'")
 

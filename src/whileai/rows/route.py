@@ -327,7 +327,7 @@ def _build(factory: str, *args: Any, **kwargs: Any) -> tuple[Any, tuple[str, ...
 def _endpoint(teacher: Any, teacher_model: str) -> tuple[Any, tuple[str, ...]]:
     if teacher is None:
         return None, (f"OPD's teacher is not set: config.replace(teacher=wai.Endpoint(base_url=..., "
-                      f"model={teacher_model!r})) with the URL that serves it",)
+                      f"model={teacher_model!r})) with the URL that serves it (from the shell: --teacher-url URL)",)
     if isinstance(teacher, str):
         endpoint, notes = _build("Endpoint", base_url=teacher, model=teacher_model)
         return endpoint, notes
