@@ -158,3 +158,17 @@ def test_construction_resolves_names_and_refuses_bad_input():
         with pytest.raises(ValueError) as info:
             Async("grpo", **kwargs)
         assert f"Async.{field}=" in str(info.value) and text in str(info.value)
+
+
+def test_async_exposes_the_wrapped_methods_settings_to_a_generic_loop():
+    import copy
+
+    import whileai as wai
+
+    wrapped = wai.Async(wai.GRPO(generations=4, temperature=0.7), correction="tis")
+    assert getattr(wrapped, "generations", 1) == 4
+    assert wrapped.temperature == 0.7
+    assert getattr(wrapped, "no_such_setting", "absent") == "absent"
+    assert "values" in wai.Async("sao", correction="ipo").requires
+    assert wai.Async("grpo").requires == {}
+    assert copy.deepcopy(wrapped) == wrapped

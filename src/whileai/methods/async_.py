@@ -50,6 +50,18 @@ class Async(Method):
         object.__setattr__(self, "method", _resolve(self.method))
         super().__post_init__()
 
+    @property
+    def requires(self) -> dict[str, str]:  # type: ignore[override]
+        """The wrapped method's required row fields (a loop attaches a critic when it needs values)."""
+        return dict(self.method.requires)
+
+    def __getattr__(self, name: str) -> Any:
+        """Settings the wrapper has no field for (generations, temperature, max_tokens, ...) are the
+        wrapped method's, so a loop reading ``getattr(method, "generations", 1)`` sees the group size."""
+        if name.startswith("_") or name == "method":
+            raise AttributeError(name)
+        return getattr(self.method, name)
+
     def _update(self, batch: Batch) -> Update:
         inner: Update = self.method.update(batch)
         factor_N, affected_N = self._factor(batch)
