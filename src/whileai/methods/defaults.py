@@ -31,8 +31,13 @@ THINKING_MACHINES_OPD = "Thinking Machines 2025, On-Policy Distillation"
 SDFT_PAPER = "Shenfeld et al. 2026, SDFT, arXiv:2601.19897"
 SDPO_PAPER = "Huebotter et al. 2026, SDPO, arXiv:2601.20802"
 OPSD_REFERENCE_PAPER = "Zhao et al. 2026, arXiv:2601.18734"
-MIMO_PAPER = "MiMo-V2.6 2026 (GRS / GAR)"
+MIMO_PAPER = "LLM-Core Xiaomi 2026, MiMo-V2.6 (GRS / GAR), section 4.3"
+# the report itself was not reachable here; its formulas were read in a page-cited reading of the PDF:
+MIMO_READ = "read in github.com/xiaofengShi/paper-reading-skill, examples/mimo-v2.6-deep-read.md"
 REINFORCE_ADA_PAPER = "Xiong et al. 2025, Reinforce-Ada, arXiv:2510.04996"
+REINFORCE_ADA_CODE = "RLHFlow/Reinforce-Ada (verl), scripts/run_reinforce_ada.sh"
+REINFORCE_ADA_SAMPLER = ("RLHFlow/Reinforce-Ada, ray_trainer.py _generate_multi_round_adaptive_downsampling; "
+                         "RLHFlow/Reinforce-Ada-Tinker, rl/adaptive_sampling.py")
 
 DEFAULTS: dict[str, dict[str, Knob]] = {
     "flash_reinforce": {
@@ -200,35 +205,58 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                            paper_value=None, why="as OPD's max_tokens"),
     },
     "groupwise_grading": {
-        "mode": Knob("reward", "'reward' (GRS): the grader's rank reshapes each pass's reward before the grouped "
-                     "method runs; 'advantage' (GAR): the rank is added to each pass's advantage",
-                     one_of("reward", "advantage"), f"{MIMO_PAPER}, section 4.3"),
-        "spread": Knob(0.5, "how far the grader's ranking moves a pass: the worst pass of a group gets reward "
-                       "R - spread (GRS) or advantage A - spread/2 (GAR), the best keeps R or gets A + spread/2",
-                       number(0.0, 1.0, open_low=True, open_high=True), f"{MIMO_PAPER}, section 4.3",
-                       paper_value=None, why="no value is given where we read the method (the pick-a-method "
-                       "guide); 0.5 keeps the worst pass (reward 0.5) above every fail (reward 0)"),
-        "pass_reward": Knob(1.0, "a row with reward >= this is a pass, and only passes are ranked", number(),
+        "mode": Knob("reward", "'reward' (GRS, Eq. 2): each pass's reward is multiplied by its quality factor f "
+                     "before the grouped method runs; 'advantage' (GAR, Eq. 3): the positive advantages of a group's "
+                     "passes are redistributed in proportion to f A, their total kept",
+                     one_of("reward", "advantage"), f"{MIMO_PAPER}, Eq. 2-3 ({MIMO_READ})"),
+        "scores": Knob("rank", "what the grader returns: 'rank' any finite score, higher is better, turned into "
+                       "f = 1 - spread * h / (n_p - 1) (h = passes of the group that outscore it); 'factor' the "
+                       "quality factor f in [0, 1] itself", one_of("rank", "factor"),
+                       "pick-a-method guide, 'Saturated: every task passes' (GroupwiseGrading ranks the passes)",
+                       paper_value="factor",
+                       why="the guide's grader only ranks passes; the paper's graders return rubric scores, which "
+                       "scores='factor' takes as they are"),
+        "spread": Knob(0.5, "scores='rank': the worst pass of a group gets factor 1 - spread, the best 1",
+                       number(0.0, 1.0, open_low=True, open_high=True), "whileai (rank to factor map)",
+                       paper_value=None, why="the paper grades with rubric scores, not ranks, so it has no such "
+                       "knob; 0.5 keeps the worst pass of a 0/1-reward group (reward 0.5 in GRS) above every fail"),
+        "cap": Knob(2.0, "GAR: the largest lam = sum_P A / sum_P f A, the factor the passes' positive advantages "
+                    "are scaled by; when it binds, the group is re-centred", number(1.0),
+                    f"{MIMO_PAPER}, Eq. 3 (the cap on the amplification factor)", paper_value=None,
+                    why="the paper caps lam but its value was not in what we could read; 2.0 lets the best pass "
+                    "of two take at most twice its advantage"),
+        "pass_reward": Knob(1.0, "a row with reward >= this is a pass, and only passes are graded", number(),
                             f"{PICK_GUIDE} (a pass is reward >= 1.0)"),
     },
     "reinforce_ada": {
-        "exit": Knob("balance", "when a prompt stops being sampled: 'balance' once it has group_size/2 passes "
-                     "and group_size/2 fails, 'pos' once it has one pass", one_of("balance", "pos"),
-                     f"{REINFORCE_ADA_PAPER}, Reinforce-Ada-balance / Reinforce-Ada-pos"),
-        "group_size": Knob(4, "n: rollouts per prompt kept for the update, chosen to mix passes and fails",
-                           integer(2), f"{REINFORCE_ADA_PAPER}, experiments (n = 4)", paper_value=None,
-                           why="not checked against the paper's tables from here; 4 is its reported group size "
-                           "as we read the abstract-level descriptions"),
-        "round_size": Knob(8, "M: rollouts drawn per active prompt per sampling round", integer(1),
-                           f"{REINFORCE_ADA_PAPER}, Alg. 1", paper_value=None,
-                           why="a budget choice, not a paper value checked from here"),
-        "max_rounds": Knob(4, "budget cap: rounds after which a prompt stops being sampled even without exit",
-                           integer(1), f"{REINFORCE_ADA_PAPER}, Alg. 1", paper_value=None,
-                           why="a budget choice, not a paper value checked from here"),
+        "exit": Knob("balance", "when a prompt stops being sampled: 'balance' once it holds group_size // 2 passes "
+                     "and group_size - group_size // 2 fails, 'pos' once it holds one pass", one_of("balance", "pos"),
+                     f"{REINFORCE_ADA_PAPER}, Reinforce-Ada-balance / -pos; {REINFORCE_ADA_CODE} "
+                     "(reinforce_ada_choice='balanced')"),
+        "group_size": Knob(4, "n: rows per prompt kept for the update, n // 2 passes first when there are "
+                           "enough", integer(2), f"{REINFORCE_ADA_CODE} (rollout.n = 4, the final group kept)"),
+        "round_size": Knob(8, "rollouts drawn per active prompt per sampling round", integer(1),
+                           f"{REINFORCE_ADA_SAMPLER} (round_repeat = samples_per_round = 8)"),
+        "max_rounds": Knob(4, "rounds after which a prompt stops being sampled even without exit (with "
+                           "round_size 8: at most 32 rollouts)", integer(1),
+                           f"{REINFORCE_ADA_SAMPLER} (max_rounds = 4)"),
         "pass_reward": Knob(1.0, "a row with reward >= this is a pass", number(),
-                            f"{PICK_GUIDE} (a pass is reward >= 1.0)"),
-        "clip": Knob(0.2, "PPO clip of the grouped update on the kept groups", number(0.0, open_low=True),
-                     f"{PPO_PAPER}, Eq. 7 (the GRPO surrogate Reinforce-Ada keeps)"),
+                            f"{PICK_GUIDE} (a pass is reward >= 1.0)", paper_value=0.7,
+                            why="the authors' sampler counts reward > 0.7 as positive (positive_threshold); for "
+                            "0/1 rewards both split passes and fails the same"),
+        "divide_by_std": Knob(True, "divide A = R - mean (over every row sampled for the prompt) by that pool's "
+                              "sample std", one_of(False, True),
+                              f"{REINFORCE_ADA_CODE} (global_stat_est=True, norm_adv_by_std_in_grpo=False)",
+                              paper_value=False,
+                              why="the authors' code can divide (the repo README: global statistics for 'the mean "
+                              "and std') but their run turns it off while their GRPO baseline keeps it; ours keeps "
+                              "wai.GRPO's std division so the two differ only in sampling, kept group and baseline, "
+                              "and learning rates carry over (the toy policy at lr 5 for 30 steps reaches reward 0.6 "
+                              "with it, 0.36 without); divide_by_std=False is the authors' run"),
+        "clip": Knob(0.2, "PPO clip of the grouped update on the kept rows", number(0.0, open_low=True),
+                     f"{REINFORCE_ADA_CODE} (clip_ratio_low)", paper_value=(0.2, 0.28),
+                     why="our grouped surrogate has one symmetric clip; the authors' verl run clips above at 0.28 "
+                     "(clip-higher, a setting of their GRPO baseline too, not of Reinforce-Ada)"),
     },
 }
 
