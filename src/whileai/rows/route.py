@@ -272,7 +272,8 @@ def _policy(graded: GradedRows, asked: list[tuple[str, str]], model: str) -> Rou
                  tuple(asked), (f"OPD with {writer or 'the model that wrote them'} as the teacher",), (
                      "wai select ROWS --mode sft --out passes.jsonl, then SFT on the passes (sft-from-traces)",
                      "rows from an older copy of this model (an async sampler) are a different case: wrap the "
-                     "method, wai.Async('grpo', correction='icepop')",
+                     "method, wai.Async('grpo', correction='icepop') in your own loop, or correction='ipo' to write it "
+                     "for prime-rl (the pinned prime-rl has no icepop)",
                      "rows without a 'model' field count as another model's: record which model wrote each row"),
                  notes)
 
