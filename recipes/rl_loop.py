@@ -7,7 +7,7 @@ The loop is the whole of RL post-training in miniature: sample from weights `lag
 sampler's log-probabilities differ from the learner's and the method's off-policy correction has work
 to do), grade each completion with a program, hand the graded rows to `engine.train_step(method, ...)`,
 repeat. The method object is the only thing that changes between runs: the loop reads its group size
-(`generations`) and its sampling temperature generically and never looks at its name.
+and sampling temperature from `method.run_spec()` and never looks at its name.
 
 The task ("match the case"): a prompt is BOS plus a few letters, all lower case or all upper case; the
 reward is the share of the first `completion_len` completion tokens that are letters of the prompt's
@@ -139,8 +139,9 @@ def build(cfg: Config) -> tuple[Any, TrainingEngine]:
     method = wai.method(cfg.method, **cfg.knobs)
     engine = TrainingEngine(cfg.model, lora_rank=cfg.lora_rank, seed=cfg.seed, reference=True,
                             keep_sampler_versions=cfg.lag + 1)
-    if "values" in method.requires:  # read from the method's contract, not its name
-        engine.add_critic(cfg.critic_learning_rate, reward_range=getattr(method, "reward_range", None))
+    critic = method.run_spec().critic  # read from the method's run spec, not its name
+    if critic is not None:
+        engine.add_critic(cfg.critic_learning_rate, reward_range=critic.reward_range)
     return method, engine
 
 
@@ -150,8 +151,8 @@ def train(cfg: Config, log: Any = print) -> dict[str, Any]:
     check(cfg)
     start = time.perf_counter()
     method, engine = build(cfg)
-    group = int(getattr(method, "generations", 1))  # rollouts per prompt; 1 for one-rollout methods
-    temperature = float(getattr(method, "temperature", 1.0))
+    spec = method.run_spec()  # how the method must be run: group size, temperature, ...
+    group, temperature = spec.rollouts_per_prompt, spec.temperature
     if cfg.rollouts_per_step < group:
         raise wai.ConfigError(f"rollouts_per_step={cfg.rollouts_per_step} is below the method's group size "
                               f"{group}; raise rollouts_per_step or set a smaller generations")

@@ -160,15 +160,16 @@ def test_construction_resolves_names_and_refuses_bad_input():
         assert f"Async.{field}=" in str(info.value) and text in str(info.value)
 
 
-def test_async_exposes_the_wrapped_methods_settings_to_a_generic_loop():
+def test_async_delegates_its_run_spec_to_the_wrapped_method_explicitly():
     import copy
 
     import whileai as wai
 
-    wrapped = wai.Async(wai.GRPO(generations=4, temperature=0.7), correction="tis")
-    assert getattr(wrapped, "generations", 1) == 4
-    assert wrapped.temperature == 0.7
-    assert getattr(wrapped, "no_such_setting", "absent") == "absent"
-    assert "values" in wai.Async("sao", correction="ipo").requires
-    assert wai.Async("grpo").requires == {}
+    wrapped = wai.Async(wai.GRPO(generations=4, temperature=0.7), correction="tis", off_policy_steps=3)
+    spec = wrapped.run_spec()
+    assert (spec.rollouts_per_prompt, spec.temperature, spec.max_lag) == (4, 0.7, 3)
+    with pytest.raises(AttributeError):  # no attribute forwarding: a loop reads run_spec(), never a name
+        wrapped.generations  # noqa: B018
+    assert wai.Async("sao", correction="ipo").run_spec().critic is not None
+    assert wai.Async("grpo").run_spec().critic is None
     assert copy.deepcopy(wrapped) == wrapped

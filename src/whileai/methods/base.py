@@ -19,6 +19,7 @@ import numpy as np
 from whileai.errors import ConfigError
 from whileai.methods.defaults import DEFAULTS
 from whileai.methods.knobs import Knob
+from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch, as_batch
 
 # name -> method class; filled by subclasses that set ``name`` (see Method.__init_subclass__)
@@ -72,15 +73,34 @@ class Method:
             raise ConfigError(f"{type(self).__name__} has no field {unknown[0]!r}; its fields are {', '.join(names)}")
         return dataclasses.replace(self, **changes)
 
-    def update(self, batch: Batch | Iterable[Mapping[str, Any]]) -> Update:
-        """Coefficients for every token of ``batch`` (a list of row dicts or a ``Batch``)."""
+    def update(self, batch: Batch | Iterable[Mapping[str, Any]], *, state: Mapping[str, Any] | None = None) -> Update:
+        """Coefficients for every token of ``batch`` (a list of row dicts or a ``Batch``).
+
+        ``state``: for a method whose ``run_spec().stateful`` is true, the state before this update (start
+        from ``initial_state()``); the returned ``Update.state`` is the state after it. The input is never
+        changed, so a loop owns the state and can checkpoint it.
+        """
         batch = as_batch(batch)
         for name, why in self.requires.items():
             batch.require(name, self.name, why)
-        return self._update(batch)
+        if state is None:
+            return self._update(batch)
+        return self._update_with_state(batch, state)
 
     def _update(self, batch: Batch) -> Update:
         raise NotImplementedError(f"{type(self).__name__} does not define _update")
+
+    def _update_with_state(self, batch: Batch, state: Mapping[str, Any]) -> Update:
+        raise ConfigError(f"{type(self).__name__} carries no state across updates; call update(batch) without "
+                          "state= (run_spec().stateful is False)")
+
+    def run_spec(self) -> RunSpec:
+        """How this method must be run (rollouts per prompt, temperature, lag, fields to fill, critic)."""
+        return RunSpec(needs=tuple(self.requires))
+
+    def initial_state(self) -> dict[str, Any] | None:
+        """The state a stateful method starts from (None for a stateless one)."""
+        return None
 
     @classmethod
     def knobs(cls) -> dict[str, Knob]:
@@ -99,6 +119,8 @@ class Update:
     stats: dict[str, float]
     notes: list[str] = field(default_factory=list)
     value_targets: list[np.ndarray] | None = None
+    state: dict[str, Any] | None = None
+    """a stateful method's state after this update (when ``update`` was given ``state=``)"""
 
     @property
     def coefficients_flat(self) -> np.ndarray:

@@ -1,0 +1,82 @@
+"""How a method must be run: the one typed answer a loop, the service and the prime-rl writer read.
+
+``method.run_spec()`` returns a frozen ``RunSpec``. Nothing above ``whileai.methods`` reads a method's
+attributes by name: the group size, sampling temperature, generation cap, the lag the method is built
+for, the row fields a loop must fill in, the critic's settings and whether the method carries state
+across updates all come from here. Wrappers (``Async``, ``GroupwiseGrading``) delegate explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Row fields a loop can be asked to fill in, and what fills each one.
+FILLABLE: dict[str, str] = {
+    "values": "the critic's value at every token (a value head on the policy)",
+    "ref_logprobs": "the frozen reference policy's log-probability of every token",
+    "teacher_logprobs": "a teacher model's log-probability of every token",
+    "teacher_topk": "a teacher model's top-k tokens and log-probabilities at every position",
+}
+
+
+@dataclass(frozen=True)
+class CriticSpec:
+    """A value head's training settings."""
+
+    learning_rate: float
+    """the critic's own AdamW learning rate"""
+    steps: int = 1
+    """critic updates per policy update"""
+    warmup: int = 0
+    """critic-only updates before the policy moves"""
+    reward_range: tuple[float, float] | None = None
+    """a bounded head's (R_min, R_max); None: an unbounded linear head"""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """How a method must be run. Every field has the value a loop should use unless told otherwise."""
+
+    rollouts_per_prompt: int = 1
+    """trajectories sampled per prompt (the group size of group methods; 1 for one-rollout methods)"""
+    temperature: float = 1.0
+    """sampling temperature; the trainer scores tokens under the same temperature"""
+    max_tokens: int | None = None
+    """generation cap per trajectory (None: the loop's or the taskset's)"""
+    max_lag: int | None = 0
+    """the largest sampler lag, in optimizer steps, the method is built to correct (None: no bound)"""
+    needs: tuple[str, ...] = ()
+    """per-token row fields the loop must fill in before the update (keys of ``FILLABLE``)"""
+    critic: CriticSpec | None = None
+    """a value head and its settings, for methods whose advantages come from a critic"""
+    learning_rate: float | None = None
+    """the policy learning rate the method's paper declares (None: the loop's)"""
+    stateful: bool = False
+    """the update carries state across calls (``update(batch, state=...)``, ``Update.state``)"""
+    source: str = "rollouts"
+    """'rollouts': the loop samples and grades; 'rows': the method trains on rows as pushed (SFT, DPO, RM)"""
+    head: str = "policy"
+    """'policy': the coefficients weight log-probabilities; 'score': a scalar head's output (RM)"""
+    plan: Callable[[Iterable[Mapping[str, Any]], Iterable[Hashable]], Any] | None = None
+    """adaptive sampling: ``plan(rows_so_far, task_ids)`` returns an object whose ``resample`` maps
+    task_id -> more rollouts to draw (empty when done); None: one round of ``rollouts_per_prompt``"""
+
+    def describe(self) -> str:
+        """One line per setting, for a run's log."""
+        parts = [f"{self.rollouts_per_prompt} rollout{'s' if self.rollouts_per_prompt != 1 else ''} per prompt",
+                 f"temperature {self.temperature:g}"]
+        if self.max_tokens is not None:
+            parts.append(f"max_tokens {self.max_tokens}")
+        parts.append("any lag" if self.max_lag is None else f"lag up to {self.max_lag}")
+        if self.needs:
+            parts.append("rows need " + ", ".join(self.needs))
+        if self.critic is not None:
+            parts.append(f"critic lr {self.critic.learning_rate:g}, {self.critic.steps} step(s), warm-up "
+                         f"{self.critic.warmup}")
+        if self.stateful:
+            parts.append("carries state across updates")
+        if self.source != "rollouts":
+            parts.append(f"trains on {self.source} as pushed")
+        return "; ".join(parts)

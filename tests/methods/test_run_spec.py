@@ -1,0 +1,82 @@
+"""Every method's typed answer to "how must I be run", and loop-owned state (RAE)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import whileai as wai
+from whileai.methods.run_spec import FILLABLE, RunSpec
+
+
+def _every_method() -> list[wai.Method]:
+    out = []
+    for name in wai.method_names():
+        if name == "async":
+            out.append(wai.method(name, method="grpo"))
+        elif name == "groupwise_grading":
+            out.append(wai.GroupwiseGrading(grader=lambda rows: [0.0] * len(rows)))
+        else:
+            out.append(wai.method(name))
+    return out
+
+
+def test_every_method_answers_with_a_valid_run_spec():
+    for method in _every_method():
+        spec = method.run_spec()
+        assert isinstance(spec, RunSpec), method.name
+        assert spec.rollouts_per_prompt >= 1 and spec.temperature > 0
+        assert set(spec.needs) <= set(FILLABLE), (method.name, spec.needs)
+        assert spec.source in ("rollouts", "rows") and spec.head in ("policy", "score")
+        assert spec.stateful == (method.initial_state() is not None), method.name
+        # every per-token field the update refuses to run without is one the loop is told to fill
+        assert set(method.requires) <= set(spec.needs) | {"values"} or spec.source == "rows", method.name
+
+
+def test_run_specs_carry_the_methods_own_settings():
+    assert wai.GRPO(generations=4, temperature=0.7, max_tokens=16).run_spec().rollouts_per_prompt == 4
+    assert wai.GRPO(beta=0.04).run_spec().needs == ("ref_logprobs",)
+    assert wai.GRPO().run_spec().needs == ()
+    assert wai.FlashReinforce(off_policy_steps=3).run_spec().max_lag == 3
+    sao = wai.SAO(critic_steps=3, critic_warmup=5, critic_learning_rate=1e-3).run_spec().critic
+    assert (sao.learning_rate, sao.steps, sao.warmup, sao.reward_range) == (1e-3, 3, 5, None)
+    bpco = wai.BPCO(reward_range=(0.0, 2.0), critic_lr=2e-4, lr=3e-5).run_spec()
+    assert bpco.critic.reward_range == (0.0, 2.0) and bpco.critic.learning_rate == 2e-4
+    assert bpco.learning_rate == 3e-5
+    assert wai.SFT().run_spec().source == "rows" and wai.RM().run_spec().head == "score"
+    ada = wai.methods.ReinforceAda(round_size=3).run_spec()
+    assert ada.rollouts_per_prompt == 3 and ada.plan is not None
+    plan = ada.plan([{"task_id": "a", "reward": 1.0}] * 3, ["a", "b"])
+    assert plan.resample == {"a": 3, "b": 3}  # a: 3 passes, no fail yet; b: nothing sampled
+
+
+def _rows(rewards, agent="x"):
+    return [{"reward": r, "logprobs": [-0.5, -0.5], "agent": agent} for r in rewards]
+
+
+def test_rae_state_is_owned_by_the_caller_and_equals_the_object_held_form():
+    method = wai.RAE(decay=0.5)
+    state = method.initial_state()
+    assert state == {"baselines": {}}
+    first = method.update(_rows([1.0, 0.0]), state=state)
+    # hand-worked: b=0 -> A=1, b=0.5 -> A=-0.5, b=0.25
+    assert first.state == {"baselines": {"x": 0.25}}
+    assert state == {"baselines": {}}  # the input is never changed
+    second = method.update(_rows([1.0]), state=first.state)
+    assert second.advantages[0][0] == pytest.approx(0.75)
+    # the object-held form (wai update --state) gives the same numbers
+    legacy = wai.RAE(decay=0.5)
+    legacy.update(_rows([1.0, 0.0]))
+    again = legacy.update(_rows([1.0]))
+    np.testing.assert_allclose(again.coefficients[0], second.coefficients[0])
+    assert method.baselines == {}  # the loop-owned form leaves the object alone
+
+
+def test_state_passes_through_async_and_is_refused_by_stateless_methods():
+    wrapped = wai.Async(wai.RAE(decay=0.5), correction="tis")
+    out = wrapped.update(_rows([1.0]), state=wrapped.initial_state())
+    assert out.state == {"baselines": {"x": 0.5}}
+    with pytest.raises(wai.ConfigError, match="carries no state"):
+        wai.GRPO().update(_rows([1.0, 0.0]), state={})
+    with pytest.raises(wai.ConfigError, match="finite number"):
+        wai.RAE().update(_rows([1.0]), state={"baselines": {"x": float("nan")}})
