@@ -20,6 +20,21 @@ def test_import_does_not_import_torch():
     assert out.stdout.strip() == "False"
 
 
+def test_sub_packages_resolve_on_first_touch_without_torch():
+    """`wai.methods.ReinforceAda` and friends right after `import whileai as wai`, in a fresh interpreter;
+    none of them but the engine imports torch, and the engine resolves too."""
+    code = ("import sys, whileai as wai\n"
+            "print(wai.methods.ReinforceAda.__name__, wai.rows.__name__, wai.prime_rl.__name__, "
+            "wai.simulations.__name__)\n"
+            "print('torch' in sys.modules)\n"
+            "print(wai.engine.__name__, 'methods' in dir(wai), 'engine' in dir(wai))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["ReinforceAda whileai.rows whileai.prime_rl whileai.simulations", "False",
+                                       "whileai.engine True True"]
+    assert {"methods", "rows", "engine", "prime_rl", "simulations"} <= whileai._SUBPACKAGES
+    assert "nope" not in dir(whileai) and not hasattr(whileai, "nope")
+
+
 def test_every_exported_name_resolves():
     for name in whileai._EXPORTS:
         assert getattr(whileai, name) is not None, name

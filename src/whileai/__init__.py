@@ -12,6 +12,7 @@ Names are resolved lazily so ``import whileai`` stays fast and never imports tor
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any
 
 from whileai.errors import BatchError, ConfigError, WhileaiError
@@ -37,7 +38,7 @@ _EXPORTS: dict[str, str] = {
     "PROVE_EFFECT": "whileai.rows.checks",
     "select": "whileai.rows.select",
     "selection_report": "whileai.rows.select",
-    "route": "whileai.rows.route",
+    "route": "whileai.routing",
     "load_graded": "whileai.rows.io",
     "GradedRows": "whileai.rows.io",
     "model_mix": "whileai.rows.checks",
@@ -60,9 +61,13 @@ _EXPORTS: dict[str, str] = {
     "RM": "whileai.methods.supervised",
     "OPD": "whileai.methods.distill",
     "OPSD": "whileai.methods.distill",
-    "Endpoint": "whileai.methods.distill",
+    "Endpoint": "whileai.endpoints",
     "GroupwiseGrading": "whileai.methods.shaping",
     "ReinforceAda": "whileai.methods.shaping",
+    # the training loop
+    "train": "whileai.loop",
+    "TrainConfig": "whileai.loop",
+    "Run": "whileai.loop",
     # prime-rl config writer
     "prime_rl_config": "whileai.prime_rl",
     "PrimeRLConfig": "whileai.prime_rl",
@@ -75,10 +80,18 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = ["BatchError", "ConfigError", "WhileaiError", "__version__", *_EXPORTS]
 
+# The public sub-packages (whileai.methods, whileai.rows, whileai.engine, ...), found on disk so a new one
+# resolves too: `wai.methods.ReinforceAda` works right after `import whileai as wai`. Touching one imports
+# it, and only then (whileai.engine imports torch). Left out of __all__ so `import *` imports none of them.
+_SUBPACKAGES: frozenset[str] = frozenset(info.name for info in pkgutil.iter_modules(__path__)
+                                         if info.ispkg and not info.name.startswith("_"))
+
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        if name in _SUBPACKAGES:  # importing a sub-package sets it as an attribute of whileai
+            return importlib.import_module(f"whileai.{name}")
         raise AttributeError(f"module 'whileai' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
@@ -86,4 +99,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted({*__all__, *_SUBPACKAGES})

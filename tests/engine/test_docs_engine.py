@@ -10,7 +10,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "engine.md"
 
 def test_docs_examples_run():
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
-    assert len(blocks) == 2, "docs/engine.md lost an example"
+    assert len(blocks) == 3, "docs/engine.md lost an example"
     for block in blocks:
         exec(compile(block, str(DOC), "exec"), {})
 

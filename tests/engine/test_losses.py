@@ -223,11 +223,11 @@ def test_unknown_loss_and_key_list_the_valid_ones(engine, random_data):
         engine.forward(random_data, "ppo", {"clip_ratio": 0.2})
     with pytest.raises(ValueError, match="this loss takes no config"):
         engine.forward(random_data, "importance_sampling", {"beta": 1.0})
-    with pytest.raises(ConfigError, match=r"dppo_type.*one of \['binary_tv', 'binary_kl'\]"):
+    with pytest.raises(ConfigError, match=r"dppo_type.*one of 'binary_tv', 'binary_kl'"):
         resolve_config("dppo", {"dppo_type": "tv"})
     with pytest.raises(ConfigError, match="clip_low_threshold=1.5 is above clip_high_threshold=1.2"):
         resolve_config("ppo", {"clip_low_threshold": 1.5})
-    with pytest.raises(ConfigError, match="beta.*finite number >= 0"):
+    with pytest.raises(ConfigError, match=r"beta.*a finite number in \[0.0, inf\)"):
         resolve_config("dro", {"beta": float("nan")})
 
 

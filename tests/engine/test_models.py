@@ -12,6 +12,7 @@ import torch
 
 from whileai.engine import BUILTINS, AdamParams, SamplingParams, TrainingEngine, load_model, make_datum
 from whileai.engine.models import byte_tokenizer, parameter_count, resolve_precision
+from whileai.errors import ConfigError
 
 
 def test_builtins_are_real_qwen2_models_determined_by_the_seed():
@@ -61,7 +62,7 @@ def test_lora_trains_only_the_adapters_of_the_chosen_modules():
 def test_bad_model_arguments_say_what_is_valid():
     with pytest.raises(ValueError, match=r"unknown built-in model 'builtin:huge': use one of \['builtin:tiny'"):
         load_model("builtin:huge")
-    with pytest.raises(ValueError, match=r"target_modules \['qkv'\] are not linear layers of this model"):
+    with pytest.raises(ConfigError, match=r"target_modules \['qkv'\] name no layer LoRA can adapt in this model"):
         load_model("builtin:tiny", lora_rank=2, target_modules=["qkv"])
     with pytest.raises(ValueError, match="lora_rank=-1 must be an integer: 0 for full fine-tuning"):
         load_model("builtin:tiny", lora_rank=-1)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 from transformers import (
@@ -254,12 +256,12 @@ def test_prompts_may_be_numpy_arrays_or_tensors():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"max_tokens": 0}, "max_tokens=0 must be an integer >= 1"),
-    ({"max_tokens": 4, "temperature": -0.1}, "temperature=-0.1 is negative"),
-    ({"max_tokens": 4, "temperature": float("nan")}, "temperature=nan must be"),
-    ({"max_tokens": 4, "top_p": 0.0}, r"top_p=0.0 is outside \(0, 1\]"),
-    ({"max_tokens": 4, "top_k": -2}, "top_k=-2 must be an integer >= -1"),
-    ({"max_tokens": 4, "seed": -1}, "seed=-1 must be an integer >= 0"),
+    ({"max_tokens": 0}, r"max_tokens=0 is invalid: it must be an integer >= 1 \(most tokens"),
+    ({"max_tokens": 4, "temperature": -0.1}, r"temperature=-0.1 is invalid: it must be a finite number in \[0.0, inf\)"),
+    ({"max_tokens": 4, "temperature": float("nan")}, "temperature=nan is invalid"),
+    ({"max_tokens": 4, "top_p": 0.0}, r"top_p=0.0 is invalid: it must be a finite number in \(0.0, 1.0\]"),
+    ({"max_tokens": 4, "top_k": -2}, "top_k=-2 is invalid: it must be an integer >= -1"),
+    ({"max_tokens": 4, "seed": -1}, r"seed=-1 is invalid: it must be an integer >= 0 \(seed of the random streams"),
     ({"max_tokens": 4, "stop": "\n"}, "holds text"),
     ({"max_tokens": 4, "stop": [[1, 2], []]}, r"stop\[1\]=\[\] is not a token id"),
 ])
@@ -268,7 +270,115 @@ def test_sampling_params_are_validated(kwargs, message):
         SamplingParams(**kwargs)
 
 
+def test_every_bad_setting_is_reported_at_once_with_its_rule_from_the_knob_table():
+    from whileai.engine.sampling import SAMPLING_KNOBS
+
+    with pytest.raises(ConfigError) as error:
+        SamplingParams(max_tokens=True, temperature=-1.0, top_p=2.0, top_k=1.5, seed="7")
+    message = str(error.value)
+    for name in ("max_tokens=True", "temperature=-1.0", "top_p=2.0", "top_k=1.5", "seed='7'"):
+        assert f"SamplingParams.{name} is invalid" in message
+    assert "(seed of the random streams; None draws one from torch's global generator; default None)" in message
+    assert [f.metadata["knob"] for f in dataclasses.fields(SamplingParams)] == list(SAMPLING_KNOBS.values())
+    assert SamplingParams(max_tokens=np.int64(3)).max_tokens == 3  # numpy integers are whole numbers too
+
+
 def test_stop_is_normalised_to_sequences():
     assert SamplingParams(max_tokens=1, stop=7).stop == ((7,),)
     assert SamplingParams(max_tokens=1, stop=[2, [13, 13]]).stop == ((2,), (13, 13))
     assert SamplingParams(max_tokens=1, stop=None).stop == ()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The fast path: the fused draw, the preallocated cache, finished rows leaving the batch
+
+
+def test_engine_samples_score_the_same_under_compute_logprobs():
+    """At temperature 1 with no truncation the sampler's logprob of each token equals the engine's
+    scoring of the whole sequence (``compute_logprobs``: no cache, no padding) within 1e-4."""
+    from whileai.engine import TrainingEngine
+
+    engine = TrainingEngine("builtin:tiny", dtype="float32", autocast="off")
+    prompts = [[1, 40, 41, 42], [1, 77], [1, 90, 91, 92, 93, 94, 95]]  # unequal lengths: padding is exercised
+    result = engine.sample(prompts, 4, SamplingParams(max_tokens=10, seed=5))
+    for prompt, samples in zip(prompts, result):
+        for seq in samples:
+            scored = engine.compute_logprobs(prompt + seq.tokens)["logprobs"][len(prompt):]
+            np.testing.assert_allclose(seq.logprobs, scored, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0.6, 0, 1.0), (1.4, 5, 1.0),
+                                                         (0.9, 0, 0.7), (1.2, 9, 0.9)])
+def test_draw_step_equals_sampling_logprobs_then_draw(temperature, top_k, top_p):
+    """The fused step (one exp + cumsum pass) against the slow two-pass reference, 64 rows x 3 seeds:
+    the same token for the same uniform, and its logprob read off ``sampling_logprobs``."""
+    from whileai.engine.sampling import draw_step
+
+    params = SamplingParams(max_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p)
+    for seed in range(3):
+        generator = torch.Generator().manual_seed(seed)
+        logits = 3 * torch.randn(64, VOCAB, generator=generator)
+        uniforms = torch.rand(64, generator=generator, dtype=torch.float64)
+        reference = sampling_logprobs(logits, temperature, top_k, top_p)
+        expected = draw(reference, uniforms)
+        chosen, logprob = draw_step(logits, params, uniforms)
+        assert chosen.tolist() == expected.tolist()
+        torch.testing.assert_close(logprob, reference.gather(-1, expected[:, None]).squeeze(-1), atol=1e-5, rtol=0)
+
+
+def test_a_uniform_that_rounds_to_the_total_still_lands_on_a_token_with_mass():
+    """(0.5, 0.5, 0): u = 1.0 (what u * total can round to) gives token 1, never the empty token 2."""
+    logprobs = torch.log(torch.tensor([[0.5, 0.5, 0.0]]))
+    assert draw(logprobs, torch.tensor([1.0], dtype=torch.float64)).tolist() == [1]
+
+
+def test_rows_that_stop_leave_the_batch_and_the_rest_are_unchanged():
+    """Half the vocabulary stops a sample, so most rows end within a few tokens and the batch is
+    compacted several times; every row still equals the unstopped run cut at its first stop token,
+    and its logprobs equal a no-cache recompute."""
+    model = tiny_model()
+    prompts = PROMPTS + [[7, 7, 7, 7]]
+    free = sample(model, prompts, 4, SamplingParams(max_tokens=16, seed=9))
+    stops = list(range(0, VOCAB, 2))
+    cut = sample(model, prompts, 4, SamplingParams(max_tokens=16, seed=9, stop=stops))
+    lengths = []
+    for prompt, free_samples, cut_samples in zip(prompts, free, cut):
+        for f, c in zip(free_samples, cut_samples):
+            first = next((i for i, t in enumerate(f.tokens) if t in stops), None)
+            expected = f.tokens if first is None else f.tokens[: first + 1]
+            assert c.tokens == expected and c.stop_reason == ("length" if first is None else "stop")
+            torch.testing.assert_close(torch.tensor(c.logprobs), torch.tensor(f.logprobs[: len(expected)]),
+                                       atol=2e-5, rtol=0)
+            params = SamplingParams(max_tokens=16)
+            torch.testing.assert_close(torch.tensor(c.logprobs), recomputed_logprobs(model, prompt, c.tokens, params),
+                                       atol=2e-5, rtol=0)
+            lengths.append(len(c.tokens))
+    assert sorted(lengths)[len(lengths) // 2] <= 3 < max(lengths)  # most stop early, some run on
+
+
+def test_preallocated_cache_equals_transformers_dynamic_cache():
+    """Greedy tokens and seeded logprobs with the buffer-backed cache equal those with the model's own
+    ``DynamicCache`` growing by concatenation (the preallocation switched off)."""
+    from whileai.engine import sampling
+
+    model = tiny_model("llama")
+    params = SamplingParams(max_tokens=12, temperature=0.8, seed=1)
+    fast = sample(model, PROMPTS, 3, params)
+    original = sampling._preallocate
+    sampling._preallocate = lambda cache, n, capacity: cache.batch_repeat_interleave(n) if n > 1 else None
+    try:
+        plain = sample(model, PROMPTS, 3, params)
+    finally:
+        sampling._preallocate = original
+    for a, b in zip(fast, plain):
+        for x, y in zip(a, b):
+            assert x.tokens == y.tokens
+            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=2e-5, rtol=0)
+
+
+def test_num_samples_and_params_errors_are_config_errors():
+    model = tiny_model()
+    with pytest.raises(ConfigError, match=r"num_samples=2.5 must be an integer >= 1"):
+        sample(model, [[1]], 2.5, SamplingParams(max_tokens=2))
+    with pytest.raises(ConfigError, match=r"params must be a SamplingParams, got dict"):
+        sample(model, [[1]], 1, {"max_tokens": 2})

@@ -173,3 +173,13 @@ def test_async_delegates_its_run_spec_to_the_wrapped_method_explicitly():
     assert wai.Async("sao", correction="ipo").run_spec().critic is not None
     assert wai.Async("grpo").run_spec().critic is None
     assert copy.deepcopy(wrapped) == wrapped
+
+
+@pytest.mark.parametrize("correction", ["ipo", "icepop", "tis"])
+def test_rows_without_behavior_logprobs_are_said_to_give_the_correction_nothing(correction):
+    rows = [{"reward": r, "task_id": "a", "logprobs": [-0.5, -1.0]} for r in (0.0, 1.0)]
+    update = Async(GRPO(), correction=correction).update(rows)
+    assert any(f"no row carries behavior_logprobs, so every token counts as on-policy (rho = 1) and the "
+               f"{correction} correction had nothing to act on" in n for n in update.notes)
+    stale = [{**row, "behavior_logprobs": [-0.5, -1.0]} for row in rows]
+    assert not any("no row carries behavior_logprobs" in n for n in Async(GRPO(), correction=correction).update(stale).notes)

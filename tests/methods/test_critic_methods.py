@@ -283,3 +283,11 @@ def test_bad_values_name_field_value_and_range(make, field, value, text):
     with pytest.raises(ValueError) as info:
         make()
     assert f".{field}={value} is invalid" in str(info.value) and text in str(info.value)
+
+
+def test_rows_without_behavior_logprobs_are_said_to_give_the_ratio_nothing():
+    rows = [{k: v for k, v in row.items() if k != "behavior_logprobs"} for row in random_rows(4)]
+    assert any("the ratio band had nothing to act on" in n for n in SAO().update(rows).notes)
+    bounded = [{**row, "values": np.clip(row["values"], 0.0, 1.0).tolist()} for row in rows]
+    assert any("the DPPO clip had nothing to act on" in n for n in BPCO().update(bounded).notes)
+    assert not any("no row carries behavior_logprobs" in n for n in SAO().update(random_rows(4)).notes)

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import whileai as wai
-from whileai.methods.distill import OPD, OPSD, Endpoint, keep_top, parse_anchor, sampled_coefficients
+from whileai.endpoints import Endpoint
+from whileai.methods.distill import OPD, OPSD, keep_top, parse_anchor, sampled_coefficients
 from whileai.simulations import reference
 
 from ._kit import random_rows
@@ -184,9 +185,94 @@ def test_topk_errors_name_row_and_field():
         wai.Batch.from_rows([row, wider])
 
 
+# --------------------------------------------------------------------- a stale sampler
+def test_stale_sampler_hand_worked():
+    """pi = (0.2, 0.6, 0.5), mu = (0.4, 0.2, 0.5), pi_T = (0.4, 0.3, 0.25): rho = 0.5, 3, 1.
+
+    reverse_kl c = min(rho, 2) (t - l): 0.5 log 2 = 0.3465736, 2 log 0.5 = -1.3862944 (the cap binds),
+    log 0.5 = -0.6931472. max_ratio=None: the second token gets 3 log 0.5 = -2.0794415.
+    """
+    row = {"reward": 0.0, "logprobs": np.log([0.2, 0.6, 0.5]).tolist(),
+           "behavior_logprobs": np.log([0.4, 0.2, 0.5]).tolist(), "teacher_logprobs": np.log([0.4, 0.3, 0.25]).tolist()}
+    update = OPD().update([row])
+    np.testing.assert_allclose(update.coefficients[0], [0.3465736, -1.3862944, -0.6931472], rtol=1e-6)
+    assert update.stats["capped_token_share"] == pytest.approx(1 / 3)
+    assert any("1 action token in 1 trajectory (0) had a ratio above max_ratio=2 (largest 3)" in n
+               for n in update.notes)
+    np.testing.assert_allclose(OPD(max_ratio=None).update([row]).coefficients[0],
+                               [0.3465736, -2.0794415, -0.6931472], rtol=1e-6)
+    np.testing.assert_allclose(OPSD(max_ratio=4.0).update([row]).coefficients[0],
+                               [0.3465736, -2.0794415, -0.6931472], rtol=1e-6)
+
+
+@pytest.mark.parametrize("divergence", DIVERGENCES)
+def test_at_lag_zero_nothing_changes(divergence):
+    """No behavior_logprobs, or behavior_logprobs equal to logprobs: c is the on-policy rule, bit for bit."""
+    rows = random_rows(3, n=6, teacher=True)
+    plain = [{k: v for k, v in row.items() if k != "behavior_logprobs"} for row in rows]
+    same = [{**row, "behavior_logprobs": row["logprobs"]} for row in plain]
+    for method in (OPD(divergence=divergence), OPSD(divergence=divergence, max_ratio=None)):
+        on_policy = method.update(plain)
+        for row, c in zip(plain, on_policy.coefficients):
+            mask = np.asarray(row["action_mask"])
+            want = np.where(mask, sampled_coefficients(divergence, np.asarray(row["logprobs"]),
+                                                       np.asarray(row["teacher_logprobs"])), 0.0)
+            np.testing.assert_array_equal(c, want)
+        np.testing.assert_array_equal(method.update(same).coefficients_flat, on_policy.coefficients_flat)
+        assert not any("max_ratio" in n for n in method.update(same).notes)
+    rng = np.random.default_rng(4)
+    topk = topk_row(rng, length=3, vocab=6, k=3)[0]
+    np.testing.assert_array_equal(OPD().update([{**topk, "behavior_logprobs": topk["logprobs"]}]).coefficients[0],
+                                  OPD().update([topk]).coefficients[0])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_at_lag_above_zero_c_is_trls_self_distillation_gradient(seed):
+    """TRL's sampled-token self-distillation loss (trl/experimental/self_distillation), written as TRL writes
+    it: per_token_loss = sg(l - t) * l, times sg(min(exp(clamp(l - old, -20, 20)), is_clip = 2)), summed
+    over action tokens. c must be minus its gradient with respect to l."""
+    rows = random_rows(seed, n=8, teacher=True, drift=0.8)
+    update = OPD().update(rows)
+    batch = wai.Batch.from_rows(rows)
+    logp = torch.tensor(batch.logprobs_N, requires_grad=True)
+    teacher = torch.tensor(batch.token_fields["teacher_logprobs"])
+    old = torch.tensor(batch.behavior_logprobs_N)
+    per_token_loss = (logp - teacher).detach() * logp
+    ratio = torch.exp(torch.clamp((logp - old).detach(), min=-20.0, max=20.0)).clamp(max=2.0)
+    (per_token_loss * ratio * torch.tensor(batch.action_weight_N)).sum().backward()
+    np.testing.assert_allclose(update.coefficients_flat, -logp.grad.numpy(), rtol=1e-12, atol=1e-15)
+    assert 0 < update.stats["capped_token_share"] < 1  # the cap binds on some tokens, not all
+
+
+@pytest.mark.parametrize("divergence", DIVERGENCES)
+def test_topk_form_at_lag_above_zero_weights_each_position(divergence):
+    """The top-k loss sum_t sg(min(rho_t, 2)) D_t (TRL applies the same per-token weight to its top-k loss):
+    c is minus its gradient with respect to the slot log-probabilities."""
+    rng = np.random.default_rng(8)
+    row, _, _ = topk_row(rng, length=4, vocab=9, k=3, mask=[True, False, True, True])
+    rho = np.array([0.5, 1.7, 3.0, 1.0])
+    row["behavior_logprobs"] = (np.asarray(row["logprobs"]) - np.log(rho)).tolist()
+    update = OPD(divergence=divergence).update([row])
+    student = torch.tensor(row["topk_logprobs"], dtype=torch.float64, requires_grad=True)
+    teacher = torch.tensor(row["teacher_topk_logprobs"], dtype=torch.float64)
+    weight = np.minimum(rho, 2.0) * np.asarray(row["action_mask"])
+    loss = sum(weight[t] * torch_divergence(divergence, student[t], teacher[t], tail=True) for t in range(4))
+    loss.backward()
+    np.testing.assert_allclose(update.coefficients[0], -student.grad.numpy(), rtol=1e-10, atol=1e-14)
+    for got, want in zip(update.coefficients, reference.opd_topk([row], divergence)):
+        np.testing.assert_allclose(got, np.array(want).reshape(got.shape), rtol=1e-10, atol=1e-15)
+
+
+def test_max_ratio_below_one_is_refused():
+    with pytest.raises(wai.ConfigError, match=r"OPD.max_ratio=0.5 is invalid: it must be None \(uncapped; null from the shell\) or a "
+                                              r"finite number in \[1.0, inf\)"):
+        OPD(max_ratio=0.5)
+
+
 # --------------------------------------------------------------------- configs
 def test_endpoint_validation():
     assert Endpoint("http://127.0.0.1:8000/v1", model="teacher").model == "teacher"
+    assert wai.Endpoint is Endpoint and Endpoint.__module__ == "whileai.endpoints"
     with pytest.raises(wai.ConfigError, match=r"Endpoint.base_url='localhost:8000' is invalid: it must be an http\(s\)"):
         Endpoint("localhost:8000")
     with pytest.raises(wai.ConfigError, match="vocab_size=0"):
@@ -196,10 +282,10 @@ def test_endpoint_validation():
 
 
 def test_reprs():
-    assert repr(OPD()) == ("OPD(teacher=None, top_k=32, samples=4, divergence='reverse_kl', temperature=1.0, "
-                           "max_tokens=8192)")
+    assert repr(OPD()) == ("OPD(teacher=None, top_k=32, samples=4, divergence='reverse_kl', max_ratio=2.0, "
+                           "temperature=1.0, max_tokens=8192)")
     assert repr(OPSD()) == ("OPSD(privileged='reference', anchor='ema:0.01', top_k=32, samples=1, "
-                            "divergence='reverse_kl', temperature=1.0, max_tokens=8192)")
+                            "divergence='reverse_kl', max_ratio=2.0, temperature=1.0, max_tokens=8192)")
 
 
 @pytest.mark.parametrize("anchor, parsed", [("ema:0.01", ("ema", 0.01)), ("ema:1", ("ema", 1.0)),

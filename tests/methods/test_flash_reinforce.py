@@ -164,3 +164,18 @@ def test_by_name():
     assert wai.method("flash_reinforce", trust=0.01) == FlashReinforce(trust=0.01)
     with pytest.raises(wai.ConfigError, match="valid names: .*flash_reinforce"):
         wai.method("flash_reinfroce")
+
+
+def test_rows_without_behavior_logprobs_are_said_to_give_the_gate_nothing_to_measure():
+    """No behavior_logprobs: drift 0 and admitted share 1 are assumed, not measured, and the report says so;
+    a batch where only some rows lack them names those rows."""
+    rows = random_rows(2, n=4)
+    plain = [{k: v for k, v in row.items() if k != "behavior_logprobs"} for row in rows]
+    update = FlashReinforce().update(plain)
+    assert update.stats["mean_sequence_kl"] == 0.0 and update.stats["admitted_share"] == 1.0
+    assert any(n.startswith("no row carries behavior_logprobs, so every token counts as on-policy (rho = 1) and "
+                            "the trust gate (it measured no drift and admitted them) had nothing to act on")
+               for n in update.notes)
+    mixed = FlashReinforce().update([rows[0], plain[1], rows[2], plain[3]])
+    assert any(n.startswith("2 of 4 trajectories (1, 3) carry no behavior_logprobs") for n in mixed.notes)
+    assert not any("behavior_logprobs" in n and "carry no" in n for n in FlashReinforce().update(rows).notes)

@@ -97,6 +97,38 @@ def test_bnpo_and_dr_grpo_hand_worked():
     assert wai.method("dr_grpo").loss_type == "dr_grpo"
 
 
+def test_bnpo_under_mask_counts_only_the_tokens_that_can_carry_gradient():
+    """HAND_ROWS plus a truncated row of 3 action tokens in group "a" (masked: c = 0, left out of the
+    group's statistics). N counts the 5 action tokens of the two admitted rows, not 8, as TRL and verl
+    count it: row 0 token 1 gets A/5 = 0.14142116 (A/8 if the masked row's tokens were counted)."""
+    cut = {"reward": 1.0, "task_id": "a", "truncated": True, "logprobs": [-0.1, -0.2, -0.3]}
+    update = GRPO(loss_type="bnpo").update([*HAND_ROWS, cut])
+    np.testing.assert_allclose(update.coefficients[0], [0.0, A / 5], rtol=1e-12)
+    np.testing.assert_allclose(update.coefficients[1], [0.0, -1.5 * A / 5, 0.0, -A / 5], rtol=1e-12)
+    assert not update.coefficients[2].any()
+    # masking a row is the same as dropping it, for bnpo exactly (N and the groups are the same)
+    assert_rows_close(update, [*GRPO(loss_type="bnpo").update(HAND_ROWS).coefficients, np.zeros(3)])
+
+
+def test_clip_high_and_dual_clip_hand_worked():
+    """HAND_ROWS with clip_high = 0.6 (band [0.8, 1.6]) and dual_clip = 1.4.
+
+    row 0 (A > 0) token 0: rho 1.5 <= 1.6, so the upper end no longer binds: c = w rho A = 1.5 A / 4.
+    row 1 (A < 0) token 1: rho 1.5 > dual_clip 1.4, its loss is the constant -1.4 A: c = 0 (it was
+    -1.5 A / 6 without the dual clip); token 0 (rho 0.5 < 0.8) stays clipped; token 3 rho 1: -A / 6.
+    """
+    update = GRPO(clip_high=0.6, dual_clip=1.4).update(HAND_ROWS)
+    np.testing.assert_allclose(update.coefficients[0], [1.5 * A / 4, A / 4], rtol=1e-12)
+    np.testing.assert_allclose(update.coefficients[1], [0.0, 0.0, 0.0, -A / 6], rtol=1e-12)
+    assert update.stats["clipped_token_share"] == pytest.approx(2 / 5)
+    assert any("1 action token in 1 trajectory (1) sat past the clip band [0.8, 1.6]" in n for n in update.notes)
+    assert any("1 action token with a negative advantage in 1 trajectory (1) had a ratio above dual_clip=1.4 "
+               "(largest 1.5)" in n for n in update.notes)
+    # the defaults are the symmetric band without dual clip: exactly the plain GRPO coefficients
+    assert_rows_close(GRPO(clip_high=None, dual_clip=None).update(HAND_ROWS), GRPO().update(HAND_ROWS).coefficients)
+    assert_rows_close(GRPO(clip_high=0.2).update(HAND_ROWS), GRPO().update(HAND_ROWS).coefficients)
+
+
 def test_k3_kl_term_hand_worked():
     """beta = 0.5, one on-policy row in a unanimous group (A = 0): c = -beta w (1 - exp(ref - logpi)).
 
@@ -231,7 +263,8 @@ def test_rae_refuses_a_batch_mixing_rows_with_and_without_agent():
 def test_grpo_matches_the_slow_reference(seed):
     rows = random_rows(seed, truncated=0.2, binary=seed % 2 == 0, ref=True, drift=0.4)
     for kwargs in ({}, {"loss_type": "bnpo"}, {"loss_type": "dr_grpo", "max_tokens": 16}, {"truncated": "zero"},
-                   {"beta": 0.04, "clip": 0.3}):
+                   {"beta": 0.04, "clip": 0.3}, {"clip_high": 0.28, "dual_clip": 1.3},
+                   {"loss_type": "bnpo", "clip": 0.1, "clip_high": 0.5, "dual_clip": 1.1}):
         assert_rows_close(GRPO(**kwargs).update(rows), slow_grpo(rows, **kwargs))
 
 
@@ -240,6 +273,10 @@ def test_rloo_max_rl_rae_match_the_slow_reference(seed):
     rows = random_rows(seed, binary=seed % 2 == 1, drift=0.4)
     assert_rows_close(RLOO().update(rows), slow_rloo(rows))
     assert_rows_close(MaxRL(clip=0.1).update(rows), slow_max_rl(rows, clip=0.1))
+    assert_rows_close(RLOO(clip_high=0.3, dual_clip=1.2).update(rows), slow_rloo(rows, clip_high=0.3, dual_clip=1.2))
+    assert_rows_close(MaxRL(clip_high=0.4, dual_clip=1.3).update(rows),
+                      slow_max_rl(rows, clip_high=0.4, dual_clip=1.3))
+    assert_rows_close(RAE(clip_high=0.3, dual_clip=1.2).update(rows), slow_rae(rows, clip_high=0.3, dual_clip=1.2))
     for i, row in enumerate(rows):
         row["agent"] = i % 3
     rae = RAE(decay=0.8)
@@ -260,7 +297,8 @@ def test_coefficients_are_minus_the_autograd_gradient(name):
     update = method.update(rows)
     batch = wai.Batch.from_rows(rows)
     tokens = batch.action_tokens_B.astype(float)
-    weight = {"bnpo": np.full(batch.size, 1 / tokens.sum()), "dr_grpo": np.full(batch.size, 1 / (batch.size * 12)),
+    # bnpo's N: action tokens of the admitted rows (the truncated rows are masked)
+    weight = {"bnpo": np.full(batch.size, 1 / tokens[update.admitted].sum()), "dr_grpo": np.full(batch.size, 1 / (batch.size * 12)),
               # ReinforceAda: w_i = 1/(B_kept T_i) over the rows it keeps (admitted)
               "reinforce_ada": 1 / (update.admitted.sum() * tokens)}.get(name, 1 / (batch.size * tokens))
     live = torch.tensor(batch.action_mask_N & batch.spread(update.admitted))
@@ -279,6 +317,45 @@ def test_coefficients_are_minus_the_autograd_gradient(name):
     np.testing.assert_allclose(np.concatenate(update.coefficients), -logpi.grad.numpy(), rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("name", ("grpo", "bnpo", "rloo", "max_rl", "rae", "reinforce_ada"))
+def test_asymmetric_and_dual_clip_are_minus_the_autograd_gradient_of_verls_loss(name):
+    """verl's vanilla policy loss (core_algos compute_policy_loss_vanilla) written as verl writes it:
+    loss1 = max(-A rho, -A clip(rho, 1 - low, 1 + high)); for A < 0, min(-A c_dual, loss1); summed with w_i
+    over admitted action tokens. Here low 0.2, high 0.28 (DAPO), c_dual 1.3 (low enough to bind at drift 0.6)."""
+    torch = pytest.importorskip("torch")
+    rows = random_rows(33, truncated=0.2, drift=0.6)
+    if name == "rae":  # RAE's baselines start at 0: centre the rewards so some advantages are negative
+        rows = [{**row, "reward": row["reward"] - 0.5} for row in rows]
+    knobs = {"clip": 0.2, "clip_high": 0.28, "dual_clip": 1.3}
+    method = {"bnpo": GRPO(loss_type="bnpo", **knobs),
+              "reinforce_ada": wai.ReinforceAda(group_size=2, pass_reward=0.5, **knobs)}.get(name) \
+        or wai.method(name, **knobs)
+    update = method.update(rows)
+    batch = wai.Batch.from_rows(rows)
+    tokens = batch.action_tokens_B.astype(float)
+    weight = {"bnpo": np.full(batch.size, 1 / tokens[update.admitted].sum()),
+              "reinforce_ada": 1 / (update.admitted.sum() * tokens)}.get(name, 1 / (batch.size * tokens))
+    live = torch.tensor(batch.action_mask_N & batch.spread(update.admitted))
+    logpi = torch.tensor(batch.logprobs_N, requires_grad=True)
+    ratio = torch.exp(logpi - torch.tensor(batch.behavior_logprobs_N))
+    adv = torch.tensor(np.concatenate(update.advantages))
+    pg_losses1 = -adv * ratio
+    pg_losses2 = -adv * torch.clamp(ratio, 1 - 0.2, 1 + 0.28)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    clip_pg_losses2 = torch.minimum(-adv * 1.3, clip_pg_losses1)
+    pg_losses = torch.where(adv < 0, clip_pg_losses2, clip_pg_losses1)
+    loss = (torch.tensor(batch.spread(weight)) * pg_losses)[live].sum()
+    loss.backward()
+    c = np.concatenate(update.coefficients)
+    np.testing.assert_allclose(c, -logpi.grad.numpy(), rtol=1e-10, atol=1e-14)
+    # both ends did something: the dual clip zeroed tokens the symmetric surrogate keeps, and the higher
+    # upper end kept tokens it clips
+    symmetric = np.concatenate(method.replace(clip_high=None, dual_clip=None).update(rows).coefficients)
+    assert np.count_nonzero((c == 0) & (symmetric != 0)) > 0
+    assert np.count_nonzero((c != 0) & (symmetric == 0)) > 0
+    assert any("dual_clip=1.3" in n for n in update.notes) or name == "reinforce_ada"
+
+
 # --------------------------------------------------------------------- configuration and batch errors
 @pytest.mark.parametrize("make,field,value,text", [
     (lambda: GRPO(clip=-0.1), "clip", "-0.1", "(0.0, inf)"),
@@ -290,6 +367,9 @@ def test_coefficients_are_minus_the_autograd_gradient(name):
     (lambda: RLOO(max_tokens=0), "max_tokens", "0", "integer >= 1"),
     (lambda: MaxRL(temperature=0.0), "temperature", "0.0", "(0.0, inf)"),
     (lambda: DrGRPO(loss_type="grpo"), "loss_type", "'grpo'", "'dr_grpo'"),
+    (lambda: GRPO(clip_high=0.0), "clip_high", "0.0", "None (symmetric; null from the shell) or a finite number in (0.0, inf)"),
+    (lambda: RLOO(dual_clip=1.0), "dual_clip", "1.0", "None (off; null from the shell) or a finite number in (1.0, inf)"),
+    (lambda: RAE(dual_clip="3"), "dual_clip", "'3'", "None (off; null from the shell) or a finite number in (1.0, inf)"),
 ])
 def test_bad_values_name_field_value_and_range(make, field, value, text):
     with pytest.raises(ValueError) as info:
@@ -310,8 +390,8 @@ def test_missing_task_id_is_refused_naming_the_row():
 
 
 def test_every_class_is_reachable_by_name_and_prints_its_fields():
-    assert str(GRPO()) == ("GRPO(generations=8, clip=0.2, beta=0.0, loss_type='grpo', truncated='mask', "
-                           "max_tokens=1024, temperature=1.0)")
+    assert str(GRPO()) == ("GRPO(generations=8, clip=0.2, clip_high=None, dual_clip=None, beta=0.0, "
+                           "loss_type='grpo', truncated='mask', max_tokens=1024, temperature=1.0)")
     for name, cls in (("grpo", GRPO), ("dr_grpo", DrGRPO), ("rloo", RLOO), ("max_rl", MaxRL), ("rae", RAE)):
         assert type(wai.method(name)) is cls and name in wai.method_names()
         assert set(cls.knobs()) == {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}

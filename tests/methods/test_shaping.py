@@ -339,7 +339,8 @@ def test_groups_of_one_give_zero_and_point_to_the_single_rollout_methods(make):
 
 def test_reprs_and_registry():
     assert repr(ReinforceAda()) == ("ReinforceAda(exit='balance', group_size=4, round_size=8, max_rounds=4, "
-                                    "pass_reward=1.0, divide_by_std=True, clip=0.2)")
+                                    "pass_reward=1.0, divide_by_std=True, clip=0.2, clip_high=None, "
+                                    "dual_clip=None)")
     assert wai.method("reinforce_ada") == ReinforceAda()
     assert wai.methods.ReinforceAda is ReinforceAda
     with pytest.raises(wai.ConfigError, match="ReinforceAda.group_size=1"):

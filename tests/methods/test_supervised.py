@@ -169,14 +169,15 @@ def test_dpo_repr_and_validation():
 def test_rm_hand_worked():
     """Scores r_w = 0.3, r_l = 0.5: the head prefers the fail. Delta = -0.2, sigmoid(0.2) = 0.5498340.
 
-    c = +0.549834 on the chosen row's last action token (index 1: index 2 is a tool token), -0.549834
-    on the rejected row's last token; 0 everywhere else. Loss -log sigmoid(-0.2) = 0.7981389.
+    c = +0.549834 on the chosen row's last token (index 2, a tool token: the head reads the last token
+    whoever wrote it), -0.549834 on the rejected row's last token; 0 everywhere else. Loss
+    -log sigmoid(-0.2) = 0.7981389.
     """
     rows = [{"reward": 1.0, "logprobs": [-0.1, -0.2, -0.3], "action_mask": [True, True, False], "task_id": "a",
              "score": 0.3},
             {"reward": 0.0, "logprobs": [-0.5, -0.4], "task_id": "a", "score": 0.5}]
     update = RM().update(rows)
-    np.testing.assert_allclose(update.coefficients[0], [0.0, 0.549834, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(update.coefficients[0], [0.0, 0.0, 0.549834], rtol=1e-6)
     np.testing.assert_allclose(update.coefficients[1], [0.0, -0.549834], rtol=1e-6)
     assert update.stats["mean_loss"] == pytest.approx(0.7981389, rel=1e-6)
     assert update.stats["preference_accuracy"] == 0.0
@@ -195,7 +196,8 @@ def test_rm_is_minus_the_gradient_of_bradley_terry(seed):
     grad = torch.autograd.grad(loss, scores)[0].numpy() if pairs.chosen.size else np.zeros(len(rows))
     for i, c in enumerate(update.coefficients):
         assert c.sum() == pytest.approx(-grad[i], abs=1e-12)
-        assert np.count_nonzero(c) <= 1  # one coefficient per row, on the last action token
+        assert np.count_nonzero(c) <= 1  # one coefficient per row, on its last token
+        assert not c[:-1].any()
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -208,6 +210,37 @@ def test_rm_matches_slow_reference(seed):
     want = reference.rm(rows, pairs.chosen.tolist(), pairs.rejected.tolist())
     for got, exp in zip(RM().update(rows).coefficients, want):
         np.testing.assert_allclose(got, exp, rtol=1e-12, atol=0)
+
+
+@pytest.mark.slow  # imports transformers (~10 s on a busy machine)
+def test_rm_coefficient_sits_where_a_transformers_classification_head_reads():
+    """A tiny GPT-2 sequence classifier on right-padded rows that end on environment tokens: the pooled
+    score is the head at the one position where c is non-zero (the last non-pad token), and the
+    gradient of -sum c r with respect to the hidden states lands on that position only."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=16, n_positions=8, n_embd=8, n_layer=1, n_head=2, num_labels=1,
+                                     pad_token_id=0)
+    model = transformers.GPT2ForSequenceClassification(config).double().eval()
+    rows = [{"reward": 1.0, "logprobs": [-0.1, -0.2, -0.3, -0.4], "action_mask": [True, True, False, False],
+             "task_id": "a", "score": 0.3},
+            {"reward": 0.0, "logprobs": [-0.5, -0.4], "action_mask": [True, False], "task_id": "a", "score": 0.5}]
+    update = RM().update(rows)
+    ids = torch.tensor([[4, 5, 6, 7, 8], [9, 10, 11, 0, 0]])  # a prompt token, the row's tokens, padding
+    attention = (ids != 0).long()
+    hidden = model.transformer(ids, attention_mask=attention).last_hidden_state
+    hidden.retain_grad()
+    pooled = model(ids, attention_mask=attention).logits[:, 0]
+    per_position = model.score(hidden)[..., 0]  # (rows, positions)
+    for b, c in enumerate(update.coefficients):
+        (where,) = np.flatnonzero(c)
+        assert pooled[b].item() == pytest.approx(per_position[b, 1 + where].item(), abs=1e-12)
+    weights = torch.zeros(2, 5, dtype=torch.float64)
+    for b, c in enumerate(update.coefficients):
+        weights[b, 1:1 + len(c)] = torch.tensor(c)
+    (-(weights * per_position).sum()).backward()
+    touched = hidden.grad.abs().sum(-1) > 0
+    assert touched.tolist() == [[False, False, False, False, True], [False, False, True, False, False]]
 
 
 def test_rm_refuses_rows_without_a_score():

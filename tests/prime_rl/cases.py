@@ -15,11 +15,13 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-__all__ = ["CASES", "GOLDEN", "QWEN", "SAMPLER", "TEACHER", "tomllib"]
+__all__ = ["CASES", "CLIP_TAGS", "GOLDEN", "QWEN", "SAMPLER", "TEACHER", "tomllib"]
 GOLDEN = Path(__file__).parent / "golden"
 QWEN = "Qwen/Qwen3-0.6B"
 TEACHER = wai.Endpoint(base_url="http://127.0.0.1:8001/v1", model="Qwen/Qwen3-8B", vocab_size=151669,
                        api_key_env="TEACHER_API_KEY")
+# GRPO's PPO-clip knobs (clip, and clip_high / dual_clip where the method has them): prime-rl reads none
+CLIP_TAGS = {f"GRPO.{name}" for name in ("clip", "clip_high", "dual_clip") if name in wai.GRPO.knobs()}
 SAMPLER = wai.Endpoint(base_url="http://127.0.0.1:8002/v1", model="Qwen/Qwen3-32B")
 
 CASES: dict[str, Callable[[], wai.PrimeRLConfig]] = {

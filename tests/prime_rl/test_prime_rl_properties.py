@@ -62,3 +62,17 @@ def test_top_level_exports() -> None:
     from whileai.prime_rl import PrimeRLConfig, prime_rl_config
 
     assert wai.PrimeRLConfig is PrimeRLConfig and wai.prime_rl_config is prime_rl_config
+
+
+@settings(max_examples=40, deadline=None)
+@given(method=methods())
+def test_what_is_written_is_the_methods_run_spec(method) -> None:
+    """Group size, temperature and generation cap in the config equal the method's run spec (Async: the inner one's)."""
+    try:
+        cfg = wai.prime_rl_config("reverse-text", method, model=QWEN)
+    except ConfigError:
+        return
+    spec = method.run_spec()
+    assert schema.get(cfg.config, "orchestrator.group_size") == spec.rollouts_per_prompt
+    assert schema.get(cfg.config, "orchestrator.train.sampling.temperature") == spec.temperature
+    assert schema.get(cfg.config, "orchestrator.train.sampling.max_completion_tokens") == spec.max_tokens

@@ -11,7 +11,7 @@ import whileai as wai
 from whileai.errors import ConfigError
 from whileai.prime_rl import schema
 
-from .cases import CASES, GOLDEN, QWEN, SAMPLER, TEACHER, tomllib
+from .cases import CASES, CLIP_TAGS, GOLDEN, QWEN, SAMPLER, TEACHER, tomllib
 
 # The reference's minimal validated config (shared/reference/prime-rl.md, section 1.7), line by line.
 MINIMAL = """
@@ -138,8 +138,9 @@ def test_grpo_knobs_land_on_prime_rl_keys() -> None:
     assert orchestrator["group_size"] == 4 and orchestrator["batch_size"] == 128
     assert orchestrator["train"]["sampling"] == {"temperature": 0.7, "max_completion_tokens": 300}
     assert orchestrator["algo"] == {"type": "grpo"}
-    assert set(cfg.ignored) == {"GRPO.clip", "GRPO.loss_type", "GRPO.truncated"}
+    assert set(cfg.ignored) == {"GRPO.loss_type", "GRPO.truncated"} | CLIP_TAGS
     assert "std" in cfg.ignored["GRPO.loss_type"]
+    assert all("prime-rl clips no ratio" in cfg.ignored[tag] for tag in CLIP_TAGS)
     assert cfg.algorithm == "grpo"
 
 
@@ -231,16 +232,72 @@ def test_sft_samples_from_the_frozen_model() -> None:
 def test_renderer_named_only_where_the_model_id_needs_one() -> None:
     mapped = wai.prime_rl_config("reverse-text", "grpo", model="Qwen/Qwen3-4B")
     assert "renderer" not in mapped.config["orchestrator"]
+    assert not any("renderers map" in w for w in mapped.warnings)
     tuned = wai.prime_rl_config("reverse-text", "grpo", model="PrimeIntellect/Qwen3-0.6B-Reverse-Text-SFT")
-    assert tuned.config["orchestrator"]["renderer"] == {"name": "qwen3"}
+    assert tuned.config["orchestrator"]["renderer"] == {"name": "default"}  # no family guessed from the name
     llama = wai.prime_rl_config("reverse-text", wai.OPSD(), model="meta-llama/Llama-3.1-8B-Instruct")
     assert llama.config["orchestrator"]["renderer"] == {"name": "default"}
     assert llama.config["orchestrator"]["algo"]["renderer"] == {"name": "default"}
-    assert any("renderer map" in w for w in llama.warnings)
+    assert any("'meta-llama/Llama-3.1-8B-Instruct' is not in the renderers map" in w for w in llama.warnings)
     chosen = wai.prime_rl_config("reverse-text", "grpo", model="my/finetune",
                                  **{"orchestrator.renderer.name": "prime-qwen3"})
     assert chosen.config["orchestrator"]["renderer"] == {"name": "prime-qwen3"}
-    assert not any("renderer map" in w for w in chosen.warnings)
+    assert not any("renderer" in w for w in chosen.warnings)
+
+
+@pytest.mark.parametrize("model", ["Qwen/Qwen3.5-4B", "Qwen/Qwen3.5-0.8B", "meta-llama/Llama-3.2-1B-Instruct",
+                                   "openai/gpt-oss-20b", "PrimeIntellect/Qwen3-1.7B"])
+def test_a_model_in_the_pinned_renderers_map_keeps_auto(model: str) -> None:
+    """These resolve from 'auto' at the pin (Qwen3.5 to qwen3.5, not qwen3; Llama 3.2 to llama-3): no name, no warning."""
+    cfg = wai.prime_rl_config("reverse-text", wai.OPSD(), model=model)
+    assert "renderer" not in cfg.config["orchestrator"] and "renderer" not in cfg.config["orchestrator"]["algo"]
+    assert not any("renderer" in w for w in cfg.warnings)
+
+
+def test_the_renderers_map_is_the_pinned_one() -> None:
+    """54 exact ids at renderers 2846a3dc; no prefix matching (a Qwen3.5 fine-tune is not in it)."""
+    assert len(schema.RENDERER_MAP) == 54
+    assert schema.RENDERER_MAP["Qwen/Qwen3.5-9B"] == "qwen3.5"
+    assert schema.RENDERER_MAP["Qwen/Qwen3-4B-Thinking-2507"] == "qwen3"
+    assert schema.RENDERER_MAP["PrimeIntellect/Qwen3-0.6B"] == "prime-qwen3"
+    assert schema.RENDERER_MAP["meta-llama/Llama-3.2-3B-Instruct"] == "llama-3"
+    assert "meta-llama/Llama-3.1-8B-Instruct" not in schema.RENDERER_MAP
+    assert "qwen3.5" in schema.RENDERER_NAMES and "default" in schema.RENDERER_NAMES
+
+
+def test_the_renderer_is_resolved_from_the_tokenizer_name_when_set() -> None:
+    """prime-rl resolves 'auto' from tokenizer.name when it is set, else model.name."""
+    cfg = wai.prime_rl_config("reverse-text", "grpo", model="my/finetune", **{"tokenizer.name": "Qwen/Qwen3-4B"})
+    assert "renderer" not in cfg.config["orchestrator"]
+    other = wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"tokenizer.name": "my/tokenizer"})
+    assert other.config["orchestrator"]["renderer"] == {"name": "default"}
+
+
+def test_parsers_are_written_with_the_default_renderer_or_refused() -> None:
+    cfg = wai.prime_rl_config("reverse-text", "grpo", model="my/finetune",
+                              **{"orchestrator.renderer.tool_parser": "qwen3"})
+    assert cfg.config["orchestrator"]["renderer"] == {"name": "default", "tool_parser": "qwen3"}
+    named = wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"orchestrator.renderer.name": "default",
+                                                                       "orchestrator.renderer.reasoning_parser": "think"})
+    assert named.config["orchestrator"]["renderer"] == {"name": "default", "reasoning_parser": "think"}
+    with pytest.raises(ConfigError, match=r"renderer\.tool_parser is set, but the renderer is 'auto', which resolves "
+                                          r"'Qwen/Qwen3-0\.6B' to 'qwen3'.*only on the 'default' renderer.*"
+                                          r"orchestrator\.renderer\.name=default"):
+        wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"orchestrator.renderer.tool_parser": "qwen3"})
+    with pytest.raises(ConfigError, match=r"reasoning_parser is set, but the renderer is 'qwen3'"):
+        wai.prime_rl_config("reverse-text", "grpo", model="my/finetune", **{"orchestrator.renderer.name": "qwen3",
+                                                                             "orchestrator.renderer.reasoning_parser": "x"})
+
+
+def test_an_unknown_renderer_name_is_written_with_a_warning() -> None:
+    cfg = wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"orchestrator.renderer.name": "qwen9"})
+    assert cfg.config["orchestrator"]["renderer"] == {"name": "qwen9"}
+    assert any("'qwen9' is not a renderer the writer knows" in w for w in cfg.warnings)
+
+
+def test_opsd_hint_renderer_follows_an_explicit_policy_renderer() -> None:
+    cfg = wai.prime_rl_config("reverse-text", wai.OPSD(), model=QWEN, **{"orchestrator.renderer.name": "prime-qwen3"})
+    assert cfg.config["orchestrator"]["algo"]["renderer"] == {"name": "prime-qwen3"}
 
 
 def test_default_batch_size_is_kept_a_multiple_of_the_group() -> None:
@@ -250,6 +307,7 @@ def test_default_batch_size_is_kept_a_multiple_of_the_group() -> None:
     assert any("132 (11 prompts x group_size 12)" in w for w in cfg.warnings)
     small = wai.prime_rl_config("reverse-text", wai.GRPO(generations=200), model=QWEN)
     assert small.config["orchestrator"]["batch_size"] == 200
+    assert any("200 (1 prompt x group_size 200)" in w for w in small.warnings)  # not "1 prompts"
 
 
 def test_an_explicit_batch_size_that_does_not_divide_is_refused() -> None:
@@ -306,6 +364,40 @@ def test_override_of_a_knob_mapped_key_wins_and_says_so() -> None:
     cfg = wai.prime_rl_config("reverse-text", "rae", model=QWEN, **{"orchestrator.group_size": 4})
     assert cfg.config["orchestrator"]["group_size"] == 4
     assert any("replaces RAE.generations=1" in w for w in cfg.warnings)
+    assert cfg.mapped["RAE.generations"] == ("orchestrator.group_size = 4 (set by orchestrator.group_size, which "
+                                             "replaced the knob's 1)")
+    assert "orchestrator.group_size = 1" not in str(cfg.to_dict())
+
+
+def test_the_mapping_reports_overridden_async_values() -> None:
+    cfg = wai.prime_rl_config("reverse-text", wai.Async("grpo", off_policy_steps=2, threshold=0.3), model=QWEN,
+                              **{"orchestrator.max_off_policy_steps": 4, "trainer.loss.ipo_threshold": 0.1})
+    assert cfg.config["orchestrator"]["max_off_policy_steps"] == 4
+    assert cfg.mapped["Async.off_policy_steps"].startswith("orchestrator.max_off_policy_steps = 4 (set by")
+    assert cfg.mapped["Async.threshold"].startswith("trainer.loss.ipo_threshold = 0.1 (set by")
+
+
+def test_the_lag_warning_states_the_bound_that_landed() -> None:
+    cfg = wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"orchestrator.max_off_policy_steps": 2})
+    assert any("max_off_policy_steps = 2 policy versions old" in w for w in cfg.warnings)
+    assert not any("max_off_policy_steps = 8" in w for w in cfg.warnings)
+
+
+def test_hf_implementation_needs_an_attention_it_runs() -> None:
+    """impl='hf' with attn 'auto' (or FA4) fails prime-rl's ModelConfig validation; FA2/FA3 pass."""
+    with pytest.raises(ConfigError, match=r"trainer\.model\.impl='hf' needs trainer\.model\.attn set to "
+                                          r"'flash_attention_2' or 'flash_attention_3', not 'auto'"):
+        wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"trainer.model.impl": "hf"})
+    with pytest.raises(ConfigError, match=r"not 'flash_attention_4'"):
+        wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"trainer.model.impl": "hf",
+                                                                   "trainer.model.attn": "flash_attention_4"})
+    cfg = wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"trainer.model.impl": "hf",
+                                                                     "trainer.model.attn": "flash_attention_2"})
+    assert cfg.config["trainer"]["model"] == {"impl": "hf", "attn": "flash_attention_2"}
+    assert wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"trainer.model.impl": "custom"})
+    with pytest.raises(ConfigError, match="trust_remote_code = true needs trainer.model.impl 'hf' or 'auto'"):
+        wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"trainer.model.impl": "custom",
+                                                                   "trainer.model.trust_remote_code": True})
 
 
 def test_override_values_are_type_checked() -> None:
@@ -458,6 +550,47 @@ def test_a_failed_write_leaves_nothing_and_keeps_the_old_path(tmp_path) -> None:
     target.write_text("old")
     cfg.write(target)  # replaces the old file whole
     assert tomllib.loads(target.read_text()) == cfg.config
+
+
+def test_distillation_ratio_cap_is_ignored_and_no_cap_is_what_prime_rl_runs() -> None:
+    """prime-rl's ref_kl loss weights by the uncapped ratio: a cap goes to ignored, max_ratio=None to mapped."""
+    if "max_ratio" not in wai.OPD.knobs():
+        pytest.skip("OPD has no max_ratio knob")
+    capped = wai.prime_rl_config("reverse-text", wai.OPD(TEACHER, max_ratio=2.0), model=QWEN)
+    assert capped.ignored["OPD.max_ratio"].startswith("2.0: no key caps the ratio: prime-rl's ref_kl loss")
+    uncapped = wai.prime_rl_config("reverse-text", wai.OPSD(max_ratio=None), model=QWEN)
+    assert uncapped.mapped["OPSD.max_ratio"].startswith("None: the uncapped ratio pi/mu")
+
+
+def test_taskset_field_values_are_checked_where_declared() -> None:
+    """gsm8k's split is Literal['train', 'test']; alphabet-sort's counts are >= 1 and ordered, its split only 'train'."""
+    with pytest.raises(ConfigError, match=r"taskset 'gsm8k' field split='validation' is invalid: it must be one of "
+                                          r"'train', 'test', got 'validation' \(verifiers:environments/gsm8k"):
+        wai.prime_rl_config({"id": "gsm8k", "split": "validation"}, "grpo", model=QWEN)
+    with pytest.raises(ConfigError, match=r"field split='test' is invalid: it must be one of 'train'"):
+        wai.prime_rl_config({"id": "alphabet-sort", "split": "test"}, "grpo", model=QWEN)
+    with pytest.raises(ConfigError, match=r"field min_turns=0 is invalid: it must be >= 1"):
+        wai.prime_rl_config({"id": "alphabet-sort", "min_turns": 0}, "grpo", model=QWEN)
+    with pytest.raises(ConfigError, match=r"min_names_per_turn=6 above max_names_per_turn=5: it needs "
+                                          r"min_names_per_turn <= max_names_per_turn"):
+        wai.prime_rl_config({"id": "alphabet-sort", "min_names_per_turn": 6}, "grpo", model=QWEN)
+
+
+def test_every_bad_taskset_field_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        wai.prime_rl_config({"id": "alphabet-sort", "max_name_per_turn": 3, "min_turns": 0, "split": "dev"}, "grpo",
+                            model=QWEN)
+    message = str(caught.value)
+    for part in ("has no field 'max_name_per_turn' (did you mean max_names_per_turn?", "field min_turns=0 is invalid: it must be >= 1",
+                 "field split='dev' is invalid: it must be one of 'train'"):
+        assert part in message, part
+
+
+def test_alphabet_sort_fields_of_the_pin_are_accepted() -> None:
+    fields = {"id": "alphabet-sort", "min_turns": 2, "max_turns": 4, "min_names_per_turn": 2,
+              "max_names_per_turn": 8, "split": "train", "task": {"similarity_power": 2}}
+    cfg = wai.prime_rl_config(fields, "grpo", model=QWEN)
+    assert cfg.config["orchestrator"]["train"]["source"][0]["env"]["taskset"] == fields
 
 
 def test_known_taskset_field_types_are_checked() -> None:

@@ -36,8 +36,10 @@ def test_guide_checks_by_hand():
 
 def test_truncated_pass_uses_threshold():
     rows = [{"task_id": "a", "reward": 0.6, "truncated": True}, {"task_id": "a", "reward": 0.4, "truncated": True}]
-    assert truncated_passes(rows) == 0
+    with pytest.raises(ConfigError, match="threshold="):  # 0.6 and 0.4 are not pass/fail: say where a pass is
+        truncated_passes(rows)
     assert truncated_passes(rows, threshold=0.5) == 1
+    assert truncated_passes(rows, threshold=1.0) == 0
 
 
 def test_on_policy_and_model_mix():
@@ -81,7 +83,7 @@ def test_select_rl_drops_unanimous_groups_and_says_how_many():
     assert [r["task_id"] for r in chosen] == ["t1"] * 4 + ["t4"] * 3
     assert chosen.kept_R.tolist() == [4, 5, 6, 7, 13, 14, 15]
     assert "dropped 9 rows of 3 unanimous tasks (1 all fail, 2 all pass)" in chosen.notes[0]
-    assert "1 tasks have a single rollout" in chosen.notes[1]
+    assert "1 task has a single rollout" in chosen.notes[1]
     assert str(chosen).startswith("select(mode='rl'): kept 7 of 16 rows (5 tasks)")
 
 
@@ -90,7 +92,7 @@ def test_select_sft_keeps_untruncated_passes():
     chosen = select(rows, mode="sft")
     assert len(chosen) == 4  # 5 passes, one of them truncated
     assert all(r["reward"] == 1.0 and not r["truncated"] for r in chosen)
-    assert any("dropped 1 truncated passes" in n for n in chosen.notes)
+    assert any("dropped 1 truncated pass:" in n for n in chosen.notes)
 
 
 def test_select_dpo_pairs_closest_lengths_and_feeds_dpo():

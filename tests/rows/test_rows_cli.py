@@ -111,7 +111,8 @@ def test_compare_reads_seeds_from_the_files(tmp_path, capsys):
     write_jsonl(base, rows)
     assert main(["compare", str(base), str(new)]) == 2
     err = capsys.readouterr().err
-    assert "1 rows have no 'seed' while others do (the first is row 8, task 't1')" in err and "Fix:" in err
+    assert f"1 row without a 'seed' while others have one (the first: {base}, line 8, task 't1')" in err
+    assert "Fix:" in err
 
 
 def test_select_from_parquet_writes_jsonl(tmp_path, capsys):

@@ -27,7 +27,8 @@ def test_python_example_runs(monkeypatch):
     with contextlib.redirect_stdout(out):
         exec(compile(code, "docs/rows.md", "exec"), {})
     text = out.getvalue()
-    assert "pass@1 0.509 [0.405, 0.614] over 40 tasks" in text  # the numbers the comments quote
+    assert "pass@1 0.509 [0.400, 0.618] over 40 tasks" in text  # the numbers the comments quote
+    assert "\n163 157\n" in text
     assert "select(mode='rl'): kept 248 of 320 rows" in text and "\n0.875\n" in text
     assert "route: grpo  (branch: grpo)" in text and "strong teacher" in text
 

@@ -49,7 +49,9 @@ def test_load_graded_columns_by_hand(tmp_path):
     ('{"task_id": "t", "reward": true}', "'reward' is True (bool)", "must be a number"),
     ('{"task_id": "t", "reward": NaN}', "'reward' is nan", "must be finite"),
     ('{"task_id": "t", "reward": 1.0, "truncated": "yes"}', "'truncated' is 'yes'", "true or false"),
-    ('{"task_id": [1], "reward": 1.0}', "'task_id' is [1]", "string or an integer"),
+    ('{"task_id": [1], "reward": 1.0}', "'task_id' is [1]", "a task_id is a string"),
+    ('{"task_id": 1.5, "reward": 1.0}', "'task_id' is 1.5 (float)", "a task_id is a string"),
+    ('{"task_id": "t", "reward": 1.0, "model": 2.0}', "'model' is 2.0 (float)", "a model is a string"),
 ])
 def test_bad_line_names_file_line_field_and_fix(tmp_path, line, field, says):
     path = tmp_path / "bad.jsonl"
@@ -101,7 +103,8 @@ def test_parquet_loads_like_jsonl(tmp_path):
     assert load_rows(parquet) == rows
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.Table.from_pylist([{"task_id": "t", "reward": "1.0"}, {"task_id": "t", "reward": "x"}]), bad)
-    with pytest.raises(BatchError, match=r"bad.parquet, row 1: field 'reward' is '1.0' \(str\)"):
+    with pytest.raises(BatchError, match=r"bad.parquet: 2 bad rows, in order .*: row 1: field 'reward' is '1.0' "
+                                         r"\(str\).* \| row 2: field 'reward' is 'x'"):
         load_graded(bad)
     pq.write_table(pa.Table.from_pylist([{"reward": 1.0}]), bad)
     with pytest.raises(BatchError, match=r"bad.parquet, row 1: field 'task_id' is missing"):

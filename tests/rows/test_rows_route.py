@@ -6,7 +6,7 @@ import pytest
 
 import whileai as wai
 from whileai import ConfigError
-from whileai.rows.route import model_billions, route
+from whileai.routing import model_billions, route
 
 from ._rowkit import make_rows
 
@@ -67,7 +67,7 @@ def test_questions_come_in_the_guides_order():
 def test_fix_the_reward_trains_nothing_and_names_the_count():
     result = route(BRANCHES["fix the reward"]["rows"], MODEL)
     assert result.config is None and result.numbers["truncated_passes"] == 1
-    assert "yes: 1 rows cut at the token cap still pass" in str(result)
+    assert "yes: 1 row cut at the token cap still passes" in str(result)
 
 
 def test_floor_under_7b_is_sft_from_a_stronger_model():

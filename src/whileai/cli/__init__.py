@@ -16,6 +16,7 @@ from whileai.errors import WhileaiError
 
 # Subcommand modules, in the order `wai --help` lists them.
 COMMANDS: tuple[str, ...] = (
+    "whileai.cli.train_cmd",
     "whileai.cli.methods_cmd",
     "whileai.cli.rows_cmd",
     "whileai.cli.prime_rl_cmd",

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import WhileaiError
-from whileai.rows.io import atomic_write, check_output_path, load_graded, write_selected
-from whileai.rows.route import PRIVILEGED, route
+from whileai.routing import PRIVILEGED, route
+from whileai.rows.io import THRESHOLD, atomic_write, check_output_path, load_graded, plural, write_selected
 from whileai.rows.select import MODES, select_indices, selection_report
-from whileai.rows.stats import THRESHOLD, compare, pass_at
+from whileai.rows.stats import compare, pass_at
 
 _ROWS_HELP = ("graded rows: a JSONL file, one object per line with task_id and reward (truncated, model "
               "optional), or a .parquet file with those columns")
@@ -32,8 +32,9 @@ def register(subparsers: Any) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threshold", type=float, default=THRESHOLD,
-                        help=f"a row passes when reward >= THRESHOLD (default {THRESHOLD:g})")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help=f"a row passes when reward >= THRESHOLD; may be left out only when every reward is 0 "
+                             f"or 1 (then {THRESHOLD:g}); needed for any other grader (a 0-10 grade, partial credit)")
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
 
 
@@ -96,7 +97,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json:
         out = report.to_dict()
         if extra is not None:
-            out[f"pass_at_{args.k}"] = {"value": extra.value, "ci95": list(extra.ci95)}
+            out[f"pass_at_{args.k}"] = {"value": extra.value, "ci95": list(extra.ci95),
+                                        "ci95_fixed": list(extra.ci95_fixed)}
         return _print_json(out)
     print(f"{args.rows}")
     print(report)
@@ -129,7 +131,8 @@ def cmd_select(args: argparse.Namespace) -> int:
                "pairs": len(pairs), "out": str(args.out), "notes": notes}
     if args.json:
         return _print_json(summary)
-    what = f"{len(pairs)} pairs ({written} rows)" if args.mode == "dpo" else f"{written} of {graded.n_rows} rows"
+    what = (f"{plural(len(pairs), 'pair')} ({plural(written, 'row')})" if args.mode == "dpo"
+            else f"{written} of {plural(graded.n_rows, 'row')}")
     print(f"select --mode {args.mode}: wrote {what} to {args.out}")
     for note in notes:
         print(f"  {note}")

@@ -25,14 +25,16 @@ from typing import Any, overload
 import torch
 from torch import nn
 
+from whileai.errors import BatchError, ConfigError
+
 
 def _check_range(reward_range: Sequence[float]) -> tuple[float, float]:
     try:
         r_min, r_max = (float(r) for r in reward_range)
     except (TypeError, ValueError):
-        raise ValueError(f"reward_range={reward_range!r} must be a pair (R_min, R_max) of numbers") from None
+        raise ConfigError(f"reward_range={reward_range!r} must be a pair (R_min, R_max) of numbers") from None
     if not (math.isfinite(r_min) and math.isfinite(r_max) and r_min < r_max):
-        raise ValueError(f"reward_range={reward_range!r} must be finite with R_min < R_max, e.g. (0.0, 1.0)")
+        raise ConfigError(f"reward_range={reward_range!r} must be finite with R_min < R_max, e.g. (0.0, 1.0)")
     return r_min, r_max
 
 
@@ -60,7 +62,8 @@ class ValueHead(nn.Module):
     def __init__(self, hidden_size: int, reward_range: Sequence[float] | None = None) -> None:
         super().__init__()
         if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-            raise ValueError(f"hidden_size={hidden_size!r} must be a positive integer (the model's hidden size)")
+            raise ConfigError(f"hidden_size={hidden_size!r} must be a positive integer: the model's "
+                              "config.hidden_size (Critic.for_model(model, ...) reads it)")
         self.reward_range = None if reward_range is None else _check_range(reward_range)
         self.linear = nn.Linear(hidden_size, 1)
         nn.init.zeros_(self.linear.weight)
@@ -87,21 +90,30 @@ def value_loss(
     squared = (values - targets) ** 2
     if value_clip is not None:
         if old_values is None:
-            raise ValueError("value_clip needs old_values (the critic's predictions when the data was collected)")
+            raise BatchError(f"old_values=None with value_clip={value_clip!r}: the clip needs the critic's "
+                             "predictions from when the data was collected; pass old_values, or value_clip=None")
         clipped = old_values + (values - old_values).clamp(-value_clip, value_clip)
         squared = torch.maximum(squared, (clipped - targets) ** 2)
     return (squared * mask).sum() / mask.sum()
 
 
+def _positive(name: str, value: Any, fix: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{name}={value!r} must be a finite number > 0; {fix}")
+
+
 def _as_float(name: str, data: Any, shape: torch.Size, device: torch.device) -> torch.Tensor:
-    tensor = torch.as_tensor(data, dtype=torch.float32, device=device)
+    try:
+        tensor = torch.as_tensor(data, dtype=torch.float32, device=device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise BatchError(f"{name} is not an array of numbers ({err}); give one number per position") from None
     if tensor.shape != shape:
-        raise ValueError(f"{name} has shape {tuple(tensor.shape)} but the values have shape {tuple(shape)}; "
+        raise BatchError(f"{name} has shape {tuple(tensor.shape)} but the values have shape {tuple(shape)}; "
                          "give one number per position")
     bad = (~torch.isfinite(tensor)).nonzero()
     if len(bad):
         index = tuple(bad[0].tolist())
-        raise ValueError(f"{name}{list(index)} = {tensor[index].item()} is not finite; every entry must be a number")
+        raise BatchError(f"{name}{list(index)} = {tensor[index].item()} is not finite; every entry must be a number")
     return tensor
 
 
@@ -124,12 +136,16 @@ class Critic:
         eps: float = 1e-8,
         device: str | torch.device = "cpu",
     ) -> None:
-        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not learning_rate > 0:
-            raise ValueError(f"learning_rate={learning_rate!r} must be a number > 0")
+        _positive("learning_rate", learning_rate, "the method that uses the critic declares one (e.g. 1e-5)")
         self.head = ValueHead(hidden_size, reward_range).to(device)
-        self.optimizer = torch.optim.AdamW(
-            self.head.parameters(), lr=learning_rate, betas=betas, eps=eps, weight_decay=weight_decay
-        )
+        try:
+            self.optimizer = torch.optim.AdamW(
+                self.head.parameters(), lr=learning_rate, betas=betas, eps=eps, weight_decay=weight_decay
+            )
+        except (TypeError, ValueError) as err:  # torch's own checks of betas / eps / weight_decay
+            raise ConfigError(f"critic optimizer setting rejected: {err} (betas={betas!r}, eps={eps!r}, "
+                              f"weight_decay={weight_decay!r}); use betas in [0, 1), eps > 0, "
+                              "weight_decay >= 0") from None
 
     @classmethod
     def for_model(cls, model: Any, *, learning_rate: float, **options: Any) -> Critic:
@@ -147,8 +163,7 @@ class Critic:
 
     @learning_rate.setter
     def learning_rate(self, value: float) -> None:
-        if not value > 0:
-            raise ValueError(f"learning_rate={value!r} must be > 0")
+        _positive("learning_rate", value, "e.g. 1e-5")
         for group in self.optimizer.param_groups:
             group["lr"] = value
 
@@ -175,12 +190,13 @@ class Critic:
         self._check_targets_in_range(targets)
         mask = torch.ones_like(values) if mask is None else _as_float("mask", mask, values.shape, device)
         if (mask < 0).any() or not mask.sum() > 0:
-            raise ValueError("mask must be >= 0 with at least one positive entry (the positions to fit)")
+            raise BatchError("mask must be >= 0 with at least one positive entry (the positions to fit); "
+                             "give 1 on the positions the critic should fit and 0 elsewhere")
         if value_clip is not None:
-            if not value_clip > 0:
-                raise ValueError(f"value_clip={value_clip!r} must be > 0 (or None for no clip)")
+            _positive("value_clip", value_clip, "or None for no clip")
             if old_values is None:
-                raise ValueError("value_clip needs old_values (the critic's predictions when the data was collected)")
+                raise BatchError(f"old_values=None with value_clip={value_clip!r}: the clip needs the critic's "
+                             "predictions from when the data was collected; pass old_values, or value_clip=None")
             old_values = _as_float("old_values", old_values, values.shape, device)
         return value_loss(values, targets, mask, value_clip, old_values)
 
@@ -206,7 +222,7 @@ class Critic:
         outside = ((targets < r_min) | (targets > r_max)).nonzero()
         if len(outside):
             index = tuple(outside[0].tolist())
-            raise ValueError(
+            raise BatchError(
                 f"targets{list(index)} = {targets[index].item()} is outside the bounded critic's reward_range "
                 f"({r_min}, {r_max}); the head can never predict it. Widen reward_range or rescale rewards"
             )
@@ -218,7 +234,7 @@ class Critic:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("reward_range") != self.reward_range:
-            raise ValueError(f"saved critic has reward_range {state.get('reward_range')} but this one has "
+            raise ConfigError(f"saved critic has reward_range {state.get('reward_range')} but this one has "
                              f"{self.reward_range}; build the critic with the saved range")
         self.head.load_state_dict(state["head"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -147,7 +147,7 @@ def _targets(inputs_raw: dict[str, Any], ids: np.ndarray, vocab_size: int, where
 
 
 def prepare(data: Sequence[Any], spec: LossSpec, vocab_size: int, max_context: int) -> list[Prepared]:
-    if isinstance(data, Mapping) or not isinstance(data, Sequence):
+    if isinstance(data, (Mapping, str, bytes)) or not isinstance(data, Sequence):
         raise BatchError("data must be a list of datums (dicts with 'model_input' and 'loss_fn_inputs')")
     if not data:
         raise BatchError("data is empty: pass at least one datum")

@@ -8,20 +8,76 @@ starts, and only the positions asked for are projected at all. Under autograd ev
 recomputed in the backward pass (activation checkpointing) so the saved state is the hidden
 states, not the logits.
 
+Scoring under the sampler's distribution: a ``Distribution`` (temperature, top-k, top-p) makes the
+log-probabilities those of the distribution ``whileai.engine.sampling`` draws from, so a token's score
+at lag 0 equals the log-probability the sampler recorded for it. Temperature alone keeps the cheap
+``logit[target] - logsumexp`` form; top-k / top-p build each chunk's full sampling distribution with
+the sampler's own ``sampling_logprobs`` (a sort per position: slower, same memory bound).
+
 Shape suffixes: ``_T`` positions of one sequence, ``_H`` hidden size, ``_V`` vocabulary, ``_K``
 targets per position, ``_P`` selected positions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from whileai.engine.sampling import SamplingParams, sampling_logprobs
+from whileai.errors import ConfigError
+
 # Positions projected through the output layer at once: 256 x 151,936 x 4 bytes = 155 MB.
 DEFAULT_CHUNK = 256
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """The distribution tokens are scored under: the logits divided by ``temperature``, then the
+    ``top_k`` most likely kept (0 or -1 = all), then the ``top_p`` nucleus kept (1 = all), renormalised.
+    The default is the model's own distribution. Built from sampling settings by :func:`scoring`."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def truncates(self, vocab_size: int) -> bool:
+        """Whether top-k or top-p removes tokens (then a token can have probability 0)."""
+        return 0 < self.top_k < vocab_size or self.top_p < 1.0
+
+    def describe(self) -> str:
+        return f"temperature={self.temperature:g}, top_k={self.top_k}, top_p={self.top_p:g}"
+
+
+PLAIN = Distribution()
+SCORED_FIELDS = ("temperature", "top_k", "top_p")
+
+
+def scoring(sampling_params: Any) -> Distribution:
+    """The ``Distribution`` of sampling settings: None (the model's own), a ``SamplingParams``, or a
+    dict of its fields (only temperature, top_k and top_p change a distribution; ``max_tokens`` may be
+    left out). Greedy (temperature 0) has no distribution to score under and is refused."""
+    if sampling_params is None:
+        return PLAIN
+    if isinstance(sampling_params, Mapping):
+        fields = list(SamplingParams.__dataclass_fields__)
+        unknown = sorted(set(sampling_params) - set(fields))
+        if unknown:
+            raise ConfigError(f"sampling_params has unknown fields {unknown}; SamplingParams has {fields}")
+        sampling_params = SamplingParams(**{"max_tokens": 1, **sampling_params})
+    if not isinstance(sampling_params, SamplingParams):
+        raise ConfigError(f"sampling_params={sampling_params!r:.80} must be None, a SamplingParams or a dict of "
+                          f"its fields {SCORED_FIELDS}")
+    if sampling_params.temperature == 0:
+        raise ConfigError("sampling_params.temperature=0 (greedy) cannot be scored: the sampler then picks the "
+                          "arg-max with probability 1, so every other token has log-probability -inf and no "
+                          "gradient reaches the weights. Score with the temperature the tokens were sampled at "
+                          "(> 0), or with sampling_params=None for the model's own distribution")
+    return Distribution(float(sampling_params.temperature), int(sampling_params.top_k),
+                        float(sampling_params.top_p))
 
 
 def decoder_and_head(model: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -55,21 +111,34 @@ def _at_least_float32(logits: torch.Tensor) -> torch.Tensor:
     return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
+def _distribution_logprobs(logits_PV: torch.Tensor, distribution: Distribution) -> torch.Tensor:
+    """Log-probabilities of every token under ``distribution`` (-inf where truncation removed it)."""
+    if distribution.truncates(logits_PV.shape[-1]):
+        return sampling_logprobs(logits_PV, distribution.temperature, distribution.top_k, distribution.top_p)
+    if distribution.temperature != 1.0:
+        logits_PV = logits_PV / distribution.temperature
+    return logits_PV - torch.logsumexp(logits_PV, dim=-1, keepdim=True)
+
+
 def _chunk_logprobs(head: torch.nn.Module, transform: Callable[[torch.Tensor], torch.Tensor],
                     hidden_PH: torch.Tensor, targets_PK: torch.Tensor,
-                    temperature: float) -> torch.Tensor:
+                    distribution: Distribution) -> torch.Tensor:
     logits_PV = _at_least_float32(transform(head(hidden_PH)))
-    if temperature != 1.0:
-        logits_PV = logits_PV / temperature
+    if distribution.truncates(logits_PV.shape[-1]):
+        return _distribution_logprobs(logits_PV, distribution).gather(-1, targets_PK)
+    if distribution.temperature != 1.0:
+        logits_PV = logits_PV / distribution.temperature
     logz_P1 = torch.logsumexp(logits_PV, dim=-1, keepdim=True)
     return logits_PV.gather(-1, targets_PK) - logz_P1
 
 
 def select_logprobs(model: Any, hidden_PH: torch.Tensor, targets_PK: torch.Tensor, *,
-                    chunk_size: int = DEFAULT_CHUNK, temperature: float = 1.0) -> torch.Tensor:
+                    chunk_size: int = DEFAULT_CHUNK, distribution: Distribution = PLAIN) -> torch.Tensor:
     """``log pi(targets | hidden)`` for already-selected positions: ``(P, H), (P, K) -> (P, K)``, float32
-    (float64 for a float64 model).
+    (float64 for a float64 model; float32 under truncation, as the sampler computes it).
 
+    Under ``distribution`` with top-k / top-p a target outside the kept set gets ``-inf`` (probability
+    0); callers that need a finite score check for it (see :func:`first_impossible`).
     Differentiable; when gradients are on, each chunk's logits are recomputed in the backward
     pass instead of being stored.
     """
@@ -82,10 +151,10 @@ def select_logprobs(model: Any, hidden_PH: torch.Tensor, targets_PK: torch.Tenso
         h = hidden_PH[start:start + chunk_size]
         t = targets_PK[start:start + chunk_size]
         if grad:
-            pieces.append(checkpoint(_chunk_logprobs, head, transform, h, t, temperature,
+            pieces.append(checkpoint(_chunk_logprobs, head, transform, h, t, distribution,
                                      use_reentrant=False))
         else:
-            pieces.append(_chunk_logprobs(head, transform, h, t, temperature))
+            pieces.append(_chunk_logprobs(head, transform, h, t, distribution))
     if not pieces:
         dtype = torch.promote_types(hidden_PH.dtype, torch.float32)
         return torch.zeros(targets_PK.shape, dtype=dtype, device=hidden_PH.device)
@@ -94,7 +163,7 @@ def select_logprobs(model: Any, hidden_PH: torch.Tensor, targets_PK: torch.Tenso
 
 def token_logprobs(model: Any, hidden_TH: torch.Tensor, targets_T: torch.Tensor,
                    positions: torch.Tensor | None = None, *, chunk_size: int = DEFAULT_CHUNK,
-                   temperature: float = 1.0) -> torch.Tensor:
+                   distribution: Distribution = PLAIN) -> torch.Tensor:
     """Per-position log-probabilities of one sequence's targets.
 
     ``hidden_TH``: the decoder's last hidden states; ``targets_T`` is ``(T,)`` or ``(T, K)``
@@ -105,30 +174,37 @@ def token_logprobs(model: Any, hidden_TH: torch.Tensor, targets_T: torch.Tensor,
     flat = targets_T.dim() == 1
     targets_TK = targets_T.unsqueeze(-1) if flat else targets_T
     if positions is None:
-        out_TK = select_logprobs(model, hidden_TH, targets_TK, chunk_size=chunk_size, temperature=temperature)
+        out_TK = select_logprobs(model, hidden_TH, targets_TK, chunk_size=chunk_size, distribution=distribution)
     else:
         index_P = positions.nonzero().squeeze(-1)
         picked = select_logprobs(model, hidden_TH[index_P], targets_TK[index_P],
-                                 chunk_size=chunk_size, temperature=temperature)
+                                 chunk_size=chunk_size, distribution=distribution)
         out_TK = torch.zeros(targets_TK.shape, dtype=picked.dtype, device=picked.device)
         out_TK = out_TK.index_put((index_P,), picked)
     return out_TK.squeeze(-1) if flat else out_TK
 
 
 @torch.no_grad()
-def topk_logprobs(model: Any, hidden_TH: torch.Tensor, k: int, *,
-                  chunk_size: int = DEFAULT_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` most likely next tokens at every position: ``(ids_TK, logprobs_TK)``."""
+def topk_logprobs(model: Any, hidden_TH: torch.Tensor, k: int, *, chunk_size: int = DEFAULT_CHUNK,
+                  distribution: Distribution = PLAIN) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most likely next tokens at every position: ``(ids_TK, logprobs_TK)`` under
+    ``distribution`` (a token truncation removed has log-probability -inf)."""
     _, head = decoder_and_head(model)
     transform = _logit_transform(model)
     ids, values = [], []
     for start in range(0, hidden_TH.shape[0], chunk_size):
         logits = _at_least_float32(transform(head(hidden_TH[start:start + chunk_size])))
-        logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
-        top = logp.topk(k, dim=-1)
+        top = _distribution_logprobs(logits, distribution).topk(k, dim=-1)
         ids.append(top.indices)
         values.append(top.values)
     return torch.cat(ids), torch.cat(values)
+
+
+def first_impossible(logprobs: torch.Tensor) -> int | None:
+    """Index (along the first dim) of the first ``-inf`` score (a target of probability 0), or None."""
+    bad = torch.isneginf(logprobs.detach())
+    rows = (bad.any(dim=-1) if bad.dim() > 1 else bad).nonzero()
+    return int(rows[0]) if len(rows) else None
 
 
 def naive_logprobs(model: Any, input_ids_BT: torch.Tensor, targets_BT: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,6 @@ loss other than ``cross_entropy``, multiply its per-token loss (0 masks a positi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ import torch
 from torch import Tensor
 
 from whileai.errors import ConfigError
+from whileai.methods.knobs import Check, Knob, number, one_of, optional
 
 LossFn = Callable[[Tensor, Mapping[str, Tensor], Mapping[str, Any]], Tensor]
 
@@ -123,26 +123,24 @@ def ppo_critic(values: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str
 
 
 # ----------------------------------------------------------------------------- registry
-@dataclass(frozen=True)
-class Key:
-    """One ``loss_fn_config`` key: default, doc, and the rule its value must meet."""
+def choice(*options: str) -> Check:
+    """One of ``options``; the check carries them as ``.choices`` for the capabilities answer."""
+    check = one_of(*options)
+    check.choices = options  # type: ignore[attr-defined]  # read by capabilities()
+    return check
 
-    default: Any
-    doc: str
-    rule: str = "a finite number >= 0"
-    choices: tuple[str, ...] = ()
-    optional: bool = False  # None allowed
 
-    def problem(self, value: Any) -> str | None:
-        if value is None and self.optional:
-            return None
-        if self.choices:
-            return None if value in self.choices else f"one of {list(self.choices)}"
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            return self.rule + (" or None" if self.optional else "")
-        if self.rule.endswith("> 0") and value == 0:
-            return self.rule
-        return None
+def _choices(check: Check) -> dict[str, list[str]]:
+    options = getattr(check, "choices", None)
+    return {} if options is None else {"choices": list(options)}
+
+
+def describe(check: Check) -> str:
+    """The rule a check enforces, in words (what it answers for a value that is nothing at all)."""
+    return check(_NOTHING) or check.__doc__ or "any value"
+
+
+_NOTHING = object()
 
 
 CLIP_LOW = "absolute lower bound on the ratio (not an epsilon)"
@@ -157,7 +155,7 @@ class LossSpec:
     fn: LossFn
     formula: str
     inputs: tuple[str, ...]
-    keys: dict[str, Key]
+    keys: dict[str, Knob]
     source: str
     optional_inputs: tuple[str, ...] = ("weights",)
     scores: str = "advantages"  # which positions are scored when no weights are given; see scored()
@@ -165,14 +163,19 @@ class LossSpec:
 
     @property
     def defaults(self) -> dict[str, Any]:
-        return {name: key.default for name, key in self.keys.items()}
+        return {name: key.value for name, key in self.keys.items()}
 
 
 _PER_TOKEN_CLIP = ("weights", "clip_low_threshold", "clip_high_threshold")
 
 
-def _clip_keys(low: float, high: float) -> dict[str, Key]:
-    return {"clip_low_threshold": Key(low, CLIP_LOW), "clip_high_threshold": Key(high, CLIP_HIGH)}
+def _clip_keys(low: float, high: float, source: str) -> dict[str, Knob]:
+    return {"clip_low_threshold": Knob(low, CLIP_LOW, number(0.0), source),
+            "clip_high_threshold": Knob(high, CLIP_HIGH, number(0.0), source)}
+
+
+TINKER_TUTORIAL = "Tinker tutorial 202"
+SKYRL = "SkyRL"
 
 
 LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in (
@@ -183,33 +186,37 @@ LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in (
              ("target_tokens", "logprobs", "advantages"), {},
              "Tinker losses.mdx: REINFORCE with an unclipped importance ratio"),
     LossSpec("ppo", ppo, "-min(r A, clip(r, lo, hi) A)", ("target_tokens", "logprobs", "advantages"),
-             _clip_keys(0.8, 1.2), "Schulman et al. 2017; Tinker tutorial 202 defaults 0.8 / 1.2",
+             _clip_keys(0.8, 1.2, f"{TINKER_TUTORIAL} (PPO, Schulman et al. 2017)"),
+             "Schulman et al. 2017; Tinker tutorial 202 defaults 0.8 / 1.2",
              optional_inputs=_PER_TOKEN_CLIP),
     LossSpec("cispo", cispo, "-sg(clip(r, lo, hi)) * log p * A", ("target_tokens", "logprobs", "advantages"),
-             _clip_keys(0.0, 4.0), "MiniMax-M1 (arXiv 2506.13585); Tinker tutorial 202 one-sided 0.0 / 4.0",
+             _clip_keys(0.0, 4.0, f"{TINKER_TUTORIAL}, one-sided (CISPO, MiniMax-M1, arXiv 2506.13585)"),
+             "MiniMax-M1 (arXiv 2506.13585); Tinker tutorial 202 one-sided 0.0 / 4.0",
              optional_inputs=_PER_TOKEN_CLIP),
     LossSpec("dro", dro, "-(log p * A - beta/2 (log p - log q)^2)", ("target_tokens", "logprobs", "advantages"),
-             {"beta": Key(0.05, "weight of the quadratic penalty on log p - log q")},
+             {"beta": Knob(0.05, "weight of the quadratic penalty on log p - log q", number(0.0),
+                           "Tinker docs (dro) example; the server default is undocumented")},
              "Tinker docs (dro); beta 0.05 from the docs example, the server default is undocumented",
              scores="advantages_or_logprobs"),
     LossSpec("gspo", gspo, "-min(s_t A, clip(s_t, lo, hi) A), s_t sequence ratio (token form)",
-             ("target_tokens", "logprobs", "advantages"), _clip_keys(0.8, 1.2),
+             ("target_tokens", "logprobs", "advantages"),
+             _clip_keys(0.8, 1.2, f"{SKYRL} eps 0.2 (the GSPO paper used 3e-4 / 4e-4)"),
              "Zheng et al. 2025 (arXiv 2507.18071) GSPO-token, as SkyRL implements it; bounds as SkyRL's "
              "eps 0.2 (the paper used 3e-4 / 4e-4)", optional_inputs=_PER_TOKEN_CLIP),
     LossSpec("dppo", dppo, "-r * A * m, m = 0 where the token left the TV or KL trust region",
              ("target_tokens", "logprobs", "advantages"),
-             {"delta_low": Key(0.2, "divergence bound for negative advantages"),
-              "delta_high": Key(0.2, "divergence bound for positive advantages"),
-              "dppo_type": Key("binary_tv", "divergence of the mask", "binary_tv or binary_kl",
-                               choices=("binary_tv", "binary_kl"))},
+             {"delta_low": Knob(0.2, "divergence bound for negative advantages", number(0.0), SKYRL),
+              "delta_high": Knob(0.2, "divergence bound for positive advantages", number(0.0), SKYRL),
+              "dppo_type": Knob("binary_tv", "divergence of the mask", choice("binary_tv", "binary_kl"),
+                                f"{SKYRL} (set server-side there; a config key here)")},
              "arXiv 2602.04879 binary variants, as SkyRL implements them; SkyRL defaults"),
     LossSpec("sapo", sapo, "-sigmoid(tau (r - 1)) * 4/tau * A", ("target_tokens", "logprobs", "advantages"),
-             {"tau_pos": Key(1.0, "temperature of the soft gate for A > 0", "a finite number > 0"),
-              "tau_neg": Key(1.05, "temperature of the soft gate for A <= 0", "a finite number > 0")},
+             {"tau_pos": Knob(1.0, "temperature of the soft gate for A > 0", number(0.0, open_low=True), SKYRL),
+              "tau_neg": Knob(1.05, "temperature of the soft gate for A <= 0", number(0.0, open_low=True), SKYRL)},
              "arXiv 2511.20347, as SkyRL implements it; SkyRL defaults"),
     LossSpec("ppo_critic", ppo_critic, "1/2 max((V_clip - R)^2, (V - R)^2)", ("values", "returns"),
-             {"value_clip": Key(0.2, "largest move of V away from the old values; None = no clip",
-                                "a finite number > 0", optional=True)},
+             {"value_clip": Knob(0.2, "largest move of V away from the old values; None = no clip",
+                                 optional(number(0.0, open_low=True), "no clip"), f"{SKYRL} (PPO value clip)")},
              "PPO value loss as SkyRL implements it, but summed (no mean), like every loss here",
              scores="all", on_values=True),
 )}
@@ -234,7 +241,7 @@ def resolve_config(name: str, config: Mapping[str, Any] | None) -> dict[str, Any
             valid = ", ".join(spec.keys) or "none (this loss takes no config)"
             problems.append(f"loss_fn_config key {key!r} is not accepted by loss {name!r}; valid keys: {valid}")
     for key, value in config.items():
-        if key in spec.keys and (rule := spec.keys[key].problem(value)) is not None:
+        if key in spec.keys and (rule := spec.keys[key].check(value)) is not None:
             problems.append(f"loss_fn_config[{key!r}]={value!r} for loss {name!r} must be {rule}")
     merged = {**spec.defaults, **config}
     for low, high in (("clip_low_threshold", "clip_high_threshold"),):
@@ -278,8 +285,9 @@ def capabilities() -> dict[str, dict[str, Any]]:
     """What the service lists: per loss, its formula, inputs and config keys with defaults."""
     return {name: {"formula": spec.formula, "inputs": list(spec.inputs),
                    "optional_inputs": list(spec.optional_inputs),
-                   "config": {k: {"default": key.default, "doc": key.doc, "rule": key.rule,
-                                  **({"choices": list(key.choices)} if key.choices else {})}
+                   "config": {k: {"default": key.value, "doc": key.doc, "rule": describe(key.check),
+                                  "source": key.source,
+                                  **_choices(key.check)}
                               for k, key in spec.keys.items()},
                    "source": spec.source}
             for name, spec in LOSSES.items()}

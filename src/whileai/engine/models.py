@@ -36,9 +36,13 @@ BUILTINS: dict[str, dict[str, int]] = {
                   num_key_value_heads=8, max_position_embeddings=1024),
 }
 
-ATTN_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
-MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
-UNEMBED_MODULES = ("lm_head",)
+# Path components that mark a layer as part of attention / of the MLP (Qwen2 and Llama: self_attn / mlp;
+# GPT-2: attn / mlp; GPT-NeoX: attention; Falcon: self_attention; Gemma 3n / Mixtral: feed_forward).
+ATTN_MARKS = ("attn", "attention")
+MLP_MARKS = ("mlp", "feed_forward", "ffn")
+# Mixture-of-experts routers sit inside the MLP as plain linear layers; adapting one moves which expert
+# a token takes, so discovery leaves them out (name them in target_modules to adapt them anyway).
+ROUTERS = ("gate", "router", "shared_expert_gate")
 
 
 @dataclass
@@ -54,6 +58,8 @@ class LoadedModel:
     load_args: dict[str, Any] = field(default_factory=dict)
     autocast: torch.dtype | None = None
     """Compute dtype of the forward passes under ``torch.autocast`` (None: run in the weights' dtype)."""
+    notes: list[str] = field(default_factory=list)
+    """Plain sentences about how the model was set up that a user should know (e.g. LoRA on the head only)."""
 
     def precision(self) -> Any:
         """A context manager running its block under this model's autocast (a no-op without one)."""
@@ -223,23 +229,124 @@ def _load_pretrained(name_or_path: str, dtype: torch.dtype) -> tuple[Any, Any]:
                           f"{str(err).strip().rstrip('.')}. {advice}") from err
 
 
+def adaptable_layer_types() -> tuple[type, ...]:
+    """The layer types PEFT's LoRA can wrap (``peft.tuners.lora.layer.dispatch_default``)."""
+    from transformers.pytorch_utils import Conv1D
+
+    nn = torch.nn
+    return (nn.Linear, Conv1D, nn.Embedding, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.MultiheadAttention)
+
+
+def adaptable_layers(model: Any) -> dict[str, str]:
+    """Every layer LoRA can adapt, by full module name -> its kind: ``attn``, ``mlp``, ``unembed`` (the
+    output layer), ``embed`` (the input embeddings) or ``other``."""
+    types = adaptable_layer_types()
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    kinds = {}
+    for name, module in model.named_modules():
+        if not name or not isinstance(module, types):
+            continue
+        parts = name.lower().split(".")
+        if module is head:
+            kinds[name] = "unembed"
+        elif module is embedding:
+            kinds[name] = "embed"
+        elif any(mark in part for part in parts[:-1] for mark in ATTN_MARKS):
+            kinds[name] = "attn"
+        elif any(mark in part for part in parts[:-1] for mark in MLP_MARKS) and parts[-1] not in ROUTERS:
+            kinds[name] = "mlp"
+        else:
+            kinds[name] = "other"
+    return kinds
+
+
+def _matches(name: str, target: str) -> bool:
+    """PEFT's rule for a list of target_modules: the full name, or a suffix after a dot."""
+    return name == target or name.endswith("." + target)
+
+
+def _short_names(chosen: Sequence[str], every: Sequence[str]) -> list[str]:
+    """The shortest suffixes (``q_proj``, ``attn.c_proj``) that select exactly ``chosen`` among ``every``."""
+    chosen_set, names = set(chosen), []
+    for name in chosen:
+        parts = name.split(".")
+        for n in range(1, len(parts) + 1):
+            suffix = ".".join(parts[-n:])
+            if all(m in chosen_set for m in every if _matches(m, suffix)):
+                break
+        if suffix not in names:
+            names.append(suffix)
+    return names
+
+
 def lora_targets(model: Any, train_attn: bool, train_mlp: bool, train_unembed: bool,
-                 target_modules: Sequence[str] | None) -> list[str]:
-    """Module names LoRA wraps: the given list, or the attention/MLP/unembedding projections present."""
-    present = {name.rsplit(".", 1)[-1] for name, mod in model.named_modules() if isinstance(mod, torch.nn.Linear)}
+                 target_modules: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """``(target_modules for PEFT, notes)``: the given names, or the attention / MLP / output layers found
+    (any layer type PEFT adapts: ``Linear``, transformers' ``Conv1D`` of GPT-2, ...). Notes say what a
+    user should know: layers asked for that were not found, or an adapter on the output layer only."""
+    kinds = adaptable_layers(model)
+    leaves = sorted({n.rsplit(".", 1)[-1] for n in kinds})
     if target_modules is not None:
-        missing = sorted(set(target_modules) - present)
-        if missing:
-            raise ConfigError(f"target_modules {missing} are not linear layers of this model; "
-                              f"its linear layers are {sorted(present)}")
-        return list(target_modules)
-    wanted = ((ATTN_MODULES if train_attn else ()) + (MLP_MODULES if train_mlp else ())
-              + (UNEMBED_MODULES if train_unembed else ()))
-    targets = [n for n in wanted if n in present]
-    if not targets:
-        raise ConfigError(f"no LoRA target found (asked for {list(wanted)}); pass target_modules "
-                          f"from this model's linear layers: {sorted(present)}")
-    return targets
+        names = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+        missing = [t for t in names if not any(_matches(n, t) for n in kinds)]
+        if missing or not names:
+            raise ConfigError(f"target_modules {missing or names} name no layer LoRA can adapt in this model; "
+                              f"its adaptable layers end in {leaves} (a name or a dotted suffix such as "
+                              "'attn.c_proj' selects every layer ending in it)")
+        chosen = [n for n in kinds if any(_matches(n, t) for t in names)]
+        return names, _head_only_note(chosen, kinds)
+    wanted = {"attn": train_attn, "mlp": train_mlp, "unembed": train_unembed}
+    chosen = [n for n, kind in kinds.items() if wanted.get(kind)]
+    if not chosen:
+        raise ConfigError(f"no LoRA target found (asked for {[k for k, on in wanted.items() if on]}); pass "
+                          f"target_modules from this model's adaptable layers: {leaves}")
+    notes = [f"train_{kind}=True but no {label} layer was recognised in this model (by a path containing "
+             f"{marks}); name its layers with target_modules, from {leaves}"
+             for kind, label, marks in (("attn", "attention", ATTN_MARKS), ("mlp", "MLP", MLP_MARKS))
+             if wanted[kind] and kind not in kinds.values()]
+    return _short_names(chosen, list(kinds)), notes + _head_only_note(chosen, kinds)
+
+
+def _head_only_note(chosen: Sequence[str], kinds: dict[str, str]) -> list[str]:
+    if not chosen or any(kinds[n] != "unembed" for n in chosen):
+        return []
+    return [f"LoRA adapts only the output layer {chosen[0]!r}: attention and MLP stay frozen, so training can "
+            "change only the last projection. Name more layers with target_modules (adaptable here: "
+            f"{sorted({n.rsplit('.', 1)[-1] for n in kinds})})"]
+
+
+def adapted_modules(model: Any) -> dict[str, int]:
+    """The layers carrying a LoRA adapter, as name patterns (layer numbers as ``*``) -> how many."""
+    from peft.tuners.lora import LoraLayer
+
+    counts: dict[str, int] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, LoraLayer):
+            pattern = ".".join("*" if p.isdigit() else p for p in name.removeprefix("base_model.model.").split("."))
+            counts[pattern] = counts.get(pattern, 0) + 1
+    return counts
+
+
+def _check_load_arguments(name_or_path: Any, lora_rank: Any, lora_alpha: Any, lora_dropout: Any, seed: Any,
+                          flags: dict[str, Any]) -> None:
+    """Every bad ``load_model`` argument at once, as one ``ConfigError``."""
+    problems = []
+    if not isinstance(name_or_path, str) or not name_or_path:
+        problems.append(f"name_or_path={name_or_path!r} must be a string: 'builtin:tiny', a local directory "
+                        "or a hub id")
+    if isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 0:
+        problems.append(f"lora_rank={lora_rank!r} must be an integer: 0 for full fine-tuning or a rank >= 1")
+    if lora_alpha is not None and (isinstance(lora_alpha, bool) or not isinstance(lora_alpha, (int, float))
+                                   or not 0 < lora_alpha < float("inf")):
+        problems.append(f"lora_alpha={lora_alpha!r} must be a finite number > 0, or None for the rank (scale 1)")
+    if isinstance(lora_dropout, bool) or not isinstance(lora_dropout, (int, float)) or not 0 <= lora_dropout < 1:
+        problems.append(f"lora_dropout={lora_dropout!r} must be a number in [0, 1)")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        problems.append(f"seed={seed!r} must be an integer >= 0")
+    problems += [f"{name}={value!r} must be True or False" for name, value in flags.items()
+                 if not isinstance(value, bool)]
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | None = None,
@@ -257,8 +364,8 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
     ``autocast`` ("auto", "off", "bfloat16", "float16"): see :func:`resolve_precision`; CPU and
     float32 by default.
     """
-    if isinstance(lora_rank, bool) or not isinstance(lora_rank, int) or lora_rank < 0:
-        raise ConfigError(f"lora_rank={lora_rank!r} must be an integer: 0 for full fine-tuning or a rank >= 1")
+    _check_load_arguments(name_or_path, lora_rank, lora_alpha, lora_dropout, seed,
+                          {"train_attn": train_attn, "train_mlp": train_mlp, "train_unembed": train_unembed})
     dev = resolve_device(device)
     dt, compute = resolve_precision(dev.type, dtype, autocast, lora=lora_rank > 0)
     args = dict(name_or_path=name_or_path, lora_rank=lora_rank, lora_alpha=lora_alpha,
@@ -273,22 +380,29 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
         model, tokenizer = _load_pretrained(name_or_path, dt)
     model.to(device=dev, dtype=dt)
     lora = None
+    notes: list[str] = []
     if lora_rank:
         from peft import LoraConfig, get_peft_model
 
-        targets = lora_targets(model, train_attn, train_mlp, train_unembed, target_modules)
+        targets, notes = lora_targets(model, train_attn, train_mlp, train_unembed, target_modules)
+        for note in notes:
+            warnings.warn(note, stacklevel=2)
         lora = dict(r=lora_rank, lora_alpha=lora_alpha if lora_alpha is not None else lora_rank,
                     lora_dropout=lora_dropout, target_modules=targets)
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             # PEFT calls a transformers method that transformers 5 deprecated; nothing for a user to do
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            # PEFT sets fan_in_fan_out per layer type itself (True for Conv1D, False for Linear) and says so
+            warnings.filterwarnings("ignore", message="fan_in_fan_out is set to")
+            # an adapter on a tied output layer: export(merged=True) unties it before merging (state.py)
+            warnings.filterwarnings("ignore", message="Model has `tie_word_embeddings=True` and a tied layer")
             torch.manual_seed(seed + 1)
             model = get_peft_model(model, LoraConfig(**lora))
         if model.peft_config["default"].base_model_name_or_path is None:  # built-ins: say which base
             model.peft_config["default"].base_model_name_or_path = name_or_path
         model.to(device=dev)
     model.train()
-    return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args, compute)
+    return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args, compute, notes)
 
 
 def parameter_count(model: Any) -> int:

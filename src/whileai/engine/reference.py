@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from whileai.engine.logprobs import hidden_states, token_logprobs
+from whileai.errors import BatchError
 
 
 def has_adapters(model: Any) -> bool:
@@ -40,18 +41,26 @@ def _eval_mode(model: Any) -> Iterator[None]:
         model.train(was_training)
 
 
+def _ids(name: str, value: Any) -> torch.Tensor:
+    try:
+        return torch.as_tensor(value, dtype=torch.long)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise BatchError(f"{name} is not a rectangular array of integer token ids ({err}); give (B, T) or "
+                         "(T,) ids") from None
+
+
 def _check_inputs(input_ids: Any, targets: Any, attention_mask: Any) -> tuple[torch.Tensor, ...]:
-    input_ids_BT = torch.as_tensor(input_ids, dtype=torch.long)
-    targets_BT = torch.as_tensor(targets, dtype=torch.long)
+    input_ids_BT = _ids("input_ids", input_ids)
+    targets_BT = _ids("targets", targets)
     if input_ids_BT.dim() == 1:
         input_ids_BT, targets_BT = input_ids_BT.unsqueeze(0), targets_BT.unsqueeze(0)
         attention_mask = None if attention_mask is None else torch.as_tensor(attention_mask).unsqueeze(0)
     if input_ids_BT.shape != targets_BT.shape or input_ids_BT.dim() != 2:
-        raise ValueError(f"input_ids {tuple(input_ids_BT.shape)} and targets {tuple(targets_BT.shape)} must have "
+        raise BatchError(f"input_ids {tuple(input_ids_BT.shape)} and targets {tuple(targets_BT.shape)} must have "
                          "the same shape (B, T) or (T,): position i's target is the token that follows it")
-    mask_BT = None if attention_mask is None else torch.as_tensor(attention_mask, dtype=torch.long)
+    mask_BT = None if attention_mask is None else _ids("attention_mask", attention_mask)
     if mask_BT is not None and mask_BT.shape != input_ids_BT.shape:
-        raise ValueError(f"attention_mask {tuple(mask_BT.shape)} must have the shape of input_ids "
+        raise BatchError(f"attention_mask {tuple(mask_BT.shape)} must have the shape of input_ids "
                          f"{tuple(input_ids_BT.shape)}")
     return input_ids_BT, targets_BT, mask_BT
 
@@ -61,7 +70,7 @@ def model_logprobs(model: Any, input_ids: Any, targets: Any, attention_mask: Any
 
     Positions where ``attention_mask`` is 0 are returned as 0.0.
     """
-    one_sequence = torch.as_tensor(input_ids).dim() == 1
+    one_sequence = _ids("input_ids", input_ids).dim() == 1
     input_ids_BT, targets_BT, mask_BT = _check_inputs(input_ids, targets, attention_mask)
     device = next(model.parameters()).device
     input_ids_BT, targets_BT = input_ids_BT.to(device), targets_BT.to(device)

@@ -14,55 +14,117 @@ Randomness: sample ``j`` of prompt ``i`` draws from its own random stream, seede
 ``(seed, i, j)``. The same seed therefore gives the same samples whatever the batch looks like, and
 the streams are made on the CPU, so CPU and CUDA draw the same uniforms.
 
+Speed (measured in ``benchmarks/sampling.py`` against ``transformers``' ``generate``): each prompt is
+prefilled once and its cache copied to its samples; the KV cache is written into buffers allocated
+once for the whole generation (no per-step concatenation); every row's uniforms are drawn before the
+loop; a step's sampling is one pass of exp and cumulative sum over the vocabulary, with no Python
+work per row; rows that finished leave the batch once a quarter of it has finished.
+
 Works with any transformers causal LM, plain or PEFT-wrapped; the model is put in eval mode for the
 call and restored afterwards.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from whileai.errors import ConfigError, WhileaiError
+from whileai.errors import BatchError, ConfigError, WhileaiError
+from whileai.methods.knobs import Knob, number
 
 StopReason = Literal["stop", "length"]
+TINKER_SAMPLING = "Tinker SamplingParams (reference/tinker.md, 1.5)"
+
+
+# --------------------------------------------------------------------------------------------------
+# The settings, each declared once with its rule
+
+
+def _whole(low: int) -> Any:
+    """An integer (Python or numpy, not bool) >= low."""
+    text = f"an integer >= {low}"
+
+    def check(x: Any) -> str | None:
+        ok = not isinstance(x, bool) and isinstance(x, (int, np.integer)) and x >= low
+        return None if ok else text
+
+    return check
+
+
+def _optional_seed(x: Any) -> str | None:
+    return None if x is None else _whole(0)(x)
+
+
+def _stop_rule(stop: Any) -> str | None:
+    try:
+        _normalise_stop(stop)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+SAMPLING_KNOBS: dict[str, Knob] = {
+    "max_tokens": Knob(None, "most tokens to generate per sample (fewer if the model's context runs out first)",
+                       _whole(1), TINKER_SAMPLING),
+    "temperature": Knob(1.0, "logits are divided by this; 0 means greedy (arg-max)", number(0.0), TINKER_SAMPLING),
+    "top_p": Knob(1.0, "nucleus: keep the smallest set of most likely tokens whose mass reaches top_p; 1 = off",
+                  number(0.0, 1.0, open_low=True), TINKER_SAMPLING),
+    "top_k": Knob(0, "keep only the k most likely tokens; 0 (or Tinker's -1) = off", _whole(-1),
+                  f"{TINKER_SAMPLING}; its default is -1, ours 0, both mean off"),
+    "stop": Knob((), "stop token ids and/or sequences of ids, e.g. [2, 7] or [[13, 13], 2]; the stop is kept "
+                 "at the end of the returned tokens", _stop_rule, TINKER_SAMPLING),
+    "seed": Knob(None, "seed of the random streams; None draws one from torch's global generator",
+                 _optional_seed, TINKER_SAMPLING),
+}
+
+
+REQUIRED = ("max_tokens",)
+"""Settings without a default (``max_tokens``: a sampler that silently stops at 16 tokens is a classic bug)."""
+
+
+def _knob(name: str) -> Any:
+    spec = SAMPLING_KNOBS[name]
+    if name in REQUIRED:
+        return field(metadata={"knob": spec})
+    return field(default=spec.value, metadata={"knob": spec})
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample. Every field is validated at construction (a ``ConfigError``, a ``ValueError``)."""
+    """How to sample. Every field's rule is in ``SAMPLING_KNOBS``; all are checked at construction and
+    every bad one is reported at once (a ``ConfigError``, a ``ValueError``)."""
 
-    max_tokens: int
+    max_tokens: int = _knob("max_tokens")
     """Most tokens to generate per sample (fewer if the model's context runs out first)."""
-    temperature: float = 1.0
+    temperature: float = _knob("temperature")
     """Logits are divided by this; 0 means greedy (arg-max)."""
-    top_p: float = 1.0
+    top_p: float = _knob("top_p")
     """Nucleus sampling: keep the smallest set of most likely tokens whose mass reaches top_p; 1 = off."""
-    top_k: int = 0
+    top_k: int = _knob("top_k")
     """Keep only the k most likely tokens; 0 (or Tinker's -1) = off."""
-    stop: Any = ()
+    stop: Any = _knob("stop")
     """Stop token ids and/or stop sequences of ids: ``[2, 7]`` or ``[[13, 13], 2]``. Normalised to a
     tuple of tuples. The stop token or sequence is kept at the end of the returned tokens."""
-    seed: int | None = None
+    seed: int | None = _knob("seed")
     """Seed of the random streams; None draws one from torch's global generator."""
 
     def __post_init__(self) -> None:
-        _check_int("max_tokens", self.max_tokens, low=1)
-        _check_number("temperature", self.temperature, "a finite number >= 0 (0 = greedy)")
-        if self.temperature < 0:
-            raise ConfigError(f"SamplingParams.temperature={self.temperature!r} is negative; use >= 0 (0 = greedy)")
-        _check_number("top_p", self.top_p, "a number in (0, 1]")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ConfigError(f"SamplingParams.top_p={self.top_p!r} is outside (0, 1]; use 1.0 to turn it off")
-        _check_int("top_k", self.top_k, low=-1)
-        if self.seed is not None:
-            _check_int("seed", self.seed, low=0)
+        problems = []
+        for f in dataclasses.fields(self):
+            value, spec = getattr(self, f.name), f.metadata["knob"]
+            if (rule := spec.check(value)) is not None:
+                default = "required" if f.name in REQUIRED else f"default {spec.value!r}"
+                problems.append(f"SamplingParams.{f.name}={value!r} is invalid: it must be {rule} "
+                                f"({spec.doc}; {default})")
+        if problems:
+            raise ConfigError("; ".join(problems))
         object.__setattr__(self, "stop", _normalise_stop(self.stop))
 
 
@@ -75,16 +137,6 @@ class SampledSequence:
     stop_reason: StopReason
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ConfigError(f"SamplingParams.{name}={value!r} must be an integer >= {low}")
-
-
-def _check_number(name: str, value: Any, valid: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ConfigError(f"SamplingParams.{name}={value!r} must be {valid}")
-
-
 def _normalise_stop(stop: Any) -> tuple[tuple[int, ...], ...]:
     """``2`` / ``[2, 7]`` / ``[[13, 13], 2]`` -> ``((2,), (7,))`` / ``((13, 13), (2,))``."""
     if stop is None:
@@ -94,10 +146,13 @@ def _normalise_stop(stop: Any) -> tuple[tuple[int, ...], ...]:
             f"SamplingParams.stop={stop!r} holds text; the sampler works on token ids. "
             "Encode stop strings with the tokenizer first (e.g. stop=[tokenizer.encode('\\n\\n')])"
         )
+    if not isinstance(stop, (int, np.integer, Sequence)):
+        raise ConfigError(f"SamplingParams.stop={stop!r} is not a token id or a list of token ids / sequences")
     items = [stop] if isinstance(stop, (int, np.integer)) else list(stop)
     normalised = []
     for index, item in enumerate(items):
-        sequence = (item,) if isinstance(item, (int, np.integer)) else tuple(item)
+        sequence = (item,) if isinstance(item, (int, np.integer)) else tuple(item) if isinstance(
+            item, Sequence) else ()
         if not sequence or any(
             isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in sequence
         ):
@@ -113,24 +168,31 @@ def _normalise_stop(stop: Any) -> tuple[tuple[int, ...], ...]:
 # The sampling distribution and the draw
 
 
+def _filtered_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
+    """Float32 logits divided by the temperature, with the tokens top-k / top-p drop set to -inf."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    if 0 < top_k < logits.shape[-1]:
+        kth_largest = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth_largest, -math.inf)
+    if top_p < 1.0:
+        logits = _nucleus(logits, top_p)
+    return logits
+
+
 def sampling_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Log of the distribution the sampler draws from, over the last dim, in float32.
 
     Order: divide by the temperature, keep the top-k logits, keep the top-p nucleus, renormalise.
     Filtered tokens get -inf. ``temperature == 0`` gives the greedy point mass (0 at the arg-max).
     """
-    logits = logits.float()
     if temperature == 0:
+        logits = logits.float()
         greedy = logits.argmax(dim=-1, keepdim=True)
         point_mass = torch.full_like(logits, -math.inf)
         return point_mass.scatter_(-1, greedy, 0.0)
-    logits = logits / temperature
-    if 0 < top_k < logits.shape[-1]:
-        kth_largest = torch.topk(logits, top_k, dim=-1).values[..., -1:]
-        logits = logits.masked_fill(logits < kth_largest, -math.inf)
-    if top_p < 1.0:
-        logits = _nucleus(logits, top_p)
-    return torch.log_softmax(logits, dim=-1)
+    return torch.log_softmax(_filtered_logits(logits, temperature, top_k, top_p), dim=-1)
 
 
 def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -143,31 +205,51 @@ def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, -math.inf)
 
 
+def _inverse_cdf(weights: torch.Tensor, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Index drawn from each row of non-negative float64 ``weights`` (R, V), and each row's total.
+
+    The index i satisfies cdf[i-1] <= u * total < cdf[i], so a token of weight 0 is never drawn; a
+    target that rounds up to the total lands on the last token with weight.
+    """
+    cdf = torch.cumsum(weights, dim=-1)
+    total = cdf[:, -1:].contiguous()
+    targets = uniforms.to(cdf.device, torch.float64).unsqueeze(-1) * total
+    chosen = torch.searchsorted(cdf, targets, right=True)
+    last_with_weight = torch.searchsorted(cdf, total, right=False)
+    return torch.minimum(chosen, last_with_weight).squeeze(-1), total.squeeze(-1)
+
+
 def draw(logprobs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF draw: one token per row of ``logprobs`` (R, V) given one uniform in [0, 1) per row.
 
     A token with probability 0 is never drawn: the returned index i satisfies cdf[i-1] <= u < cdf[i].
     """
-    probs = logprobs.double().exp()
-    cdf = torch.cumsum(probs, dim=-1)
-    targets = uniforms.to(cdf.device, torch.float64).unsqueeze(-1) * cdf[:, -1:]
-    return torch.searchsorted(cdf, targets, right=True).squeeze(-1).clamp_(max=logprobs.shape[-1] - 1)
+    return _inverse_cdf(logprobs.double().exp(), uniforms)[0]
 
 
-def _row_generators(seed: int | None, num_prompts: int, num_samples: int) -> list[torch.Generator]:
-    """One CPU generator per (prompt, sample), seeded from (seed, prompt index, sample index)."""
+def draw_step(logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token per row of ``logits`` (R, V) and its log-probability under the sampling distribution.
+
+    The same distribution as ``sampling_logprobs`` in one pass of exp and cumulative sum (float64):
+    weights = exp(filtered - row max), token = inverse CDF, logprob = (filtered - max)[token] - log(total).
+    """
+    if params.temperature == 0:
+        return logits.argmax(dim=-1), torch.zeros(logits.shape[0], device=logits.device)
+    shifted = _filtered_logits(logits, params.temperature, params.top_k, params.top_p).double()
+    shifted = shifted - shifted.amax(dim=-1, keepdim=True)
+    chosen, total = _inverse_cdf(shifted.exp(), uniforms)
+    logprob = shifted.gather(-1, chosen.unsqueeze(-1)).squeeze(-1) - total.log()
+    return chosen, logprob.float()
+
+
+def row_uniforms(seed: int | None, num_prompts: int, num_samples: int, steps: int) -> torch.Tensor:
+    """(prompts x samples, steps) float64 uniforms in [0, 1); row i * num_samples + j is the stream of
+    (seed, i, j), so a row's draws do not depend on the rest of the batch."""
     if seed is None:
         seed = int(torch.randint(0, 2**62, (1,)).item())
-    generators = []
-    for prompt_index in range(num_prompts):
-        for sample_index in range(num_samples):
-            state = np.random.SeedSequence([seed, prompt_index, sample_index]).generate_state(1, np.uint64)
-            generators.append(torch.Generator().manual_seed(int(state[0])))
-    return generators
-
-
-def _uniforms(generators: list[torch.Generator]) -> torch.Tensor:
-    return torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in generators])
+    rows = [np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, i, j]))).random(steps)
+            for i in range(num_prompts) for j in range(num_samples)]
+    return torch.from_numpy(np.stack(rows))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -189,34 +271,41 @@ def context_length(model: Any, max_context: int | None = None) -> int | None:
     return getattr(getattr(model, "config", None), "max_position_embeddings", None)
 
 
+def _as_list(prompt: Any) -> Any:
+    return prompt.tolist() if isinstance(prompt, (np.ndarray, torch.Tensor)) and prompt.ndim == 1 else prompt
+
+
 def check_prompts(prompt_tokens: Any, vocab_size: int, context: int | None) -> list[list[int]]:
     """Validate prompts: a list of non-empty lists of ids in [0, vocab_size), each shorter than context.
 
-    Prompts may be lists, numpy arrays or 1-D tensors of ids.
+    Prompts may be lists, numpy arrays or 1-D tensors of ids. Bad input raises ``BatchError`` naming
+    the prompt (and position).
     """
     if isinstance(prompt_tokens, (np.ndarray, torch.Tensor)):
         prompt_tokens = prompt_tokens.tolist()
     if isinstance(prompt_tokens, (str, bytes)) or not isinstance(prompt_tokens, Sequence) or not prompt_tokens:
-        raise ValueError("prompt_tokens must be a non-empty list of prompts, each a list of token ids")
-    prompts = []
-    for index, prompt in enumerate(prompt_tokens):
-        if isinstance(prompt, (np.ndarray, torch.Tensor)) and prompt.ndim == 1:
-            prompt = prompt.tolist()
-        if not isinstance(prompt, Sequence) or isinstance(prompt, (str, bytes)) or len(prompt) == 0:
-            raise ValueError(f"prompt {index} is empty or not a list of token ids; give at least one token id")
-        for position, token in enumerate(prompt):
-            if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < vocab_size:
-                raise ValueError(
-                    f"prompt {index}, position {position}: token {token!r} is not an id in [0, {vocab_size}) "
-                    "(the model's vocabulary)"
-                )
-        if context is not None and len(prompt) >= context:
-            raise ValueError(
-                f"prompt {index} has {len(prompt)} tokens but the model's context is {context}, which leaves "
-                "no room to generate; shorten the prompt (or pass a larger max_context if the model allows)"
+        raise BatchError(f"prompt_tokens={prompt_tokens!r:.60} must be a non-empty list of prompts, each a list "
+                         "of token ids; encode text with the tokenizer first")
+    return [_check_prompt(index, _as_list(prompt), vocab_size, context)
+            for index, prompt in enumerate(prompt_tokens)]
+
+
+def _check_prompt(index: int, prompt: Any, vocab_size: int, context: int | None) -> list[int]:
+    if not isinstance(prompt, Sequence) or isinstance(prompt, (str, bytes)) or len(prompt) == 0:
+        raise BatchError(f"prompt {index} is empty or not a list of token ids ({prompt!r:.40}); give at least "
+                         "one token id")
+    for position, token in enumerate(prompt):
+        if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < vocab_size:
+            raise BatchError(
+                f"prompt {index}, position {position}: token {token!r} is not an id in [0, {vocab_size}) "
+                "(the model's vocabulary); encode with the model's own tokenizer"
             )
-        prompts.append([int(t) for t in prompt])
-    return prompts
+    if context is not None and len(prompt) >= context:
+        raise BatchError(
+            f"prompt {index} has {len(prompt)} tokens but the model's context is {context}, which leaves "
+            "no room to generate; shorten the prompt (or pass a larger max_context if the model allows)"
+        )
+    return [int(t) for t in prompt]
 
 
 def _stop_ids(eos_token_id: int | Sequence[int] | None) -> tuple[tuple[int, ...], ...]:
@@ -224,10 +313,6 @@ def _stop_ids(eos_token_id: int | Sequence[int] | None) -> tuple[tuple[int, ...]
         return ()
     ids = [eos_token_id] if isinstance(eos_token_id, (int, np.integer)) else list(eos_token_id)
     return tuple((int(t),) for t in ids)
-
-
-def _hits_stop(generated: list[int], stops: tuple[tuple[int, ...], ...]) -> bool:
-    return any(len(generated) >= len(s) and tuple(generated[-len(s):]) == s for s in stops)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,15 +331,16 @@ def sample(
     """Sample ``num_samples`` continuations of every prompt; returns ``result[prompt][sample]``.
 
     All prompts x samples run as one batch: prompts are left-padded (attention mask + position ids),
-    each prompt is prefilled once and its KV cache repeated for its samples, then every step feeds one
-    new token per row. ``eos_token_id`` (one id or several) stops a sample like a stop token; None
-    means only ``params.stop`` stops early. A prompt that does not fit the context raises
-    ``ValueError`` naming the prompt; a sample that reaches the context ends with ``"length"``.
+    each prompt is prefilled once and its KV cache copied for its samples, then every step feeds one
+    new token per running row. ``eos_token_id`` (one id or several) stops a sample like a stop token;
+    None means only ``params.stop`` stops early. A prompt that does not fit the context raises
+    ``BatchError`` naming the prompt; a sample that reaches the context ends with ``"length"``.
     """
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples={num_samples!r} must be an integer >= 1")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+        raise ConfigError(f"num_samples={num_samples!r} must be an integer >= 1 (samples drawn per prompt)")
     if not isinstance(params, SamplingParams):
-        raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+        raise ConfigError(f"params must be a SamplingParams, got {type(params).__name__}; build one with "
+                          "SamplingParams(max_tokens=...)")
     vocab_size = model.get_input_embeddings().num_embeddings
     context = context_length(model, max_context)
     prompts = check_prompts(prompt_tokens, vocab_size, context)
@@ -262,70 +348,142 @@ def sample(
     model.eval()
     try:
         with torch.inference_mode():
-            return _generate(model, prompts, num_samples, params, _stop_ids(eos_token_id) + params.stop, context)
+            run = _Run(model, prompts, int(num_samples), params, _stop_ids(eos_token_id) + params.stop, context)
+            return run.generate()
     finally:
         model.train(was_training)
 
 
-def _generate(
-    model: Any,
-    prompts: list[list[int]],
-    num_samples: int,
-    params: SamplingParams,
-    stops: tuple[tuple[int, ...], ...],
-    context: int | None,
-) -> list[list[SampledSequence]]:
-    device = next(model.parameters()).device
-    lengths = [len(p) for p in prompts]
-    budgets = [min(params.max_tokens, context - n) if context else params.max_tokens for n in lengths]
-    budgets = [b for b in budgets for _ in range(num_samples)]
-    logits, cache, mask, positions = _prefill(model, prompts, num_samples, device)
-    generators = _row_generators(params.seed, len(prompts), num_samples)
-    tokens: list[list[int]] = [[] for _ in budgets]
-    logprobs: list[list[float]] = [[] for _ in budgets]
-    reasons: list[StopReason | None] = [None] * len(budgets)
-    step_kwargs = _step_kwargs(model)
-    for step in range(max(budgets)):
-        _check_logits(logits, step, num_samples)
-        row_logprobs = sampling_logprobs(logits, params.temperature, params.top_k, params.top_p)
-        chosen = draw(row_logprobs, _uniforms(generators))
-        chosen_logprobs = row_logprobs.gather(-1, chosen.unsqueeze(-1)).squeeze(-1).tolist()
-        for row, (token, logprob) in enumerate(zip(chosen.tolist(), chosen_logprobs)):
-            if reasons[row] is not None:
-                continue
-            tokens[row].append(token)
-            logprobs[row].append(logprob)
-            if _hits_stop(tokens[row], stops):
-                reasons[row] = "stop"
-            elif len(tokens[row]) >= budgets[row]:
-                reasons[row] = "length"
-        if all(r is not None for r in reasons):
-            break
-        mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)
-        positions = positions + 1
-        out = model(
-            input_ids=chosen.unsqueeze(-1).to(device),
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=True,
-            **{step_kwargs["cache"]: cache},
-            **step_kwargs["extra"],
-        )
-        logits, cache = out.logits[:, -1, :], _cache_of(out)
-    rows = [SampledSequence(t, lp, r or "length") for t, lp, r in zip(tokens, logprobs, reasons)]
-    return [rows[i * num_samples : (i + 1) * num_samples] for i in range(len(prompts))]
+class _Run:
+    """The state of one ``sample`` call: output buffers (R, T) for all rows, and the batch still running.
+
+    Rows are prompts x samples in prompt-major order; ``rows_B`` maps the running batch to them.
+    """
+
+    def __init__(self, model: Any, prompts: list[list[int]], num_samples: int, params: SamplingParams,
+                 stops: tuple[tuple[int, ...], ...], context: int | None) -> None:
+        self.model, self.prompts, self.num_samples, self.params = model, prompts, num_samples, params
+        self.device = next(model.parameters()).device
+        lengths = torch.tensor([len(p) for p in prompts]).repeat_interleave(num_samples)
+        budget = params.max_tokens if context is None else (context - lengths).clamp(max=params.max_tokens)
+        self.budget_R = torch.as_tensor(budget).expand(len(lengths)).to(self.device)
+        self.steps = int(self.budget_R.max())
+        self.tokens_RT = torch.zeros(len(lengths), self.steps, dtype=torch.long, device=self.device)
+        self.logprobs_RT = torch.zeros(len(lengths), self.steps, device=self.device)
+        self.length_R = torch.zeros(len(lengths), dtype=torch.long, device=self.device)
+        self.stopped_R = torch.zeros(len(lengths), dtype=torch.bool, device=self.device)
+        self.uniforms_RT = row_uniforms(params.seed, len(prompts), num_samples, self.steps).to(self.device)
+        self.single_stops = torch.tensor([s[0] for s in stops if len(s) == 1], dtype=torch.long, device=self.device)
+        self.long_stops = [torch.tensor(s, device=self.device) for s in stops if len(s) > 1]
+        self.names = _step_kwargs(model)
+
+    def generate(self) -> list[list[SampledSequence]]:
+        logits_BV = self._prefill()
+        for step in range(self.steps):
+            chosen_B = self._record(step, logits_BV)
+            if not bool(self.running_B.any()):
+                break
+            self._maybe_compact()
+            logits_BV = self._decode(chosen_B[self.keep_B] if self.keep_B is not None else chosen_B)
+        return self._results()
+
+    # ---- one step
+    def _record(self, step: int, logits_BV: torch.Tensor) -> torch.Tensor:
+        """Draw a token for every running row, store it with its logprob, and mark rows that ended."""
+        rows_B = self.rows_B
+        _check_logits(logits_BV, rows_B, step, self.num_samples)
+        chosen_B, logprob_B = draw_step(logits_BV, self.params, self.uniforms_RT[rows_B, step])
+        live = self.running_B
+        live_rows = rows_B[live]
+        self.tokens_RT[live_rows, step] = chosen_B[live]
+        self.logprobs_RT[live_rows, step] = logprob_B[live]
+        self.length_R[live_rows] = step + 1
+        hit_B = self._hits_stop(step, chosen_B) & live
+        self.stopped_R[rows_B[hit_B]] = True
+        self.running_B = live & ~hit_B & (step + 1 < self.budget_R[rows_B])
+        self.keep_B = None
+        return chosen_B
+
+    def _hits_stop(self, step: int, chosen_B: torch.Tensor) -> torch.Tensor:
+        hit_B = torch.isin(chosen_B, self.single_stops)
+        for stop in self.long_stops:
+            if step + 1 >= len(stop):
+                recent = self.tokens_RT[self.rows_B, step + 1 - len(stop) : step + 1]
+                hit_B |= (recent == stop).all(dim=-1)
+        return hit_B
+
+    def _maybe_compact(self) -> None:
+        """Drop finished rows from the batch (and its cache) once they are a quarter of it."""
+        finished = int((~self.running_B).sum())
+        if finished == 0 or 4 * finished < len(self.running_B):
+            return
+        keep_B = self.running_B.nonzero().squeeze(-1)
+        _select_rows(self.cache, keep_B)
+        self.rows_B, self.running_B, self.keep_B = self.rows_B[keep_B], self.running_B[keep_B], keep_B
+        self.positions_B1 = self.positions_B1[keep_B]
+        if self.mask_BL is not None:
+            self.mask_BL = self.mask_BL[keep_B]
+
+    def _decode(self, chosen_B: torch.Tensor) -> torch.Tensor:
+        self.positions_B1 = self.positions_B1 + 1
+        self.filled += 1
+        mask = None if self.mask_BL is None else self.mask_BL[:, : self.filled]
+        out = self.model(input_ids=chosen_B.unsqueeze(-1), attention_mask=mask, position_ids=self.positions_B1,
+                         use_cache=True, **{self.names["cache"]: self.cache}, **self.names["extra"])
+        return out.logits[:, -1, :]
+
+    # ---- before and after the loop
+    def _prefill(self) -> torch.Tensor:
+        """Run each prompt once (left-padded), then copy its cache, logits and mask to its samples."""
+        longest = max(len(p) for p in self.prompts)
+        input_ids = torch.zeros(len(self.prompts), longest, dtype=torch.long)
+        mask = torch.zeros(len(self.prompts), longest, dtype=torch.long)
+        for row, prompt in enumerate(self.prompts):
+            input_ids[row, longest - len(prompt) :] = torch.tensor(prompt)
+            mask[row, longest - len(prompt) :] = 1
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        padded = not bool(mask.all())
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=input_ids, attention_mask=mask if padded else None, position_ids=position_ids,
+                         use_cache=True, **self.names["extra"])
+        self.cache = _cache_of(out)
+        capacity = longest + self.steps
+        _preallocate(self.cache, self.num_samples, capacity)
+        n = self.num_samples
+        self.filled = longest
+        self.mask_BL = None
+        if padded:  # one buffer for the whole generation; each step reads a longer view of it
+            self.mask_BL = torch.ones(len(self.prompts) * n, capacity, dtype=torch.long, device=self.device)
+            self.mask_BL[:, :longest] = mask.repeat_interleave(n, dim=0)
+        self.positions_B1 = position_ids[:, -1:].repeat_interleave(n, dim=0)
+        self.rows_B = torch.arange(len(self.prompts) * n, device=self.device)
+        self.running_B = torch.ones(len(self.rows_B), dtype=torch.bool, device=self.device)
+        self.keep_B = None
+        return out.logits[:, -1, :].repeat_interleave(n, dim=0)
+
+    def _results(self) -> list[list[SampledSequence]]:
+        lengths, stopped = self.length_R.tolist(), self.stopped_R.tolist()
+        tokens, logprobs = self.tokens_RT.tolist(), self.logprobs_RT.tolist()
+        rows = [SampledSequence(t[:n], lp[:n], "stop" if s else "length")
+                for t, lp, n, s in zip(tokens, logprobs, lengths, stopped)]
+        n = self.num_samples
+        return [rows[i * n : (i + 1) * n] for i in range(len(self.prompts))]
 
 
-def _check_logits(logits: torch.Tensor, step: int, num_samples: int) -> None:
+def _check_logits(logits_BV: torch.Tensor, rows_B: torch.Tensor, step: int, num_samples: int) -> None:
     """Refuse NaN logits (a broken model or overflowed weights) instead of drawing garbage."""
-    bad = torch.isnan(logits).any(dim=-1).nonzero()
-    if len(bad):
-        row = int(bad[0])
+    bad = torch.isnan(logits_BV.amax(dim=-1))  # max propagates NaN: one reduction per row
+    if bool(bad.any()):
+        row = int(rows_B[bad.nonzero()[0, 0]])
         raise WhileaiError(
             f"the model returned NaN logits for prompt {row // num_samples}, sample {row % num_samples} at "
             f"generated position {step}; its weights or inputs are broken (check for NaN/inf parameters, or "
             "use float32 instead of float16)"
         )
+
+
+# --------------------------------------------------------------------------------------------------
+# The cache: transformers' DynamicCache, with its layers' keys and values held in preallocated buffers
 
 
 def _step_kwargs(model: Any) -> dict[str, Any]:
@@ -342,30 +500,63 @@ def _cache_of(out: Any) -> Any:
     return cache if cache is not None else out.get("past_key_values")
 
 
-def _prefill(
-    model: Any, prompts: list[list[int]], num_samples: int, device: torch.device
-) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-    """Run each prompt once (left-padded), then repeat its cache, logits and mask for its samples.
+def _growing_layer_class() -> Any:
+    """A ``DynamicLayer`` that writes new keys/values into a buffer of fixed capacity and hands out a
+    view of the filled part, instead of concatenating a new tensor every step (which copies the whole
+    cache once per token). Beyond its capacity it falls back to concatenation."""
+    from transformers.cache_utils import DynamicLayer
 
-    Returns last-position logits (R, V), the cache, the attention mask (R, L) and the last position
-    id of each row (R, 1), where R = prompts x samples in prompt-major order.
-    """
-    longest = max(len(p) for p in prompts)
-    input_ids = torch.zeros(len(prompts), longest, dtype=torch.long)
-    mask = torch.zeros(len(prompts), longest, dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        input_ids[row, longest - len(prompt) :] = torch.tensor(prompt)
-        mask[row, longest - len(prompt) :] = 1
-    input_ids, mask = input_ids.to(device), mask.to(device)
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(
-        input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=True,
-        **_step_kwargs(model)["extra"],
-    )
-    cache = _cache_of(out)
-    if num_samples > 1:
-        cache.batch_repeat_interleave(num_samples)
-    logits = out.logits[:, -1, :].repeat_interleave(num_samples, dim=0)
-    mask = mask.repeat_interleave(num_samples, dim=0)
-    last_position = position_ids[:, -1:].repeat_interleave(num_samples, dim=0)
-    return logits, cache, mask, last_position
+    class GrowingLayer(DynamicLayer):  # type: ignore[misc, valid-type]
+        key_buffer: torch.Tensor
+        value_buffer: torch.Tensor
+        filled: int
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            end = self.filled + key_states.shape[-2]
+            if end > self.key_buffer.shape[-2]:
+                self.key_buffer = torch.cat([self.key_buffer[..., : self.filled, :], key_states], dim=-2)
+                self.value_buffer = torch.cat([self.value_buffer[..., : self.filled, :], value_states], dim=-2)
+            else:
+                self.key_buffer[..., self.filled : end, :] = key_states
+                self.value_buffer[..., self.filled : end, :] = value_states
+            self.filled = end
+            self.keys, self.values = self.key_buffer[..., :end, :], self.value_buffer[..., :end, :]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+            self.keys = self.key_buffer[..., : self.filled, :]
+            self.values = self.value_buffer[..., : self.filled, :]
+
+    return GrowingLayer
+
+
+_GROWING: list[Any] = []
+
+
+def _preallocate(cache: Any, num_samples: int, capacity: int) -> None:
+    """Copy every layer's prefilled keys/values ``num_samples`` times into a buffer of ``capacity``
+    positions. Layers of another kind (sliding windows, caches without ``layers``) are only repeated."""
+    from transformers.cache_utils import DynamicLayer
+
+    if not _GROWING:
+        _GROWING.append(_growing_layer_class())
+    layers = getattr(cache, "layers", None)
+    if layers is None or any(type(layer) is not DynamicLayer for layer in layers):
+        if num_samples > 1:
+            cache.batch_repeat_interleave(num_samples)
+        return
+    for layer in layers:
+        keys, values = layer.keys, layer.values
+        batch, heads, filled, width = keys.shape
+        layer.__class__ = _GROWING[0]
+        layer.key_buffer = keys.new_empty(batch * num_samples, heads, capacity, width)
+        layer.value_buffer = values.new_empty(batch * num_samples, values.shape[1], capacity, values.shape[-1])
+        layer.key_buffer[..., :filled, :] = keys.repeat_interleave(num_samples, dim=0)
+        layer.value_buffer[..., :filled, :] = values.repeat_interleave(num_samples, dim=0)
+        layer.filled = filled
+        layer.keys, layer.values = layer.key_buffer[..., :filled, :], layer.value_buffer[..., :filled, :]
+
+
+def _select_rows(cache: Any, keep: torch.Tensor) -> None:
+    cache.batch_select_indices(keep)

@@ -155,6 +155,32 @@ def load_state(engine: Any, path: str | os.PathLike[str]) -> None:
     engine.step = int(meta["step"])
 
 
+def _layer(module: Any) -> Any:
+    """The plain layer under a PEFT wrapper (``base_layer``), or the module itself."""
+    return getattr(module, "base_layer", module)
+
+
+def untie_adapted_embeddings(model: Any) -> bool:
+    """Give the output layer its own copy of a tied embedding matrix when an adapter sits on either side.
+
+    With tied input/output embeddings the two layers share one weight. Merging a LoRA delta of the
+    output layer (or of the embedding) writes into that shared weight and so changes the other layer
+    too: the merged model is no longer the trained one (9-20 nats apart, measured). Untying first, and
+    saying so in the config (``tie_word_embeddings=False``), merges each delta into its own layer only.
+    Returns whether it untied. ``model`` is a PEFT model about to be merged (a copy: this edits it).
+    """
+    base = model.get_base_model()
+    head, embedding = base.get_output_embeddings(), base.get_input_embeddings()
+    if head is None or embedding is None or _layer(head).weight is not _layer(embedding).weight:
+        return False
+    if _layer(head) is head and _layer(embedding) is embedding:  # no adapter on either: the tie is faithful
+        return False
+    _layer(head).weight = torch.nn.Parameter(_layer(head).weight.detach().clone(), requires_grad=False)
+    for config in {id(c): c for c in (base.config, base.config.get_text_config())}.values():
+        config.tie_word_embeddings = False
+    return True
+
+
 def export(engine: Any, path: str | os.PathLike[str], *, merged: bool = False, overwrite: bool = False) -> str:
     """Write a PEFT adapter dir (``merged=False``) or a full model dir with the tokenizer; atomic rename."""
     target = Path(path)
@@ -169,7 +195,9 @@ def export(engine: Any, path: str | os.PathLike[str], *, merged: bool = False, o
     try:
         model = engine.model
         if merged and is_lora:
-            model = copy.deepcopy(model).merge_and_unload()
+            model = copy.deepcopy(model)
+            untie_adapted_embeddings(model)
+            model = model.merge_and_unload()
         if merged:
             model.save_pretrained(str(tmp))
         else:  # the vocabulary never changes, so the adapter needs no copy of the embeddings

@@ -23,41 +23,72 @@ import torch
 
 from whileai.engine import state as state_io
 from whileai.engine.datums import Prepared, as_array, check_tokens, make_datum, prepare, prepare_datum
-from whileai.engine.logprobs import DEFAULT_CHUNK, hidden_states, select_logprobs, topk_logprobs
+from whileai.engine.logprobs import (
+    DEFAULT_CHUNK,
+    Distribution,
+    first_impossible,
+    hidden_states,
+    scoring,
+    select_logprobs,
+    topk_logprobs,
+)
 from whileai.engine.losses import LOSSES, LossSpec, loss_spec, per_token_loss, resolve_config
-from whileai.engine.models import LoadedModel, load_model
+from whileai.engine.models import LoadedModel, adapted_modules, load_model
 from whileai.errors import BatchError, ConfigError, WhileaiError
+from whileai.methods.knobs import Knob, number
+
+TINKER_ADAM = "Tinker AdamParams (src/tinker/types/optim_step_request.py; reference/tinker.md 1.5)"
+
+# Every AdamParams field, declared once: value, doc, rule, source (the way method knobs are declared).
+ADAM_KNOBS: dict[str, Knob] = {
+    "learning_rate": Knob(1e-4, "Step size.", number(0.0), TINKER_ADAM),
+    "beta1": Knob(0.9, "Decay of the first-moment (mean) estimate.", number(0.0, 1.0, open_high=True), TINKER_ADAM),
+    "beta2": Knob(0.95, "Decay of the second-moment (variance) estimate.", number(0.0, 1.0, open_high=True),
+                  TINKER_ADAM),
+    "eps": Knob(1e-12, "Added to the root of the second moment; must be > 0: a weight whose gradient is 0 would "
+                "become NaN (0 / (sqrt(0) + 0)).", number(0.0, open_low=True), TINKER_ADAM,
+                why="the Tinker cookbook passes 1e-8; we keep the API's default"),
+    "weight_decay": Knob(0.0, "Decoupled weight decay: each step multiplies the weights by "
+                         "1 - learning_rate * weight_decay.", number(0.0), TINKER_ADAM),
+    "grad_clip_norm": Knob(0.0, "Clip the global gradient norm to this; 0 = no clipping.", number(0.0), TINKER_ADAM),
+}
+
+
+def _adam(name: str) -> Any:
+    spec = ADAM_KNOBS[name]
+    return field(default=spec.value, metadata={"knob": spec})
 
 
 @dataclass(frozen=True)
 class AdamParams:
-    """AdamW settings of one ``optim_step`` (defaults as Tinker's ``AdamParams``)."""
+    """AdamW settings of one ``optim_step`` (defaults as Tinker's ``AdamParams``; see ``ADAM_KNOBS``)."""
 
-    learning_rate: float = 1e-4
+    learning_rate: float = _adam("learning_rate")
     """Step size."""
-    beta1: float = 0.9
+    beta1: float = _adam("beta1")
     """Decay of the first-moment (mean) estimate."""
-    beta2: float = 0.95
+    beta2: float = _adam("beta2")
     """Decay of the second-moment (variance) estimate."""
-    eps: float = 1e-12
+    eps: float = _adam("eps")
     """Added to the root of the second moment (the Tinker cookbook passes 1e-8)."""
-    weight_decay: float = 0.0
+    weight_decay: float = _adam("weight_decay")
     """Decoupled weight decay: each step multiplies the weights by 1 - learning_rate * weight_decay."""
-    grad_clip_norm: float = 0.0
+    grad_clip_norm: float = _adam("grad_clip_norm")
     """Clip the global gradient norm to this; 0 = no clipping."""
 
     def __post_init__(self) -> None:
-        rules = {"learning_rate": (0.0, math.inf), "beta1": (0.0, 1.0), "beta2": (0.0, 1.0),
-                 "eps": (0.0, math.inf), "weight_decay": (0.0, math.inf), "grad_clip_norm": (0.0, math.inf)}
-        for name, (low, high) in rules.items():
+        for name, spec in ADAM_KNOBS.items():
             value = getattr(self, name)
-            ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-                  and low <= value and (value < high or high == math.inf))
-            if not ok:
-                raise ConfigError(f"AdamParams.{name}={value!r} must be a finite number in [{low}, {high})")
-        if self.eps == 0:  # a never-updated weight has m = v = 0, and 0 / (0 + 0) is NaN
-            raise ConfigError("AdamParams.eps=0 must be > 0: a weight whose gradient is 0 would become NaN "
-                              "(0 / (sqrt(0) + 0)); Tinker's default is 1e-12, its cookbook passes 1e-8")
+            if name == "eps" and value == 0 and not isinstance(value, bool):
+                raise ConfigError("AdamParams.eps=0 must be > 0: a weight whose gradient is 0 would become NaN "
+                                  "(0 / (sqrt(0) + 0)); Tinker's default is 1e-12, its cookbook passes 1e-8")
+            if (rule := spec.check(value)) is not None:
+                raise ConfigError(f"AdamParams.{name}={value!r} must be {rule} (default {spec.value!r})")
+
+    @classmethod
+    def knobs(cls) -> dict[str, Knob]:
+        """Every field's ``Knob`` (value, doc, rule, source): what CLI help and capabilities read."""
+        return dict(ADAM_KNOBS)
 
 
 def as_params(cls: Any, value: Any, what: str) -> Any:
@@ -111,6 +142,14 @@ class TrainStepOutput:
     optim: OptimStepOutput | None = None
 
 
+@dataclass(frozen=True)
+class _Scorer:
+    """What a scoring pass runs: the model (the policy, or the reference) and the distribution."""
+
+    model: Any
+    distribution: Distribution
+
+
 @dataclass
 class _Trajectory:
     item: Prepared
@@ -129,6 +168,11 @@ class TrainingEngine:
     def __init__(self, model: LoadedModel | str = "builtin:tiny", *, reference: bool | None = None,
                  micro_batch_tokens: int = 8192, logprob_chunk: int = DEFAULT_CHUNK,
                  keep_sampler_versions: int = 8, **load_kwargs: Any) -> None:
+        for name, value in (("micro_batch_tokens", micro_batch_tokens), ("logprob_chunk", logprob_chunk),
+                            ("keep_sampler_versions", keep_sampler_versions)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"TrainingEngine {name}={value!r} must be an integer >= 1; leave it out for the "
+                                  "default")
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, **load_kwargs)
         self.model = self.loaded.model
         self.tokenizer = self.loaded.tokenizer
@@ -160,9 +204,12 @@ class TrainingEngine:
         return self.loaded.max_context
 
     def info(self) -> dict[str, Any]:
-        """Model name, LoRA settings, sizes, the weights version (= optimizer steps taken)."""
+        """Model name, LoRA settings and the layers it adapts, sizes, the weights version (= optimizer
+        steps taken), and notes on the setup (e.g. an adapter on the output layer only)."""
         return {"model_name": self.loaded.name, "is_lora": self.loaded.lora is not None,
                 "lora": self.loaded.lora, "vocab_size": self.vocab_size, "max_context": self.max_context,
+                "adapted_modules": adapted_modules(self.model) if self.loaded.lora is not None else None,
+                "notes": list(self.loaded.notes),
                 "trainable_parameters": sum(p.numel() for p in self.named_params.values()),
                 "step": self.step, "device": str(self.device), "dtype": str(self.loaded.dtype),
                 "autocast": None if self.loaded.autocast is None else str(self.loaded.autocast),
@@ -183,7 +230,7 @@ class TrainingEngine:
         if batch:
             yield batch
 
-    def _hidden(self, items: Sequence[Prepared]) -> torch.Tensor:
+    def _hidden(self, items: Sequence[Prepared], model: Any = None) -> torch.Tensor:
         """Last hidden states ``(B, T, H)`` of right-padded inputs (padding never affects real positions)."""
         longest = max(it.length for it in items)
         ids = torch.zeros(len(items), longest, dtype=torch.long)
@@ -192,18 +239,21 @@ class TrainingEngine:
             ids[b, :it.length] = torch.from_numpy(it.input_ids)
             mask[b, :it.length] = 1
         attention = None if bool(mask.all()) else mask.to(self.device)
-        return hidden_states(self.model, ids.to(self.device), attention)
+        return hidden_states(self.model if model is None else model, ids.to(self.device), attention)
 
-    def _logprobs_at(self, item: Prepared, hidden_TH: torch.Tensor, where: np.ndarray) -> torch.Tensor:
-        """``logprobs_P[K]`` of the datum's targets at the positions ``where`` is true, float32, differentiable."""
+    def _logprobs_at(self, item: Prepared, hidden_TH: torch.Tensor, where: np.ndarray,
+                     scorer: _Scorer) -> torch.Tensor:
+        """``logprobs_P[K]`` of the datum's targets at the positions ``where`` is true, float32, differentiable
+        (-inf where a truncated distribution gives a target probability 0)."""
         index = torch.from_numpy(np.flatnonzero(where)).to(self.device)
         targets = torch.from_numpy(item.targets).to(self.device)
         targets_PK = targets[index] if targets.dim() == 2 else targets[index][:, None]
-        logp = select_logprobs(self.model, hidden_TH[index], targets_PK, chunk_size=self.logprob_chunk)
+        logp = select_logprobs(scorer.model, hidden_TH[index], targets_PK, chunk_size=self.logprob_chunk,
+                               distribution=scorer.distribution)
         return logp.squeeze(-1) if item.targets.ndim == 1 else logp
 
     def _datum_loss(self, spec: LossSpec, config: dict[str, Any], item: Prepared, hidden_TH: torch.Tensor,
-                    every_position: bool) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+                    every_position: bool, scorer: _Scorer) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
         """The datum's summed loss over its scored positions, and its output (``logprobs`` or ``values``)
         at the scored positions, or at every position when ``every_position`` (0 elsewhere)."""
         where = np.ones(item.length, dtype=bool) if every_position else item.scored
@@ -212,9 +262,10 @@ class TrainingEngine:
             x_all = self.critic.head(hidden_TH[index].detach())
             name, shape = "values", (item.length,)
         else:
-            x_all = self._logprobs_at(item, hidden_TH, where)
+            x_all = self._logprobs_at(item, hidden_TH, where, scorer)
             name, shape = "logprobs", item.targets.shape
         x = x_all[torch.from_numpy(item.scored[where]).to(self.device)]
+        _refuse_impossible(x, item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
         inputs = {k: torch.from_numpy(v[item.scored]).to(self.device) for k, v in item.inputs.items()}
         loss = per_token_loss(spec, x.double(), inputs, config).sum()
         full = np.zeros(shape, dtype=np.float32)
@@ -231,33 +282,43 @@ class TrainingEngine:
             self.model.train(was)
 
     def _run(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None,
-             backward: bool) -> ForwardBackwardOutput:
+             backward: bool, sampling_params: Any = None, reference: bool = False) -> ForwardBackwardOutput:
         spec = loss_spec(loss_fn)
         config = resolve_config(loss_fn, loss_fn_config)
-        if spec.on_values and self.critic is None:
-            raise ConfigError(f"loss {loss_fn!r} trains the critic, and this engine has none: call "
-                              "engine.add_critic(learning_rate=...) first")
+        distribution = scoring(sampling_params)
+        if spec.on_values:
+            self._check_value_loss(loss_fn, sampling_params, reference)
         items = prepare(data, spec, self.vocab_size, self.max_context)
         outputs: list[dict[str, np.ndarray]] = [{} for _ in items]
         total = 0.0
-        with self._mode(backward):
+        with self._mode(backward), self._policy(reference) as model:
+            scorer = _Scorer(model, distribution)
             for batch in self._microbatches(items, lambda it: it.length):
-                total += self._run_batch(spec, config, batch, outputs, backward)
+                total += self._run_batch(spec, config, batch, outputs, backward, scorer)
         tokens = sum(int(it.scored.sum()) for it in items)
         metrics = {"loss:sum": total, "num_tokens:sum": float(tokens), "num_datums:sum": float(len(items))}
         return ForwardBackwardOutput(outputs, metrics)
 
+    def _check_value_loss(self, loss_fn: str, sampling_params: Any, reference: bool) -> None:
+        if self.critic is None:
+            raise ConfigError(f"loss {loss_fn!r} trains the critic, and this engine has none: call "
+                              "engine.add_critic(learning_rate=...) first")
+        if sampling_params is not None or reference:
+            raise ConfigError(f"loss {loss_fn!r} fits the critic's values, which no sampling distribution or "
+                              f"reference policy changes; drop sampling_params={sampling_params!r} and "
+                              f"reference={reference!r}")
+
     def _run_batch(self, spec: LossSpec, config: dict[str, Any], batch: list[Prepared],
-                   outputs: list[dict[str, np.ndarray]], backward: bool) -> float:
+                   outputs: list[dict[str, np.ndarray]], backward: bool, scorer: _Scorer) -> float:
         """One micro-batch: forward (under the model's autocast), the summed loss, its backward."""
         with self.loaded.precision():
             with torch.set_grad_enabled(backward and not spec.on_values):  # a value loss trains the head only
-                hidden = self._hidden(batch)
+                hidden = self._hidden(batch, scorer.model)
             with torch.set_grad_enabled(backward):
                 losses = []
                 for b, item in enumerate(batch):
                     loss, outputs[item.index] = self._datum_loss(spec, config, item, hidden[b, :item.length],
-                                                                 every_position=not backward)
+                                                                 not backward, scorer)
                     losses.append(loss)
                 loss_sum = torch.stack(losses).sum()
         _check_finite_loss(loss_sum, spec.name, batch)
@@ -265,22 +326,32 @@ class TrainingEngine:
             loss_sum.backward()
         return float(loss_sum.detach())
 
-    def forward_backward(self, data: Sequence[Any], loss_fn: str,
-                         loss_fn_config: Mapping[str, Any] | None = None) -> ForwardBackwardOutput:
-        """Compute the summed loss of ``data`` and add its gradient to the accumulated one."""
-        return self._run(data, loss_fn, loss_fn_config, backward=True)
+    def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
+                         *, sampling_params: Any = None) -> ForwardBackwardOutput:
+        """Compute the summed loss of ``data`` and add its gradient to the accumulated one.
+
+        ``sampling_params`` (a ``SamplingParams`` or a dict of its fields; None = the model's own
+        distribution): score, and differentiate, the log-probabilities of the distribution the sampler
+        draws from with those settings (logits / temperature, then top-k / top-p renormalised). A scored
+        target that truncation removes has probability 0 and raises ``BatchError``; temperature 0 is refused.
+        """
+        return self._run(data, loss_fn, loss_fn_config, backward=True, sampling_params=sampling_params)
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
-                loss_fn_config: Mapping[str, Any] | None = None) -> ForwardBackwardOutput:
+                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
+                reference: bool = False) -> ForwardBackwardOutput:
         """The same loss and metrics as ``forward_backward``, without gradients (eval mode).
 
         Unlike ``forward_backward``, which projects only the scored positions through the output
         layer, ``forward`` returns the learner's log-probabilities at **every** position (weights 0
         included), as Tinker's ``forward`` does: ``forward(data_with_zero_weights)`` gives the
-        log-probabilities a client-side custom loss needs.
+        log-probabilities a client-side custom loss needs. ``sampling_params`` as in
+        ``forward_backward`` (an unscored position whose target truncation removed reads -inf);
+        ``reference=True`` scores under the reference policy (a whole batch of ``ref_logprobs``).
         """
         with torch.no_grad():
-            return self._run(data, loss_fn, loss_fn_config, backward=False)
+            return self._run(data, loss_fn, loss_fn_config, backward=False, sampling_params=sampling_params,
+                             reference=reference)
 
     # ------------------------------------------------------------------ optimizer
     def optim_step(self, adam_params: AdamParams | Mapping[str, Any] | None = None) -> OptimStepOutput:
@@ -342,16 +413,19 @@ class TrainingEngine:
             yield self.reference.model
 
     @torch.no_grad()
-    def compute_logprobs(self, tokens: Sequence[int], top_k: int = 0, *,
-                         reference: bool = False) -> dict[str, Any]:
+    def compute_logprobs(self, tokens: Sequence[int], top_k: int = 0, *, reference: bool = False,
+                         sampling_params: Any = None) -> dict[str, Any]:
         """Per-token log-probabilities of a sequence (``None`` for the first token, which has no context).
 
         ``top_k > 0`` also returns, at every position, the ``top_k`` most likely tokens as
         ``(token, logprob)`` pairs. ``reference=True`` scores under the reference policy.
+        ``sampling_params`` scores under the sampler's distribution with those settings (see
+        ``forward_backward``); a token that top-k / top-p removes reads -inf (probability 0).
         """
         ids = self._check_sequence(tokens, "tokens")
         if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= self.vocab_size:
             raise ConfigError(f"top_k={top_k!r} must be an integer in [0, {self.vocab_size}]")
+        distribution = scoring(sampling_params)
         result: dict[str, Any] = {"logprobs": [None], "topk": [None] if top_k else None, "version": self.step}
         if ids.size < 2:
             return result
@@ -359,10 +433,11 @@ class TrainingEngine:
         targets = torch.from_numpy(ids[1:]).to(self.device)[:, None]
         with self._mode(False), self._policy(reference) as model, self.loaded.precision():
             hidden = hidden_states(model, inputs)[0]
-            logp = select_logprobs(model, hidden, targets, chunk_size=self.logprob_chunk)
+            logp = select_logprobs(model, hidden, targets, chunk_size=self.logprob_chunk, distribution=distribution)
             result["logprobs"] += logp.squeeze(-1).tolist()
             if top_k:
-                top_ids, top_lp = topk_logprobs(model, hidden, top_k, chunk_size=self.logprob_chunk)
+                top_ids, top_lp = topk_logprobs(model, hidden, top_k, chunk_size=self.logprob_chunk,
+                                                distribution=distribution)
                 result["topk"] += [list(zip(i, v)) for i, v in zip(top_ids.tolist(), top_lp.tolist())]
         return result
 
@@ -417,6 +492,10 @@ class TrainingEngine:
         """Attach a value head with its own AdamW optimizer (``reward_range=`` for BPCO's bounded head)."""
         from whileai.engine.critic import Critic
 
+        unknown = sorted(set(options) - {"reward_range", "weight_decay", "betas", "eps"})
+        if unknown:
+            raise ConfigError(f"add_critic has no option {unknown[0]!r}; its options are learning_rate, "
+                              "reward_range, weight_decay, betas and eps")
         self.critic = Critic.for_model(self.model, learning_rate=learning_rate, **options)
         return self.critic
 
@@ -460,9 +539,10 @@ class TrainingEngine:
             extras["behavior_logprobs"] = sampler[item.scored].tolist()
         return _Trajectory(item, extras)
 
-    def _fill_required(self, method: Any, trajectories: list[_Trajectory],
-                       hidden: list[torch.Tensor]) -> None:
-        """Values from the critic / ref_logprobs from the reference, where the method requires them."""
+    def _fill_required(self, method: Any, trajectories: list[_Trajectory], hidden: list[torch.Tensor],
+                       distribution: Distribution) -> None:
+        """Values from the critic / ref_logprobs from the reference (under the same distribution as the
+        policy's scores), where the method requires them."""
         required = getattr(method, "requires", {}) or {}
         for t, h in zip(trajectories, hidden):
             index = torch.from_numpy(np.flatnonzero(t.item.scored)).to(self.device)
@@ -470,12 +550,15 @@ class TrainingEngine:
                 t.row["values"] = self.critic.values(h[index]).double().cpu().tolist()
             if "ref_logprobs" in required and "ref_logprobs" not in t.row and self.reference is not None:
                 with torch.no_grad(), self._policy(True) as ref:
+                    scorer = _Scorer(ref, distribution)
                     ref_h = hidden_states(ref, torch.from_numpy(t.item.input_ids).to(self.device)[None])[0]
-                    targets = torch.from_numpy(t.item.targets).to(self.device)[index][:, None]
-                    t.row["ref_logprobs"] = select_logprobs(ref, ref_h[index], targets).squeeze(-1).tolist()
+                    ref_logp = self._logprobs_at(t.item, ref_h, t.item.scored, scorer)
+                    _refuse_impossible(ref_logp, t.item, np.flatnonzero(t.item.scored),
+                                       f"row {t.item.index} (reference policy)", scorer)
+                    t.row["ref_logprobs"] = ref_logp.double().cpu().tolist()
 
-    def train_step(self, method: Any, rows: Sequence[Mapping[str, Any]],
-                   adam_params: AdamParams | None = None) -> TrainStepOutput:
+    def train_step(self, method: Any, rows: Sequence[Mapping[str, Any]], adam_params: AdamParams | None = None,
+                   *, sampling_params: Any = None) -> TrainStepOutput:
         """One forward with gradients, ``method.update()`` on the detached log-probabilities, the kernel
         ``-sum c * log p`` with the method's coefficients, one backward; then an optimizer step when
         ``adam_params`` is given (otherwise the gradients accumulate).
@@ -483,15 +566,21 @@ class TrainingEngine:
         Rows are trajectory dicts (``prompt_tokens``, ``tokens``, ``reward``, ...) or datums with row
         fields at the top level. Each row's ``logprobs`` is replaced by the engine's; the sampler's
         belong in ``behavior_logprobs``. If the method returns ``value_targets`` and a critic is
-        attached, the critic takes one step of its own optimizer on them.
+        attached, the critic takes one step of its own optimizer on them. ``sampling_params``: the
+        settings the rows were sampled with, so the policy (and reference) log-probabilities are those
+        of the sampler's distribution and the ratio is exactly 1 at lag 0 (see ``forward_backward``).
         """
-        if isinstance(rows, Mapping) or not rows:
+        if not callable(getattr(method, "update", None)):
+            raise ConfigError(f"method={method!r:.60} has no update(rows); pass a method object, e.g. "
+                              "whileai.methods.method('grpo') or wai.FlashReinforce()")
+        if isinstance(rows, Mapping) or not isinstance(rows, Sequence) or not rows:
             raise BatchError("rows must be a non-empty list of trajectory dicts")
+        distribution = scoring(sampling_params)
         trajectories = [self._trajectory(i, r) for i, r in enumerate(rows)]
         with self._mode(True):  # the backward replays checkpointed chunks: keep train mode (dropout) for it
             with self.loaded.precision():
-                logps, hiddens = self._forward_rows(trajectories)
-                self._fill_required(method, trajectories, hiddens)
+                logps, hiddens = self._forward_rows(trajectories, _Scorer(self.model, distribution))
+                self._fill_required(method, trajectories, hiddens, distribution)
                 method_rows = [{**t.row, "logprobs": lp.detach().double().cpu().tolist()}
                                for t, lp in zip(trajectories, logps)]
                 update = method.update(method_rows)
@@ -506,7 +595,8 @@ class TrainingEngine:
             out.optim = self.optim_step(adam_params)
         return out
 
-    def _forward_rows(self, trajectories: list[_Trajectory]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    def _forward_rows(self, trajectories: list[_Trajectory],
+                      scorer: _Scorer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """The one forward with gradients: per row, its log-probabilities at the scored positions and
         its last hidden states."""
         logps: list[Any] = [None] * len(trajectories)
@@ -515,7 +605,8 @@ class TrainingEngine:
             hidden = self._hidden([t.item for _, t in batch])
             for b, (i, t) in enumerate(batch):
                 hiddens[i] = hidden[b, :t.item.length]
-                logps[i] = self._logprobs_at(t.item, hiddens[i], t.item.scored)
+                logps[i] = self._logprobs_at(t.item, hiddens[i], t.item.scored, scorer)
+                _refuse_impossible(logps[i], t.item, np.flatnonzero(t.item.scored), f"row {i}", scorer)
         return logps, hiddens
 
     def _kernel(self, coefficients: Sequence[Any], logps: Sequence[Any]) -> torch.Tensor:
@@ -550,6 +641,23 @@ class TrainingEngine:
     def export(self, path: str, merged: bool = False, overwrite: bool = False) -> str:
         """A PEFT adapter directory (``merged=False``, LoRA only) or a full merged model directory."""
         return state_io.export(self, path, merged=merged, overwrite=overwrite)
+
+
+def _refuse_impossible(logp: torch.Tensor, item: Prepared, positions: np.ndarray, what: str,
+                       scorer: _Scorer) -> None:
+    """A scored target of probability 0 under a truncated distribution (top-k / top-p) has no finite
+    log-probability, ratio or gradient: raise, naming the row / datum, the position and the token."""
+    first = first_impossible(logp)
+    if first is None:
+        return
+    position = int(positions[first])
+    token = item.targets[position]
+    raise BatchError(f"{what}: target token {token.tolist()} at position {position} (token {first} of the scored ones) "
+                     f"has probability 0 under the sampling distribution ({scorer.distribution.describe()}): "
+                     "top-k / top-p removes it, so its log-probability is -inf. At lag 0 with the sampler's own "
+                     "settings this cannot happen except at a rounding boundary; with older samples the policy "
+                     "has moved. Score with the settings the tokens were sampled with, or without truncation "
+                     "(top_k=0, top_p=1)")
 
 
 def _check_finite_loss(loss: torch.Tensor, loss_fn: str, batch: Sequence[Prepared]) -> None:

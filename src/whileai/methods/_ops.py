@@ -186,6 +186,25 @@ def gae_advantages(batch: Batch, values_N: np.ndarray, gae_alpha: float) -> np.n
     return advantage_N
 
 
+def no_behavior_note(batch: Batch, correction: str) -> list[str]:
+    """A note when rows carry no ``behavior_logprobs``, so ``correction`` (what acts on the sampler's drift)
+    had nothing to act on: such a row counts as on-policy (rho = 1), and a drift of 0 is assumed, not measured."""
+    if batch.rows:
+        lacking = np.array([i for i, row in enumerate(batch.rows) if "behavior_logprobs" not in row], dtype=np.int64)
+    else:
+        lacking = np.arange(0 if "behavior_logprobs" in batch.token_fields else batch.size)
+    if not lacking.size:
+        return []
+    fix = ("if they were sampled by older weights or another engine, add the sampler's log-probabilities to every "
+           "row as behavior_logprobs")
+    if lacking.size == batch.size:
+        return [f"no row carries behavior_logprobs, so every token counts as on-policy (rho = 1) and {correction} "
+                f"had nothing to act on; {fix}"]
+    shown = ", ".join(str(int(i)) for i in lacking[:8]) + (", ..." if lacking.size > 8 else "")
+    return [f"{lacking.size} of {batch.size} trajectories ({shown}) carry no behavior_logprobs and count as on-policy "
+            f"(rho = 1), so {correction} did not act on them; {fix}"]
+
+
 def agree(n: int, one: str, many: str) -> str:
     """The verb form for a count: agree(1, "was", "were") -> "was"."""
     return one if n == 1 else many

@@ -11,19 +11,23 @@ wrapped method's coefficient on each action token:
 itself reads only the rows. Where we differ from the methods reference: its tis line reads
 ``c * min(rho, max_ratio)``; every policy-gradient c here already carries rho, so we replace that rho by
 the capped one (c * min(rho, max_ratio) / rho) rather than multiplying in a second ratio. For a wrapped
-method whose c has no rho (SFT, OPD) the same factor caps the weight of a token the policy now prefers.
+method whose c has no rho (SFT) the same factor caps the weight of a token the policy now prefers; OPD
+and OPSD already weight each token by min(rho, their own max_ratio), so wrap them in tis only to cap
+harder (the two caps multiply above the smaller one).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from whileai.errors import ConfigError
-from whileai.methods._ops import agree
+from whileai.methods._ops import agree, no_behavior_note
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
 
@@ -55,15 +59,21 @@ class Async(Method):
         """The wrapped method's required row fields (a loop attaches a critic when it needs values)."""
         return dict(self.method.requires)
 
-    def __getattr__(self, name: str) -> Any:
-        """Settings the wrapper has no field for (generations, temperature, max_tokens, ...) are the
-        wrapped method's, so a loop reading ``getattr(method, "generations", 1)`` sees the group size."""
-        if name.startswith("_") or name == "method":
-            raise AttributeError(name)
-        return getattr(self.method, name)
+    def run_spec(self) -> RunSpec:
+        """The wrapped method's, with the lag bound set by this correction's off_policy_steps."""
+        return replace(self.method.run_spec(), max_lag=self.off_policy_steps)
+
+    def initial_state(self) -> dict[str, Any] | None:
+        return self.method.initial_state()
 
     def _update(self, batch: Batch) -> Update:
-        inner: Update = self.method.update(batch)
+        return self._correct(batch, self.method.update(batch))
+
+    def _update_with_state(self, batch: Batch, state: Mapping[str, Any]) -> Update:
+        return self._correct(batch, self.method.update(batch, state=state))
+
+    def _correct(self, batch: Batch, inner: Update) -> Update:
+        """The wrapped method's update with this correction's factor on every action token."""
         factor_N, affected_N = self._factor(batch)
         if all(c.ndim == 1 for c in inner.coefficients):  # one flat product instead of one per row
             flat_N = np.concatenate(inner.coefficients)
@@ -75,9 +85,10 @@ class Async(Method):
         stats = dict(inner.stats)
         key = "correction_capped_share" if self.correction == "tis" else "correction_masked_share"
         stats[key] = float(np.count_nonzero(affected_N) / batch.action_count)
-        notes = list(inner.notes) + self._notes(batch, affected_N)
+        notes = list(inner.notes) + no_behavior_note(batch, f"the {self.correction} correction")
+        notes += self._notes(batch, affected_N)
         return Update(f"async({inner.method}, {self.correction})", coefficients, inner.advantages, inner.admitted,
-                      stats, notes, inner.value_targets)
+                      stats, notes, inner.value_targets, inner.state)
 
     def _factor(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """The per-token multiplier, and the action tokens it changed."""

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import BatchError
-from whileai.methods._ops import agree, far_outside, gae_advantages, unclipped_is_min
+from whileai.methods._ops import agree, far_outside, gae_advantages, no_behavior_note, unclipped_is_min
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
 from whileai.methods.defaults import DEFAULTS
+from whileai.methods.run_spec import CriticSpec, RunSpec
 from whileai.rows.batch import Batch
 
 VALUES_WHY = "the critic's prediction at every token is the baseline the advantage is measured against"
@@ -92,6 +93,11 @@ class SAO(Method):
     max_tokens: int = knob("sao", "max_tokens")
     critic_learning_rate: float = knob("sao", "critic_learning_rate")
 
+    def run_spec(self) -> RunSpec:
+        critic = CriticSpec(self.critic_learning_rate, self.critic_steps, self.critic_warmup)
+        # the ratio band masks what a stale sampler moved, so no lag is out of bounds
+        return RunSpec(1, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.requires), critic=critic)
+
     def _update(self, batch: Batch) -> Update:
         values_N = batch.token_fields["values"]
         mask_N = batch.action_mask_N
@@ -111,8 +117,9 @@ class SAO(Method):
                       self._notes(batch, outside_N, admitted_B), _value_targets(batch))
 
     def _notes(self, batch: Batch, outside_N: np.ndarray, admitted_B: np.ndarray) -> list[str]:
+        missing = no_behavior_note(batch, "the ratio band")
         if not outside_N.any():
-            return []
+            return missing
         low, high = self.ratio
         where = np.flatnonzero(outside_N)
         ratio = batch.ratio_N[where]
@@ -127,7 +134,7 @@ class SAO(Method):
             "from the policy: check behavior_logprobs are the sampler's own, then sample fresher rollouts (lower "
             "off_policy_steps in wai.Async) or widen ratio"
         ]
-        return notes + _not_admitted_note(admitted_B, "outside the band")
+        return missing + notes + _not_admitted_note(admitted_B, "outside the band")
 
 
 class _Bound:
@@ -179,6 +186,11 @@ class BPCO(Method):
 
     bound = _Bound()
 
+    def run_spec(self) -> RunSpec:
+        critic = CriticSpec(self.critic_lr, 1, self.critic_warmup, self.reward_range)
+        return RunSpec(1, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.requires), critic=critic,
+                       learning_rate=self.lr)
+
     def _update(self, batch: Batch) -> Update:
         values_N = batch.token_fields["values"]
         self._check_values(batch, values_N)
@@ -197,7 +209,8 @@ class BPCO(Method):
         clipped_N = mask_N & ~unclipped_N
         stats = _stats(batch, admitted_B, ratio_N, advantage_N, values_N)
         stats["clipped_token_share"] = float(np.count_nonzero(clipped_N) / batch.action_count)
-        notes = self._clip_notes(batch, clipped_N, admitted_B, low_N, high_N) + self._reward_notes(batch)
+        notes = no_behavior_note(batch, "the DPPO clip") + self._clip_notes(batch, clipped_N, admitted_B, low_N, high_N)
+        notes += self._reward_notes(batch)
         return Update(self.name, batch.split(coefficients_N), batch.split(advantage_N), admitted_B, stats, notes,
                       _value_targets(batch))
 

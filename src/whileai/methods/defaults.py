@@ -7,7 +7,7 @@ Where our value differs from the paper's, ``why`` says why.
 
 from __future__ import annotations
 
-from whileai.methods.knobs import Knob, anything, integer, interval, number, one_of
+from whileai.methods.knobs import Knob, anything, integer, interval, number, one_of, optional
 
 FLASH_REINFORCE = "Hu et al. 2026, FlashREINFORCE (NVIDIA)"
 SAO_PAPER = "Hou et al. 2026, SAO, arXiv:2607.07508"
@@ -20,7 +20,8 @@ RLOO_PAPER = "Ahmadian et al. 2024, Back to Basics (RLOO), arXiv:2402.14740"
 MAX_RL_PAPER = "MaxRL, arXiv:2602.02710"
 SPIRAL_PAPER = "Liu et al. 2025, SPIRAL, arXiv:2506.24119"
 ICEPOP_PAPER = "Ring-1T (IcePop), arXiv:2510.18855"
-# engineer M2's sources
+DUAL_CLIP_PAPER = "Ye et al. 2020, Mastering Complex Control in MOBA Games (dual-clip PPO), arXiv:1912.09729"
+# supervised, distillation and shaping sources
 SFT_SOURCE = "methods reference, L_SFT"
 DPO_PAPER = "Rafailov et al. 2023, DPO, arXiv:2305.18290"
 OUYANG_PAPER = "Ouyang et al. 2022, InstructGPT, arXiv:2203.02155"
@@ -38,6 +39,25 @@ REINFORCE_ADA_PAPER = "Xiong et al. 2025, Reinforce-Ada, arXiv:2510.04996"
 REINFORCE_ADA_CODE = "RLHFlow/Reinforce-Ada (verl), scripts/run_reinforce_ada.sh"
 REINFORCE_ADA_SAMPLER = ("RLHFlow/Reinforce-Ada, ray_trainer.py _generate_multi_round_adaptive_downsampling; "
                          "RLHFlow/Reinforce-Ada-Tinker, rl/adaptive_sampling.py")
+
+# The clipped surrogate's two optional ends, shared by every method that uses it (GRPO, DrGRPO, RLOO,
+# MaxRL, RAE, ReinforceAda): declared once here, placed in each method's table below.
+CLIP_HIGH = Knob(None, "DAPO clip-higher: the upper end of the clip band is 1 + clip_high instead of 1 + clip "
+                 "(None: symmetric, 1 + clip)", optional(number(0.0, open_low=True), "symmetric"),
+                 f"{DAPO_PAPER}, section 3.1 (clip-higher, eps_high = 0.28); TRL epsilon_high, verl clip_ratio_high",
+                 paper_value=0.28,
+                 why="None keeps PPO's symmetric band, the default of TRL (epsilon_high=None) and verl "
+                 "(clip_ratio_high = clip_ratio_low = 0.2); DAPO raises the upper end so unlikely tokens can grow")
+DUAL_CLIP = Knob(None, "dual clip for A < 0: a token whose ratio is above dual_clip carries 0 (its loss is capped at "
+                 "-dual_clip * A); None: off", optional(number(1.0, open_low=True), "off"),
+                 f"{DUAL_CLIP_PAPER} (the bound c > 1 for A < 0); verl clip_ratio_c = 3.0, OpenRLHF "
+                 "--actor.dual_clip (None)", paper_value=None,
+                 why="off so the surrogate is the one the GRPO, RLOO and MaxRL papers state, as OpenRLHF's default; "
+                 "verl applies it in its default loss with clip_ratio_c = 3.0 (dual_clip=3.0 matches verl); the "
+                 "paper's own c was not in what we could read")
+# Distillation under a stale sampler: each token's c is multiplied by min(rho, max_ratio).
+DISTILL_MAX_RATIO_SOURCE = ("TRL experimental self-distillation (SDFT / SDPO), distillation_is_clip = 2.0: the "
+                            "per-token loss times min(rho, 2)")
 
 DEFAULTS: dict[str, dict[str, Knob]] = {
     "flash_reinforce": {
@@ -76,14 +96,17 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "lr": Knob(1e-06, "policy learning rate", number(0.0, open_low=True), f"{BPCO_PAPER}, training setup"),
         "critic_lr": Knob(1e-05, "critic learning rate", number(0.0, open_low=True), f"{BPCO_PAPER}, training setup"),
     },
-    # --- grouped / async tables (engineer M1) ---
+    # --- the group baselines and the async wrapper ---
     "grpo": {
         "generations": Knob(8, "k: rollouts sampled per prompt; rows sharing a task_id form one group", integer(1),
                             f"{GRPO_PAPER}, section 4.2 (64 samples per question)", paper_value=64,
                             why="8 is the spec's and TRL's default (num_generations=8); DeepSeekMath's 64 costs "
                             "8x the sampling per prompt"),
         "clip": Knob(0.2, "PPO clip: the ratio may move within [1 - clip, 1 + clip] before its token stops "
-                     "pushing", number(0.0, open_low=True), f"{PPO_PAPER}, Eq. 7 (GRPO keeps PPO's epsilon)"),
+                     "pushing (the upper end is 1 + clip_high when that is set)", number(0.0, open_low=True),
+                     f"{PPO_PAPER}, Eq. 7 (GRPO keeps PPO's epsilon)"),
+        "clip_high": CLIP_HIGH,
+        "dual_clip": DUAL_CLIP,
         "beta": Knob(0.0, "weight of the k3 KL to the reference (needs ref_logprobs on every row when > 0)",
                      number(0.0), f"{GRPO_PAPER}, Eq. 3-4", paper_value=0.04,
                      why="DAPO (arXiv:2503.14476), Dr. GRPO (arXiv:2503.20783) and CISPO all train without "
@@ -112,6 +135,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                      f"{PPO_PAPER}, Eq. 7", paper_value=None,
                      why="the paper runs on-policy REINFORCE without a clip; we share GRPO's surrogate so a "
                      "stale batch is handled the same way"),
+        "clip_high": CLIP_HIGH,
+        "dual_clip": DUAL_CLIP,
         "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
         "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
     },
@@ -120,6 +145,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                             integer(1), f"{MAX_RL_PAPER}; k as GRPO's generations"),
         "clip": Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
                      f"{PPO_PAPER}, Eq. 7"),
+        "clip_high": CLIP_HIGH,
+        "dual_clip": DUAL_CLIP,
         "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
         "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
     },
@@ -131,6 +158,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                             f"{SPIRAL_PAPER}; prime-rl 'rae' accepts any group_size, including 1"),
         "clip": Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
                      f"{PPO_PAPER}, Eq. 7"),
+        "clip_high": CLIP_HIGH,
+        "dual_clip": DUAL_CLIP,
         "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
         "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
     },
@@ -150,7 +179,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "max_ratio": Knob(2.0, "tis: the cap on the ratio inside c", number(1.0),
                           "verl rollout_correction TIS; Yao et al. 2025 (C = 2)"),
     },
-    # --- supervised / distillation / shaping tables (engineer M2) ---
+    # --- supervised, distillation and shaping ---
     "sft": {
         "normalize": Knob("sum", "normalizer inside c: 'sum' c = 1 (the reference's L_SFT), 'token_mean' c = 1/N, "
                           "'sequence_mean' c = 1/(B*T_i)", one_of("sum", "token_mean", "sequence_mean"),
@@ -176,6 +205,12 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "divergence": Knob("reverse_kl", "per-token divergence: 'reverse_kl' KL(student || teacher), 'forward_kl' "
                            "KL(teacher || student), 'jsd' Jensen-Shannon (beta = 0.5)",
                            one_of("reverse_kl", "forward_kl", "jsd"), f"{GKD_PAPER}, section 3 (divergences)"),
+        "max_ratio": Knob(2.0, "stale sampler: every token's c is multiplied by min(rho, max_ratio), rho = "
+                          "exp(logprobs - behavior_logprobs) (None: by rho uncapped)",
+                          optional(number(1.0), "uncapped"), DISTILL_MAX_RATIO_SOURCE, paper_value=None,
+                          why="tinker-cookbook's on-policy distillation trains with the importance_sampling loss, "
+                          "rho uncapped (max_ratio=None); the cap keeps one token the sampler thought unlikely from "
+                          "outweighing the rest of the batch"),
         "temperature": Knob(1.0, "sampling temperature, the same on both sides so the teacher scores the "
                             "distribution the student drew from", number(0.0, open_low=True),
                             "methods reference, OPD defaults"),
@@ -199,6 +234,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                         f"{SDFT_PAPER}; methods reference, OPSD"),
         "divergence": Knob("reverse_kl", "per-token divergence (as OPD's)", one_of("reverse_kl", "forward_kl", "jsd"),
                            f"{SDFT_PAPER}; {GKD_PAPER}, section 3"),
+        "max_ratio": Knob(2.0, "stale sampler: every token's c is multiplied by min(rho, max_ratio) (as OPD's; None: "
+                          "by rho uncapped)", optional(number(1.0), "uncapped"), DISTILL_MAX_RATIO_SOURCE),
         "temperature": Knob(1.0, "sampling temperature, the same on both sides", number(0.0, open_low=True),
                             "methods reference, OPD defaults"),
         "max_tokens": Knob(8192, "generation cap per student rollout", integer(1), "whileai default",
@@ -253,10 +290,14 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                               "wai.GRPO's std division so the two differ only in sampling, kept group and baseline, "
                               "and learning rates carry over (the toy policy at lr 5 for 30 steps reaches reward 0.6 "
                               "with it, 0.36 without); divide_by_std=False is the authors' run"),
-        "clip": Knob(0.2, "PPO clip of the grouped update on the kept rows", number(0.0, open_low=True),
-                     f"{REINFORCE_ADA_CODE} (clip_ratio_low)", paper_value=(0.2, 0.28),
-                     why="our grouped surrogate has one symmetric clip; the authors' verl run clips above at 0.28 "
-                     "(clip-higher, a setting of their GRPO baseline too, not of Reinforce-Ada)"),
+        "clip": Knob(0.2, "PPO clip of the grouped update on the kept rows (the upper end is 1 + clip_high when "
+                     "that is set)", number(0.0, open_low=True), f"{REINFORCE_ADA_CODE} (clip_ratio_low)"),
+        "clip_high": Knob(None, CLIP_HIGH.doc, CLIP_HIGH.check, f"{REINFORCE_ADA_CODE} (clip_ratio_high = 0.28); "
+                          f"{DAPO_PAPER}, section 3.1", paper_value=0.28,
+                          why="the authors' verl run clips above at 0.28 (clip-higher, a setting of their GRPO "
+                          "baseline too, not of Reinforce-Ada); None keeps wai.GRPO's symmetric default so the two "
+                          "compare; clip_high=0.28 is the authors' run"),
+        "dual_clip": DUAL_CLIP,
     },
 }
 

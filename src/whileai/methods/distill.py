@@ -30,6 +30,16 @@ the teacher's top-k), and on the toy policy it stalled at reward 0.33 where the 
 Where a row carries more than ``top_k`` slots, the ``top_k`` with the highest teacher log-probability
 are kept and the rest get ``c = 0`` (their mass joins the tail).
 
+**A stale sampler** (rows carry ``behavior_logprobs`` from older weights): the rules above are the
+gradient at the current policy for tokens the current policy drew. Tokens drawn by the sampler are
+re-weighted by the importance ratio ``rho = exp(logprobs - behavior_logprobs)``, capped: every c of a
+position (each slot in the top-k form) is multiplied by ``min(rho, max_ratio)`` (``max_ratio=None``: by
+``rho`` uncapped). This is TRL's self-distillation rule (SDFT / SDPO: the per-token loss times
+``min(rho, distillation_is_clip = 2)``, the ratio held constant). tinker-cookbook's on-policy distillation
+trains with ``importance_sampling``, rho uncapped, on the advantage ``t - behavior_logprobs``; with
+``max_ratio=None`` ours is that loss with the advantage read at the current policy (``t - l``), the
+same number at lag 0. With no ``behavior_logprobs`` (or equal ones) rho = 1 and nothing changes.
+
 No normalizer (the reference's ``L_OPD`` is a plain sum), no reward, no group. Environment tokens get 0.
 Differs from the papers: OPD papers (Agarwal et al. 2023, arXiv:2306.13649; Li et al. 2026,
 arXiv:2604.13016) average over tokens; divide the learning rate by the token count to match them.
@@ -39,12 +49,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import numpy as np
 
-from whileai.errors import ConfigError
-from whileai.methods.base import Method, Update, knob
+from whileai.endpoints import Endpoint
+from whileai.methods._ops import agree
+from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.run_spec import RunSpec
 from whileai.methods.supervised import mean_ratio
 from whileai.rows.batch import TOPK_FIELDS, Batch
 
@@ -56,35 +67,6 @@ TOPK_NEEDS: dict[str, str] = {
     "topk_logprobs": "the student's log-probability of each of the teacher's top-k tokens (or drop every top-k "
                      "field to use the sampled-token form with 'teacher_logprobs')",
 }
-
-
-# --------------------------------------------------------------------- the teacher endpoint
-@dataclass(frozen=True)
-class Endpoint:
-    """A teacher served over an OpenAI-compatible API (it scores the student's tokens)."""
-
-    base_url: str
-    model: str = ""
-    vocab_size: int | None = None
-    api_key_env: str | None = None
-
-    def __post_init__(self) -> None:
-        problems = []
-        parsed = urlparse(self.base_url) if isinstance(self.base_url, str) else None
-        if parsed is None or parsed.scheme not in ("http", "https") or not parsed.netloc:
-            problems.append(f"Endpoint.base_url={self.base_url!r} is invalid: it must be an http(s) URL with a "
-                            "host, e.g. 'http://127.0.0.1:8000/v1'")
-        if not isinstance(self.model, str):
-            problems.append(f"Endpoint.model={self.model!r} is invalid: it must be the served model's name (str)")
-        if self.vocab_size is not None and (isinstance(self.vocab_size, bool) or not isinstance(self.vocab_size, int)
-                                            or self.vocab_size < 1):
-            problems.append(f"Endpoint.vocab_size={self.vocab_size!r} is invalid: it must be None or an integer "
-                            ">= 1 (the teacher tokenizer's len(tokenizer))")
-        if self.api_key_env is not None and (not isinstance(self.api_key_env, str) or not self.api_key_env):
-            problems.append(f"Endpoint.api_key_env={self.api_key_env!r} is invalid: it must be None or the name "
-                            "of an environment variable holding the key")
-        if problems:
-            raise ConfigError("; ".join(problems))
 
 
 # --------------------------------------------------------------------- coefficient rules
@@ -154,6 +136,36 @@ class _Distill(Method):
     """Shared update of OPD and OPSD (fields top_k and divergence come from the subclass)."""
 
     def _update(self, batch: Batch) -> Update:
+        update = self._divergence_update(batch)
+        if "behavior_logprobs" not in batch.token_fields:
+            return update  # on-policy rows: rho = 1 on every token
+        weight_N, capped_N = self._importance_weights(batch)
+        update.coefficients = [c * w.reshape(w.shape + (1,) * (c.ndim - 1))
+                               for c, w in zip(update.coefficients, batch.split(weight_N))]
+        update.stats["capped_token_share"] = float(np.count_nonzero(capped_N) / batch.action_count)
+        update.notes += self._capped_note(batch, capped_N)
+        return update
+
+    def _importance_weights(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """min(rho, max_ratio) per token (rho when max_ratio is None), and the action tokens the cap bound."""
+        ratio_N = batch.ratio_N
+        cap = self._max_ratio
+        if cap is None:
+            return ratio_N, np.zeros(len(ratio_N), dtype=bool)
+        return np.minimum(ratio_N, cap), batch.action_mask_N & (ratio_N > cap)
+
+    def _capped_note(self, batch: Batch, capped_N: np.ndarray) -> list[str]:
+        if not capped_N.any():
+            return []
+        where = np.flatnonzero(capped_N)
+        rows = np.unique(batch.row_index_N[where])
+        return [f"{plural(where.size, 'action token')} in {plural(rows.size, 'trajectory', 'trajectories')} "
+                f"{trajectory_list(rows)} had a ratio above max_ratio={self._max_ratio:g} (largest "
+                f"{batch.ratio_N[where].max():.3g}) and {agree(where.size, 'was', 'were')} weighted "
+                f"{self._max_ratio:g}: the sampler lags the student; sample fresher rollouts, or raise max_ratio"]
+
+    def _divergence_update(self, batch: Batch) -> Update:
+        """The on-policy coefficients (module docstring), before the importance weight."""
         mask = batch.action_mask_N
         admitted_B = np.ones(batch.size, dtype=bool)
         stats = {"batch_mean_reward": float(batch.rewards_B.mean()), "admitted_share": 1.0,
@@ -195,6 +207,11 @@ class _Distill(Method):
     def _top_k(self) -> int:
         return int(getattr(self, "top_k"))  # noqa: B009 - declared by the subclass
 
+    @property
+    def _max_ratio(self) -> float | None:
+        cap = getattr(self, "max_ratio")  # noqa: B009 - declared by the subclass
+        return None if cap is None else float(cap)
+
 
 # --------------------------------------------------------------------- OPD
 @dataclass(frozen=True)
@@ -212,8 +229,12 @@ class OPD(_Distill):
     top_k: int = knob("opd", "top_k")
     samples: int = knob("opd", "samples")
     divergence: str = knob("opd", "divergence")
+    max_ratio: float | None = knob("opd", "max_ratio")
     temperature: float = knob("opd", "temperature")
     max_tokens: int = knob("opd", "max_tokens")
+
+    def run_spec(self) -> RunSpec:
+        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=("teacher_logprobs",))
 
     def _check(self) -> list[str]:
         if self.teacher is not None and not isinstance(self.teacher, Endpoint):
@@ -278,8 +299,12 @@ class OPSD(_Distill):
     top_k: int = knob("opsd", "top_k")
     samples: int = knob("opsd", "samples")
     divergence: str = knob("opsd", "divergence")
+    max_ratio: float | None = knob("opsd", "max_ratio")
     temperature: float = knob("opsd", "temperature")
     max_tokens: int = knob("opsd", "max_tokens")
+
+    def run_spec(self) -> RunSpec:
+        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=("teacher_logprobs",))
 
     def _check(self) -> list[str]:
         if parse_anchor(self.anchor) is None:

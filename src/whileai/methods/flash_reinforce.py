@@ -17,7 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from whileai.methods._ops import no_behavior_note
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
 
@@ -58,6 +60,9 @@ class FlashReinforce(Method):
     temperature: float = knob("flash_reinforce", "temperature")
     max_tokens: int = knob("flash_reinforce", "max_tokens")
 
+    def run_spec(self) -> RunSpec:
+        return RunSpec(1, self.temperature, self.max_tokens, max_lag=self.off_policy_steps)
+
     def _update(self, batch: Batch) -> Update:
         tokens_B = batch.action_tokens_B
         advantage_B = batch.rewards_B - batch.rewards_B.mean()
@@ -89,7 +94,7 @@ class FlashReinforce(Method):
         )
 
     def _notes(self, batch: Batch, mean_kl_B: np.ndarray, admitted_B: np.ndarray) -> list[str]:
-        notes = []
+        notes = no_behavior_note(batch, "the trust gate (it measured no drift and admitted them)")
         dropped = np.flatnonzero(~admitted_B)
         if dropped.size:
             notes.append(

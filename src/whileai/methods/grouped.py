@@ -3,8 +3,13 @@
 Each computes one advantage A_i per trajectory and then shares one coefficient rule, PPO's clipped
 surrogate with a length weight w_i (Schulman et al. 2017, arXiv:1707.06347, Eq. 7):
 
-    L = - sum_i w_i sum_t min(rho_i,t A_i, clip(rho_i,t, 1 - clip, 1 + clip) A_i)
+    L = - sum_i w_i sum_t min(rho_i,t A_i, clip(rho_i,t, 1 - clip, 1 + clip_high) A_i)
     c_i,t = w_i rho_i,t A_i   where the unclipped branch is the minimum (ties included), else 0
+
+``clip_high`` (DAPO's clip-higher, Yu et al. 2025, arXiv:2503.14476, section 3.1) is ``clip`` unless
+set. ``dual_clip`` (Ye et al. 2020, arXiv:1912.09729, dual-clip PPO; verl's ``clip_ratio_c``) caps the loss
+of a token with A_i < 0 at ``-dual_clip A_i``: for A_i < 0 the per-token loss is
+``min(-dual_clip A_i, -min(rho A_i, clip(rho) A_i))``, so such a token with rho > dual_clip carries 0.
 
 Only action tokens count: c = 0 on tokens the environment wrote. B is the number of trajectories
 in the batch, T_i the action tokens of trajectory i, N the action tokens of the batch.
@@ -29,39 +34,74 @@ import numpy as np
 from whileai.errors import ConfigError
 from whileai.methods._ops import Groups, agree, far_outside, group_by, group_stats, unclipped_is_min
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
 GROUP_WHY = "rollouts of the same prompt share a task_id and are compared with each other"
 ONE_ROLLOUT_FIX = ("with one rollout per prompt use wai.FlashReinforce, wai.SAO, wai.BPCO or wai.RAE, which bring "
                    "their own baseline, or sample several rollouts per prompt (generations)")
-STD_EPSILON = 1e-6  # GRPO: A = (R - mean) / (std + 1e-6), as TRL and verl
+# GRPO: A = (R - mean) / (std + 1e-6): verl's epsilon (compute_grpo_outcome_advantage). TRL adds 1e-4
+# instead; the two differ only when a group's std is near 0, and a unanimous group gets A = 0 here anyway.
+STD_EPSILON = 1e-6
 
 
 # --------------------------------------------------------------------- the shared coefficient rule
+@dataclass(frozen=True)
+class ClipBand:
+    """The clip band [1 - low, 1 + high] and the dual-clip bound for A < 0 (None: no dual clip)."""
+
+    low: float
+    high: float
+    dual: float | None = None
+
+    def __str__(self) -> str:
+        return f"[{1 - self.low:g}, {1 + self.high:g}]"
+
+
+def band_of(method: Any) -> ClipBand:
+    """The band a method's ``clip``, ``clip_high`` (None: = clip) and ``dual_clip`` (None: off) declare."""
+    if not hasattr(method, "clip"):
+        raise ConfigError(f"{type(method).__name__} has no clip band (no 'clip' field), so its advantages cannot go "
+                          "through the clipped surrogate; wrap a grouped method (wai.GRPO(), wai.RLOO(), wai.MaxRL())")
+    clip = float(method.clip)
+    high = getattr(method, "clip_high", None)
+    return ClipBand(clip, clip if high is None else float(high), getattr(method, "dual_clip", None))
+
+
 @dataclass(frozen=True)
 class Surrogate:
     """What the clipped surrogate did on the batch (per token, flat)."""
 
     coefficients_N: np.ndarray
     advantages_N: np.ndarray
-    clipped_N: np.ndarray  # action tokens of admitted rows whose clipped branch is the minimum (A != 0)
+    clipped_N: np.ndarray  # action tokens of admitted rows that carry 0 because a clip binds (A != 0)
+    dual_clipped_N: np.ndarray  # those among them with A < 0 and rho > dual_clip
 
 
 def clipped_surrogate(batch: Batch, advantage_B: np.ndarray, weight_B: np.ndarray, admitted_B: np.ndarray,
-                      clip: float) -> Surrogate:
-    """c = w_i rho A_i where PPO's unclipped branch is the minimum, else 0; 0 off action tokens and off admitted rows."""
+                      band: ClipBand | float) -> Surrogate:
+    """c = w_i rho A_i where no clip binds, else 0; 0 off action tokens and off admitted rows.
+
+    ``band``: a ``ClipBand``, or one number for the symmetric band [1 - clip, 1 + clip] without dual clip.
+    """
+    band = band if isinstance(band, ClipBand) else ClipBand(band, band)
     live_B = admitted_B & (advantage_B != 0)
-    # per row, A_i's sign says which side of the band clips: above 1 + clip for A > 0, below 1 - clip for A < 0
+    # per row, A_i's sign says which side of the band clips: above 1 + high for A > 0, below 1 - low for A < 0
     sign_N = batch.spread(np.where(live_B, np.sign(advantage_B), 0.0).astype(np.int8))
-    clipped_N = ~unclipped_is_min(batch.ratio_N, sign_N, 1.0 - clip, 1.0 + clip)
+    ratio_N = batch.ratio_N
+    clipped_N = ~unclipped_is_min(ratio_N, sign_N, 1.0 - band.low, 1.0 + band.high)
     clipped_N &= batch.action_mask_N
+    dual_clipped_N = np.zeros_like(clipped_N)
+    if band.dual is not None:  # A < 0: the loss is capped at -dual A, constant (so c = 0) where rho > dual
+        dual_clipped_N = (sign_N < 0) & (ratio_N > band.dual) & batch.action_mask_N
+        clipped_N |= dual_clipped_N
     coefficients_N = batch.spread(np.where(live_B, weight_B * advantage_B, 0.0))
-    coefficients_N *= batch.ratio_N
+    coefficients_N *= ratio_N
     coefficients_N *= batch.action_weight_N
     coefficients_N[clipped_N] = 0.0
     advantages_N = batch.spread(advantage_B)
     advantages_N *= batch.action_weight_N
-    return Surrogate(coefficients_N, advantages_N, clipped_N)
+    return Surrogate(coefficients_N, advantages_N, clipped_N, dual_clipped_N)
 
 
 def base_stats(batch: Batch, admitted_B: np.ndarray) -> dict[str, float]:
@@ -73,24 +113,37 @@ def base_stats(batch: Batch, admitted_B: np.ndarray) -> dict[str, float]:
     }
 
 
-def clip_note(batch: Batch, clipped_N: np.ndarray, clip: float) -> list[str]:
-    if not clipped_N.any():
-        return []
-    rows = np.unique(batch.row_index_N[clipped_N])
+def clip_note(batch: Batch, surrogate: Surrogate, band: ClipBand) -> list[str]:
+    """One note for tokens past the band, one for tokens the dual clip zeroed."""
+    notes = []
     ratio_N = batch.ratio_N
-    where = np.flatnonzero(clipped_N)
-    k, factor = far_outside(ratio_N[where], 1.0 - clip, 1.0 + clip)
-    token = int(where[k])
-    row = int(batch.row_index_N[token])
-    count = int(clipped_N.sum())
-    return [
-        f"{plural(count, 'action token')} in {plural(rows.size, 'trajectory', 'trajectories')} "
-        f"{trajectory_list(rows)} sat past the clip band [{1 - clip:g}, {1 + clip:g}] on the side "
-        f"{agree(count, 'its', 'their')} advantage pushes and {agree(count, 'carries', 'carry')} 0 (furthest: "
-        f"ratio {ratio_N[token]:.3g} at token {token - int(batch.offsets[row])} of trajectory {row}, "
-        f"{factor:.3g}x past the band); the rollouts are staler than clip allows: sample fresher rollouts (lower "
-        "off_policy_steps in wai.Async) or raise clip"
-    ]
+    dual = band.dual is not None and bool(surrogate.dual_clipped_N.any())
+    outside_N = surrogate.clipped_N & ~surrogate.dual_clipped_N if dual else surrogate.clipped_N
+    if outside_N.any():
+        rows = np.unique(batch.row_index_N[outside_N])
+        where = np.flatnonzero(outside_N)
+        k, factor = far_outside(ratio_N[where], 1.0 - band.low, 1.0 + band.high)
+        token = int(where[k])
+        row = int(batch.row_index_N[token])
+        count = int(outside_N.sum())
+        notes.append(
+            f"{plural(count, 'action token')} in {plural(rows.size, 'trajectory', 'trajectories')} "
+            f"{trajectory_list(rows)} sat past the clip band {band} on the side "
+            f"{agree(count, 'its', 'their')} advantage pushes and {agree(count, 'carries', 'carry')} 0 (furthest: "
+            f"ratio {ratio_N[token]:.3g} at token {token - int(batch.offsets[row])} of trajectory {row}, "
+            f"{factor:.3g}x past the band); the rollouts are staler than clip allows: sample fresher rollouts (lower "
+            "off_policy_steps in wai.Async) or raise clip (clip_high for the upper end alone)")
+    if dual:
+        where = np.flatnonzero(surrogate.dual_clipped_N)
+        rows = np.unique(batch.row_index_N[where])
+        count = where.size
+        notes.append(
+            f"{plural(count, 'action token')} with a negative advantage in "
+            f"{plural(rows.size, 'trajectory', 'trajectories')} {trajectory_list(rows)} had a ratio above "
+            f"dual_clip={band.dual:g} (largest {ratio_N[where].max():.3g}) and {agree(count, 'carries', 'carry')} 0: "
+            "the dual clip caps such a token's loss at -dual_clip * A; sample fresher rollouts, or raise dual_clip "
+            "(None turns it off)")
+    return notes
 
 
 def key_list(keys: list[Hashable]) -> str:
@@ -138,34 +191,43 @@ class GRPO(Method):
 
     Rows sharing a ``task_id`` form a group; over the rows of a group that count (see ``truncated``)::
 
-        A_i = (R_i - mean) / (std + 1e-6)     sample std (n - 1), as TRL and verl compute it
+        A_i = (R_i - mean) / (std + 1e-6)     sample std (n - 1), as TRL and verl; verl's epsilon
         A_i = 0                                when every counted reward of the group is equal
-        c_i,t = w_i rho A_i                    where PPO's unclipped branch is the minimum, else 0
+        c_i,t = w_i rho A_i                    where no clip binds (module docstring), else 0
         c_i,t -= beta w_i (1 - exp(ref - log pi))   the k3 KL's gradient (Eq. 4), when beta > 0
 
     The KL term applies to every admitted action token, so with beta > 0 a zero-advantage group still
     gets a (small) coefficient pulling it toward the reference.
 
     ``loss_type`` picks w_i: ``"grpo"`` 1/(B T_i) (Eq. 3: each sequence's token mean, then the mean over
-    sequences), ``"bnpo"`` 1/N (the token mean over the batch, DAPO's token-level loss), ``"dr_grpo"``
-    1/(B max_tokens) and no std division (Liu et al. 2025, arXiv:2503.20783). ``truncated="mask"``:
-    a row with ``truncated`` true gets c = 0 and is left out of its group's mean and std;
-    ``"zero"`` counts its reward as 0.
+    sequences), ``"bnpo"`` 1/N (the token mean over the batch, DAPO's token-level loss; N counts the
+    action tokens of admitted rows only, the tokens that can carry gradient, as TRL and verl count
+    them), ``"dr_grpo"`` 1/(B max_tokens) and no std division (Liu et al. 2025, arXiv:2503.20783).
+    ``truncated="mask"``: a row with ``truncated`` true gets c = 0 and is left out of its group's mean
+    and std (and of bnpo's N); ``"zero"`` counts its reward as 0.
 
     Where we differ from the paper: the paper's std has no epsilon and its population/sample choice is
-    unstated; we use TRL's and verl's sample std + 1e-6. Defaults differ in k (8, not 64) and beta (0,
-    not 0.04): see ``GRPO.knobs()[...].why``. A group of one, or a unanimous group, gets A = 0 exactly.
+    unstated; we use the sample std (TRL and verl) + 1e-6 (verl's epsilon; TRL's is 1e-4). Defaults
+    differ in k (8, not 64) and beta (0, not 0.04): see ``GRPO.knobs()[...].why``. A group of one, or
+    a unanimous group, gets A = 0 exactly.
     """
 
     name = "grpo"
 
     generations: int = knob("grpo", "generations")
     clip: float = knob("grpo", "clip")
+    clip_high: float | None = knob("grpo", "clip_high")
+    dual_clip: float | None = knob("grpo", "dual_clip")
     beta: float = knob("grpo", "beta")
     loss_type: str = knob("grpo", "loss_type")
     truncated: str = knob("grpo", "truncated")
     max_tokens: int = knob("grpo", "max_tokens")
     temperature: float = knob("grpo", "temperature")
+
+    def run_spec(self) -> RunSpec:
+        needs = ("ref_logprobs",) if self.beta > 0 else ()
+        return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
+                       max_lag=None, needs=needs)
 
     def _update(self, batch: Batch) -> Update:
         groups = group_by(batch.row_field("task_id", self.name, GROUP_WHY), "task_id")
@@ -184,8 +246,9 @@ class GRPO(Method):
         else:
             advantage_B = centered_B / (stats_G.std_G[g] + STD_EPSILON)
         advantage_B = np.where(stats_G.unanimous_G[g] | ~admitted_B, 0.0, advantage_B)
-        weight_B = self._weights(batch)
-        surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, self.clip)
+        weight_B = self._weights(batch, admitted_B)
+        band = band_of(self)
+        surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, band)
         coefficients_N = surrogate.coefficients_N
         stats = base_stats(batch, admitted_B)
         if self.beta > 0:
@@ -195,7 +258,7 @@ class GRPO(Method):
         stats["zero_advantage_share"] = zero_advantage_share(advantage_B, admitted_B)
         notes = group_notes(groups, stats_G.unanimous_G, rewards_B, self.generations)
         notes += self._truncation_notes(batch)
-        notes += clip_note(batch, surrogate.clipped_N, self.clip)
+        notes += clip_note(batch, surrogate, band)
         return Update(self.name, batch.split(coefficients_N), batch.split(surrogate.advantages_N), admitted_B,
                       stats, notes)
 
@@ -210,11 +273,11 @@ class GRPO(Method):
         k3_N = np.expm1(log_ref_over_pi_N) - log_ref_over_pi_N
         return coefficients_N, float(k3_N[live_N].mean()) if live_N.any() else 0.0
 
-    def _weights(self, batch: Batch) -> np.ndarray:
-        """w_i for ``loss_type``: 1/(B T_i), 1/N or 1/(B max_tokens)."""
+    def _weights(self, batch: Batch, admitted_B: np.ndarray) -> np.ndarray:
+        """w_i for ``loss_type``: 1/(B T_i), 1/N (N: action tokens of admitted rows) or 1/(B max_tokens)."""
         tokens_B = batch.action_tokens_B.astype(np.float64)
         if self.loss_type == "bnpo":
-            return np.full(batch.size, 1.0 / tokens_B.sum())
+            return np.full(batch.size, 1.0 / max(tokens_B[admitted_B].sum(), 1.0))
         if self.loss_type == "dr_grpo":
             return np.full(batch.size, 1.0 / (batch.size * self.max_tokens))
         return 1.0 / (batch.size * tokens_B)
@@ -250,7 +313,7 @@ class DrGRPO(GRPO):
 AdvantageRule = Callable[[np.ndarray, Groups, np.ndarray], "tuple[np.ndarray, list[str]]"]
 
 
-def baseline_update(batch: Batch, name: str, clip: float, generations: int, rule: AdvantageRule) -> Update:
+def baseline_update(batch: Batch, name: str, band: ClipBand, generations: int, rule: AdvantageRule) -> Update:
     """A grouped advantage (one per trajectory, 0 in unanimous groups) under GRPO's surrogate, w_i = 1/(B T_i)."""
     groups = group_by(batch.row_field("task_id", name, GROUP_WHY), "task_id")
     rewards_B = batch.rewards_B
@@ -259,12 +322,12 @@ def baseline_update(batch: Batch, name: str, clip: float, generations: int, rule
     advantage_B, rule_notes = rule(rewards_B, groups, unanimous_G)
     advantage_B = np.where(unanimous_G[groups.index_B], 0.0, advantage_B)
     weight_B = 1.0 / (batch.size * batch.action_tokens_B.astype(np.float64))
-    surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, clip)
+    surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, band)
     stats = base_stats(batch, admitted_B)
     stats["clipped_token_share"] = float(surrogate.clipped_N.sum() / max(int(batch.action_mask_N.sum()), 1))
     stats["zero_advantage_share"] = zero_advantage_share(advantage_B, admitted_B)
     notes = group_notes(groups, unanimous_G, rewards_B, generations)
-    notes += rule_notes + clip_note(batch, surrogate.clipped_N, clip)
+    notes += rule_notes + clip_note(batch, surrogate, band)
     return Update(name, batch.split(surrogate.coefficients_N), batch.split(surrogate.advantages_N),
                   admitted_B, stats, notes)
 
@@ -309,11 +372,17 @@ class RLOO(Method):
 
     generations: int = knob("rloo", "generations")
     clip: float = knob("rloo", "clip")
+    clip_high: float | None = knob("rloo", "clip_high")
+    dual_clip: float | None = knob("rloo", "dual_clip")
     max_tokens: int = knob("rloo", "max_tokens")
     temperature: float = knob("rloo", "temperature")
 
+    def run_spec(self) -> RunSpec:
+        return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
+                       max_lag=None)
+
     def _update(self, batch: Batch) -> Update:
-        return baseline_update(batch, self.name, self.clip, self.generations, leave_one_out)
+        return baseline_update(batch, self.name, band_of(self), self.generations, leave_one_out)
 
 
 @dataclass(frozen=True)
@@ -330,11 +399,17 @@ class MaxRL(Method):
 
     generations: int = knob("max_rl", "generations")
     clip: float = knob("max_rl", "clip")
+    clip_high: float | None = knob("max_rl", "clip_high")
+    dual_clip: float | None = knob("max_rl", "dual_clip")
     max_tokens: int = knob("max_rl", "max_tokens")
     temperature: float = knob("max_rl", "temperature")
 
+    def run_spec(self) -> RunSpec:
+        return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
+                       max_lag=None)
+
     def _update(self, batch: Batch) -> Update:
-        return baseline_update(batch, self.name, self.clip, self.generations, mean_normalized)
+        return baseline_update(batch, self.name, band_of(self), self.generations, mean_normalized)
 
 
 # --------------------------------------------------------------------- RAE
@@ -360,6 +435,8 @@ class RAE(Method):
     decay: float = knob("rae", "decay")
     generations: int = knob("rae", "generations")
     clip: float = knob("rae", "clip")
+    clip_high: float | None = knob("rae", "clip_high")
+    dual_clip: float | None = knob("rae", "dual_clip")
     max_tokens: int = knob("rae", "max_tokens")
     temperature: float = knob("rae", "temperature")
     _baselines: dict[Any, float] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
@@ -387,27 +464,46 @@ class RAE(Method):
         self._baselines.clear()
         self._baselines.update(restored)
 
+    def run_spec(self) -> RunSpec:
+        return RunSpec(self.generations, self.temperature, self.max_tokens, max_lag=None, stateful=True)
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"baselines": {}}
+
     def _update(self, batch: Batch) -> Update:
+        return self._update_baselines(batch, self._baselines)
+
+    def _update_with_state(self, batch: Batch, state: Mapping[str, Any]) -> Update:
+        """The loop-owned form: start from ``state`` (as ``initial_state()`` / ``state_dict()`` give it), leave
+        it unchanged, and return the state after this update as ``Update.state``."""
+        probe = RAE(decay=self.decay)
+        probe.load_state_dict(state)  # validates
+        baselines = dict(probe._baselines)
+        update = self._update_baselines(batch, baselines)
+        update.state = {"baselines": baselines}
+        return update
+
+    def _update_baselines(self, batch: Batch, baselines: dict[Any, float]) -> Update:
+        """The update, moving ``baselines`` (changed in place) through the batch in order."""
         if "agent" in batch.row_fields:
             agents_B = batch.row_field("agent", self.name, "RAE keeps one running baseline per agent, so a batch "
                                        "cannot mix rows with and without an agent")
         else:
             agents_B = np.full(batch.size, None, dtype=object)
         group_by(agents_B, "agent")  # refuses an unhashable agent, naming the row
-        new_agents = [a for a in dict.fromkeys(agents_B.tolist()) if a not in self._baselines]
+        new_agents = [a for a in dict.fromkeys(agents_B.tolist()) if a not in baselines]
         advantage_B = np.empty(batch.size)
-        baselines = self._baselines
         for i, (agent, reward) in enumerate(zip(agents_B.tolist(), batch.rewards_B.tolist())):
             baseline = baselines.get(agent, 0.0)
             advantage_B[i] = reward - baseline
             baselines[agent] = self.decay * baseline + (1.0 - self.decay) * reward
         admitted_B = np.ones(batch.size, dtype=bool)
         weight_B = 1.0 / (batch.size * batch.action_tokens_B.astype(np.float64))
-        surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, self.clip)
+        surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, band_of(self))
         stats = base_stats(batch, admitted_B)
         stats["mean_baseline"] = float(np.mean(list(baselines.values())))
         stats["clipped_token_share"] = float(surrogate.clipped_N.sum() / max(int(batch.action_mask_N.sum()), 1))
-        notes = clip_note(batch, surrogate.clipped_N, self.clip)
+        notes = clip_note(batch, surrogate, band_of(self))
         if new_agents:
             named = key_list(new_agents) if new_agents != [None] else "(the one shared agent)"
             notes.append(f"{plural(len(new_agents), 'agent')} {named} had no baseline yet, so it started at 0 and "

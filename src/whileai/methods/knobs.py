@@ -103,6 +103,18 @@ def interval(low: float | None = None, high: float | None = None) -> Check:
     return check
 
 
+def optional(check: Check, off: str) -> Check:
+    """None (``off`` says what None means), or a value ``check`` accepts."""
+
+    def checked(x: Any) -> str | None:
+        if x is None:
+            return None
+        rule = check(x)
+        return None if rule is None else f"None ({off}; null from the shell) or {rule}"
+
+    return checked
+
+
 def anything(description: str) -> Check:
     """No rule beyond the type the method checks itself."""
 

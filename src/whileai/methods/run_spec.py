@@ -47,6 +47,8 @@ class RunSpec:
     """generation cap per trajectory (None: the loop's or the taskset's)"""
     max_lag: int | None = 0
     """the largest sampler lag, in optimizer steps, the method is built to correct (None: no bound)"""
+    min_rollouts_per_prompt: int = 1
+    """fewest rollouts per prompt the update can learn from (2 for a baseline taken over a prompt's group)"""
     needs: tuple[str, ...] = ()
     """per-token row fields the loop must fill in before the update (keys of ``FILLABLE``)"""
     critic: CriticSpec | None = None

@@ -46,7 +46,8 @@ their run (``norm_adv_by_std_in_grpo=False``): ``A = R - mean``. ``c`` is GRPO's
 1/(B_kept T_i)``. Rows not kept get ``c = 0`` and a note.
 Differs from the authors: their rounds run inside the sampler (here the loop calls ``plan`` between
 rounds); their run divides by no std (our default does, as wai.GRPO does); their verl run aggregates
-with ``token-mean`` and clips at (0.2, 0.28), here ``w_i = 1/(B_kept T_i)`` and one symmetric ``clip``;
+with ``token-mean`` and clips at (0.2, 0.28), here ``w_i = 1/(B_kept T_i)`` and a symmetric ``clip`` unless
+``clip_high`` is set (``clip_high=0.28`` is their band; ``dual_clip=3.0`` verl's dual clip, which their run had);
 a prompt with one row gets A = 0 (theirs: mean 0, std 1, so A = R).
 """
 
@@ -62,7 +63,8 @@ import numpy as np
 
 from whileai.errors import BatchError
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
-from whileai.methods.grouped import ONE_ROLLOUT_FIX, clipped_surrogate
+from whileai.methods.grouped import ONE_ROLLOUT_FIX, band_of, clipped_surrogate
+from whileai.methods.run_spec import RunSpec
 from whileai.methods.supervised import mean_ratio
 from whileai.rows.batch import Batch, as_batch
 
@@ -158,6 +160,9 @@ class GroupwiseGrading(Method):
         """Passes a group needs before the grader can change anything (a lone pass ranks first: f = 1)."""
         return 1 if self.scores == "factor" else 2
 
+    def run_spec(self) -> RunSpec:
+        return self.method.run_spec()
+
     def _update(self, batch: Batch) -> Update:
         inner: Method = self.method
         capped = 0
@@ -228,8 +233,9 @@ class GroupwiseGrading(Method):
         inner = self.method
         # the wrapped method's own length weight (GRPO's loss_type) when it exposes one, else 1/(B T_i)
         weights = getattr(inner, "_weights", None)
-        weight_B = weights(batch) if callable(weights) else sequence_weights(batch, np.ones(batch.size, dtype=bool))
-        surrogate = clipped_surrogate(batch, advantage_B, weight_B, include_B, float(getattr(inner, "clip", 0.2)))
+        weight_B = weights(batch, include_B) if callable(weights) else sequence_weights(batch, np.ones(batch.size,
+                                                                                                    dtype=bool))
+        surrogate = clipped_surrogate(batch, advantage_B, weight_B, include_B, band_of(inner))
         update.coefficients = batch.split(surrogate.coefficients_N)
         update.advantages = batch.split(np.where(batch.action_mask_N, batch.spread(advantage_B), 0.0))
         return update
@@ -272,6 +278,11 @@ class ReinforceAda(Method):
     pass_reward: float = knob("reinforce_ada", "pass_reward")
     divide_by_std: bool = knob("reinforce_ada", "divide_by_std")
     clip: float = knob("reinforce_ada", "clip")
+    clip_high: float | None = knob("reinforce_ada", "clip_high")
+    dual_clip: float | None = knob("reinforce_ada", "dual_clip")
+
+    def run_spec(self) -> RunSpec:
+        return RunSpec(self.round_size, max_lag=None, plan=self.plan)
 
     # ----------------------------------------------------------------- sampling side
     def has_exited(self, passes: int, fails: int) -> bool:
@@ -337,7 +348,7 @@ class ReinforceAda(Method):
         keep_B = self.keep(batch)
         advantage_B = np.where(keep_B, self.advantages(batch), 0.0)
         coefficients_N = clipped_surrogate(batch, advantage_B, sequence_weights(batch, keep_B), keep_B,
-                                           self.clip).coefficients_N
+                                           band_of(self)).coefficients_N
         mask = batch.action_mask_N
         stats = {"batch_mean_reward": float(batch.rewards_B.mean()), "admitted_share": float(keep_B.mean()),
                  "mean_ratio": mean_ratio(batch, keep_B)}

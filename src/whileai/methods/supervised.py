@@ -15,9 +15,10 @@ All three use the library's one loss, ``L = -sum c * x``, with ``c`` held consta
 - **RM** (Bradley-Terry, Ouyang et al. 2022, arXiv:2203.02155, Eq. 1): ``L = -log sigmoid(r_w - r_l)``
   on the scalar head's scores. Here ``x`` is the score ``r``, not a log-probability: the coefficient is
   ``c = -dL/dr``, i.e. ``+sigmoid(-(r_w - r_l))`` for the chosen row and ``-sigmoid(-(r_w - r_l))`` for
-  the rejected one. It is placed on the **last action token** of each row (the position whose hidden
-  state the scalar head reads) and is 0 on every other token; a trainer runs ``-sum c * r`` on that
-  position.
+  the rejected one. It is placed on the **last token** of each row, whoever wrote it (the position a
+  transformers sequence-classification head reads: the last non-pad token), and is 0 on every other
+  token; a trainer runs ``-sum c * r`` on that position. The action mask does not move it: a row that
+  ends on environment tokens is scored, and trained, where the head reads it.
 
 Pairs (DPO, RM): rows that carry ``"pair"`` (any id) and ``"chosen"`` (bool) are paired explicitly, two
 rows per id, one chosen. Otherwise rows are paired within a ``task_id``: passes (``reward >=
@@ -36,6 +37,7 @@ import numpy as np
 
 from whileai.errors import BatchError
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
 
@@ -149,6 +151,9 @@ class SFT(Method):
 
     normalize: str = knob("sft", "normalize")
 
+    def run_spec(self) -> RunSpec:
+        return RunSpec(source="rows")
+
     def _update(self, batch: Batch) -> Update:
         if self.normalize == "token_mean":
             scale_B = np.full(batch.size, 1.0 / batch.action_tokens_B.sum())
@@ -194,6 +199,9 @@ class DPO(Method):
     beta: float = knob("dpo", "beta")
     pass_reward: float = knob("dpo", "pass_reward")
 
+    def run_spec(self) -> RunSpec:
+        return RunSpec(needs=tuple(self.requires), source="rows")
+
     def _update(self, batch: Batch) -> Update:
         pairs = pair_rows(batch, self.pass_reward, self.name)
         policy_minus_ref_N = np.subtract(batch.logprobs_N, batch.token_fields["ref_logprobs"])
@@ -219,14 +227,19 @@ class RM(Method):
 
     Every row carries ``score``, the head's output r for that trajectory. The coefficient is
     ``-dL/dr``, ``+sigmoid(-(r_w - r_l))`` on the chosen row and its negative on the rejected row,
-    placed on the row's last action token (the position the head reads) and 0 elsewhere; the trainer
-    runs ``-sum c * r``. Differs from the paper: InstructGPT ranks K responses per prompt and averages
-    the C(K, 2) pairs; we train on disjoint pass/fail pairs, summed.
+    placed on the row's last token (the position a transformers classification head reads, the last
+    non-pad token, even when the environment wrote it) and 0 elsewhere; the trainer runs ``-sum c * r``
+    there, and ``score`` must be the head's output at that same position. Differs from the paper:
+    InstructGPT ranks K responses per prompt and averages the C(K, 2) pairs; we train on disjoint
+    pass/fail pairs, summed.
     """
 
     name = "rm"
 
     pass_reward: float = knob("rm", "pass_reward")
+
+    def run_spec(self) -> RunSpec:
+        return RunSpec(source="rows", head="score")
 
     def _update(self, batch: Batch) -> Update:
         scores_B = _scores(batch, self.name)
@@ -239,16 +252,9 @@ class RM(Method):
         admitted_B = np.zeros(batch.size, dtype=bool)
         admitted_B[pairs.chosen] = admitted_B[pairs.rejected] = True
         coefficients_N = np.zeros(len(batch.logprobs_N))
-        coefficients_N[last_action_tokens(batch)] = scale_B
+        coefficients_N[batch.offsets[1:] - 1] = scale_B  # each row's last token: where the head reads r
         return Update(self.name, batch.split(coefficients_N), batch.split(coefficients_N.copy()), admitted_B,
                       pair_stats(batch, admitted_B, margin_P), pair_notes(pairs, batch.size))
-
-
-def last_action_tokens(batch: Batch) -> np.ndarray:
-    """Flat index of each trajectory's last action token."""
-    positions = np.arange(len(batch.action_mask_N))
-    last_N = np.where(batch.action_mask_N, positions, -1)
-    return np.maximum.reduceat(last_N, batch.offsets[:-1])
 
 
 def _scores(batch: Batch, method: str) -> np.ndarray:

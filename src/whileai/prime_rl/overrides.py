@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from whileai.errors import ConfigError
+from whileai.methods.base import plural
 from whileai.prime_rl import schema
 from whileai.prime_rl.plan import Context, Plan, group_size, put
 from whileai.prime_rl.schema import PINNED_SHORT, SOURCE
@@ -100,8 +101,10 @@ def _put(config: dict[str, Any], path: str, value: Any, raw: str, written: dict[
     written[path] = (value, raw)
     plan.overridden.add(path)
     if path in plan.keys and plan.keys[path][0] != value:
-        plan.warnings.append(f"{raw}={value!r} replaces {plan.keys[path][1]}={plan.keys[path][0]!r}; setting the "
-                             "knob on the method object keeps the two in step.")
+        knob_value, tag = plan.keys[path]
+        plan.warnings.append(f"{raw}={value!r} replaces {tag}={knob_value!r}; setting the knob on the method "
+                             "object keeps the two in step.")
+        plan.mapped[tag] = f"{path} = {value!r} (set by {raw}, which replaced the knob's {knob_value!r})"
     put(config, path, copy.deepcopy(value))
 
 
@@ -175,24 +178,45 @@ def _batch(config: dict[str, Any], plan: Plan) -> None:
                           f"or {(batch // k + 1) * k}")
     fitted = max(k, round(batch / k) * k)
     orchestrator["batch_size"] = fitted
-    plan.warnings.append(f"orchestrator.batch_size set to {fitted} ({fitted // k} prompts x group_size {k}): "
+    plan.warnings.append(f"orchestrator.batch_size set to {fitted} ({plural(fitted // k, 'prompt')} x group_size {k}): "
                          f"prime-rl's default {batch} is not a multiple of {k}.")
 
 
 def _renderer(config: dict[str, Any], ctx: Context, plan: Plan) -> None:
-    """Name a renderer when the model id is not one the renderers map resolves from 'auto'."""
-    if ctx.model in schema.RENDERER_MAPPED_MODELS:
+    """A renderer prime-rl validates: 'auto' for a model id in the renderers map, else 'default' (or the user's)."""
+    model_id = schema.get(config, "tokenizer.name") or ctx.model
+    chosen = schema.get(config, "orchestrator.renderer.name", "auto")
+    parsers = [path.rsplit(".", 1)[1] for path in schema.PARSER_KEYS if schema.get(config, path) is not None]
+    if chosen == "auto" and model_id in schema.RENDERER_MAP:
+        if parsers:
+            raise ConfigError(_parser_refusal(parsers, f"'auto', which resolves {model_id!r} to "
+                                                       f"{schema.RENDERER_MAP[model_id]!r} (the renderers map)"))
         return
-    chosen = schema.get(config, "orchestrator.renderer.name")
-    if chosen is None or chosen == "auto":
-        chosen = "qwen3" if "qwen3" in ctx.model.lower() else "default"
+    if chosen == "auto":
+        chosen = "default"
         put(config, "orchestrator.renderer.name", chosen)
-        plan.warnings.append(f"{ctx.model!r} is not in prime-rl's renderer map, where 'auto' fails validation: "
-                             f"orchestrator.renderer.name = {chosen!r}"
-                             + ("" if chosen != "default" else " (set tool_parser / reasoning_parser if the model "
-                                "needs them, or a family name such as 'qwen3')") + ".")
-    if config["orchestrator"]["algo"]["type"] == "opsd":
+        plan.warnings.append(
+            f"{model_id!r} is not in the renderers map ({schema.RENDERERS_PINNED}, MODEL_RENDERER_MAP: exact ids), "
+            "where 'auto' fails prime-rl's validation: orchestrator.renderer.name = 'default', the model's own chat "
+            "template (prime-rl's advice for fine-tunes). If the taskset passes tools, also set "
+            "orchestrator.renderer.tool_parser; if the model shares a mapped family's template, set "
+            "orchestrator.renderer.name to that family instead (e.g. 'qwen3', 'qwen3.5', 'llama-3').")
+    elif chosen != "default" and parsers:
+        raise ConfigError(_parser_refusal(parsers, repr(chosen)))
+    elif chosen not in schema.RENDERER_NAMES:
+        plan.warnings.append(f"orchestrator.renderer.name = {chosen!r} is not a renderer the writer knows "
+                             f"({', '.join(schema.RENDERER_NAMES)}); prime-rl checks it against the renderers "
+                             "package's RendererConfig at launch (`uv run rl @ rl.toml --dry-run` shows it).")
+    if config["orchestrator"]["algo"]["type"] == "opsd":  # its hint block must use the policy's renderer
         config["orchestrator"]["algo"].setdefault("renderer", {"name": chosen})
+
+
+def _parser_refusal(parsers: list[str], renderer: str) -> str:
+    return (f"prime_rl_config: orchestrator.renderer.{' and '.join(parsers)} is set, but the renderer is {renderer}: "
+            f"{' and '.join(parsers)} exist only on the 'default' renderer (renderers' DefaultRendererConfig, which "
+            "runs the model's own chat template), and prime-rl cannot resolve them on another. Drop them to keep "
+            "that renderer (it parses tool calls and reasoning itself), or also set "
+            "orchestrator.renderer.name=default")
 
 
 def _seq_len(config: dict[str, Any], plan: Plan) -> None:
@@ -228,7 +252,7 @@ def _cross_check(config: dict[str, Any]) -> list[str]:
         found.append(f"LoRA needs the filesystem weight broadcast, not weight_broadcast.type={broadcast!r}")
     if schema.get(config, "monitors.wandb.offline") is True:
         found.append("monitors.wandb.offline = true is rejected at the shared level")
-    found += _scheduler_check(config) + _deployment_check(config)
+    found += _scheduler_check(config) + _deployment_check(config) + _implementation_check(config)
     protected = {"CUDA_VISIBLE_DEVICES", "PRL_RUN_ID", "PRL_RUN_NAME", "WANDB_RUN_ID", "WANDB_SHARED_MODE",
                  "WANDB_SHARED_LABEL", "WANDB_SHARED_PRIMARY", "WANDB_SHARED_FINISHER"}
     found += [f"env_vars may not set {name}" for name in config.get("env_vars", {}) if name in protected]
@@ -253,6 +277,23 @@ def _scheduler_check(config: dict[str, Any]) -> list[str]:
     if kind == "linear" and warmup + decay > steps:
         return [f"linear warmup_steps + decay_steps = {warmup + decay} must be <= max_steps={steps}"]
     return []
+
+
+def _implementation_check(config: dict[str, Any]) -> list[str]:
+    """trainer.model.impl against attn and trust_remote_code (prime_rl/configs/trainer.py, ModelConfig validators)."""
+    impl = schema.get(config, "trainer.model.impl", "auto")
+    attn = schema.get(config, "trainer.model.attn", "auto")
+    found = []
+    if impl not in ("custom", "auto") and attn in ("flash_attention_4", "auto"):
+        found.append(f"trainer.model.impl={impl!r} needs trainer.model.attn set to 'flash_attention_2' or "
+                     f"'flash_attention_3', not {attn!r}: attn 'auto' may pick flash attention 4 (on Blackwell), "
+                     "which only the custom implementation runs (flash_attention_4_only_with_custom_impl); add "
+                     "trainer.model.attn=flash_attention_2 (any GPU flash-attn 2 supports) or flash_attention_3 "
+                     "(Hopper), or leave impl at 'auto'")
+    if impl == "custom" and schema.get(config, "trainer.model.trust_remote_code") is True:
+        found.append("trainer.model.trust_remote_code = true needs trainer.model.impl 'hf' or 'auto', not 'custom' "
+                     "(trust_remote_code_only_with_hf)")
+    return found
 
 
 def _deployment_check(config: dict[str, Any]) -> list[str]:

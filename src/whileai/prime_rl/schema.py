@@ -182,8 +182,10 @@ def _keys() -> list[Key]:
         Key("orchestrator.model.client.api_key_var", "str", "VLLM_API_KEY", ORCH),
         Key("orchestrator.renderer", "table", NO_DEFAULT, ORCH),
         Key("orchestrator.renderer.name", "str", "auto", ORCH, "'auto' only for model ids in the renderers map"),
-        Key("orchestrator.renderer.tool_parser", "str", None, ORCH, nullable=True),
-        Key("orchestrator.renderer.reasoning_parser", "str", None, ORCH, nullable=True),
+        Key("orchestrator.renderer.tool_parser", "str", None, ORCH, "renderers' DefaultRendererConfig only",
+            nullable=True, variant=("orchestrator.renderer.name", ("default",))),
+        Key("orchestrator.renderer.reasoning_parser", "str", None, ORCH, "renderers' DefaultRendererConfig only",
+            nullable=True, variant=("orchestrator.renderer.name", ("default",))),
         Key("orchestrator.train", "table", NO_DEFAULT, ORCH),
         Key("orchestrator.train.filter_zero_advantages", "bool", True, ORCH, "drop zero-advantage rl tokens"),
         Key("orchestrator.train.sampling", "table", NO_DEFAULT, ORCH),
@@ -281,21 +283,71 @@ AUTO_SET: dict[str, str] = {
     "orchestrator.model.lora": "filled from [trainer.model.lora]",
 }
 
-# Model ids the renderers map knows (renderers 0.1.12; the pinned map is unverified): for these the
-# default renderer name "auto" validates; any other id needs a name.
-RENDERER_MAPPED_MODELS: frozenset[str] = frozenset({
-    *(f"Qwen/Qwen3-{size}" for size in ("0.6B", "1.7B", "4B", "8B", "14B", "32B", "30B-A3B", "235B-A22B")),
-    "Qwen/Qwen3-4B-Instruct-2507", "PrimeIntellect/Qwen3-0.6B", "PrimeIntellect/Qwen3-1.7B",
-})
-
-# Each taskset package declares its own fields; these are the ones the reference read.
-TASKSET_FIELDS: dict[str, dict[str, str]] = {
-    "reverse-text": {"dataset_name": "str", "dataset_split": "str"},
-    "gsm8k": {"split": "str"},
-    "alphabet-sort": {"min_turns": "int", "max_turns": "int", "min_names_per_turn": "int", "task": "table"},
-    "math-env": {"dataset_name": "str", "dataset_subset": "str"},  # unverified in the reference
+# prime-rl validates orchestrator.renderer.name = "auto" only for a model id that is an exact key of
+# renderers.base.MODEL_RENDERER_MAP (prime_rl/configs/orchestrator.py, validate_renderer_auto_resolves);
+# the id is tokenizer.name when set, else model.name. This is that map at the renderers commit prime-rl
+# pins (deps/renderers @ 2846a3dc, renderers/base.py), copied key for key: exact ids, no prefixes.
+RENDERERS_PINNED = "renderers 2846a3dc (deps/renderers of the pinned prime-rl)"
+RENDERER_MAP: dict[str, str] = {
+    **{f"Qwen/Qwen3-{size}": "qwen3" for size in (
+        "0.6B", "1.7B", "4B", "4B-Instruct-2507", "4B-Thinking-2507", "8B", "14B", "32B", "30B-A3B",
+        "30B-A3B-Instruct-2507", "30B-A3B-Thinking-2507", "235B-A22B")},
+    "PrimeIntellect/Qwen3-0.6B": "prime-qwen3", "PrimeIntellect/Qwen3-1.7B": "prime-qwen3",
+    **{f"Qwen/Qwen3.5-{size}": "qwen3.5" for size in ("0.8B", "2B", "4B", "9B", "35B-A3B", "122B-A10B",
+                                                       "397B-A17B")},
+    "Qwen/Qwen3.6-35B-A3B": "qwen3.6",
+    **{f"Qwen/Qwen3-VL-{size}-Instruct": "qwen3-vl" for size in ("4B", "8B", "30B-A3B")},
+    "zai-org/GLM-5": "glm-5", "zai-org/GLM-5-FP8": "glm-5", "zai-org/GLM-4.7-Flash": "glm-5",
+    "zai-org/GLM-5.1": "glm-5.1", "THUDM/GLM-4.5-Air": "glm-4.5", "zai-org/GLM-4.5-Air": "glm-4.5",
+    "MiniMaxAI/MiniMax-M2": "minimax-m2", "MiniMaxAI/MiniMax-M2.5": "minimax-m2",
+    "deepseek-ai/DeepSeek-V3": "deepseek-v3", "deepseek-ai/DeepSeek-V3-Base": "deepseek-v3",
+    "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-R1-0528": "deepseek-r1",
+    "moonshotai/Kimi-K2-Instruct": "kimi-k2", "moonshotai/Kimi-K2.5": "kimi-k2.5", "moonshotai/Kimi-K2.6": "kimi-k2.5",
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16": "nemotron-3",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16": "nemotron-3-ultra",
+    "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-FP8": "nemotron-3-ultra",
+    "nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16": "nemotron-3.5",
+    "meta-llama/Llama-3.2-1B-Instruct": "llama-3", "meta-llama/Llama-3.2-3B-Instruct": "llama-3",
+    "poolside/Laguna-XS.2": "laguna-xs.2", "poolside/Laguna-M.1": "laguna-m.1",
+    "poolside/Laguna-XS-2.1": "laguna-xs-2.1",
+    "openai/gpt-oss-20b": "gpt-oss", "openai/gpt-oss-120b": "gpt-oss",
+    "tencent/Hy3": "hy3", "tencent/Hy3-FP8": "hy3",
 }
-TASKSET_COMMON = ("id", "system_prompt", "task")
+# Renderer names the writer knows: the two generic ones and every family the map routes to. Only "default"
+# (renderers' DefaultRendererConfig: the model's own chat template) has tool_parser / reasoning_parser.
+RENDERER_NAMES: tuple[str, ...] = ("auto", "default", *sorted(set(RENDERER_MAP.values())))
+PARSER_KEYS = ("orchestrator.renderer.tool_parser", "orchestrator.renderer.reasoning_parser")
+
+# Each taskset package declares its own config class; these are the fields (with their value rules) of the
+# tasksets read at the pinned verifiers (deps/verifiers @ a60a606, environments/<name>/<name>/taskset.py).
+# A taskset not listed here is written unchecked, with a warning.
+_VF = "verifiers:environments"
+TASKSET_FIELDS: dict[str, dict[str, Key]] = {
+    "reverse-text": {
+        "dataset_name": Key("dataset_name", "str", "PrimeIntellect/Reverse-Text-RL",
+                            f"{_VF}/reverse_text/reverse_text/taskset.py::ReverseTextConfig"),
+        "dataset_split": Key("dataset_split", "str", "train",
+                             f"{_VF}/reverse_text/reverse_text/taskset.py::ReverseTextConfig"),
+    },
+    "gsm8k": {"split": Key("split", "str", "test", f"{_VF}/gsm8k/gsm8k/taskset.py::GSM8KConfig",
+                           choices=("train", "test"))},
+    "alphabet-sort": {
+        name: Key(name, "int", default, f"{_VF}/alphabet_sort/alphabet_sort/taskset.py::AlphabetSortConfig", low=1)
+        for name, default in (("min_turns", 1), ("max_turns", 3), ("min_names_per_turn", 1),
+                              ("max_names_per_turn", 5))
+    } | {"split": Key("split", "str", "train", f"{_VF}/alphabet_sort/alphabet_sort/taskset.py::AlphabetSortConfig",
+                      choices=("train",))},
+    "math-env": {  # from examples/basic/hendrycks-sanity/rl.toml; the class itself was not available
+        "dataset_name": Key("dataset_name", "str", NO_DEFAULT, "prime-envs math-env (unverified)"),
+        "dataset_subset": Key("dataset_subset", "str", NO_DEFAULT, "prime-envs math-env (unverified)"),
+    },
+}
+# Pairs a taskset requires in order (low <= high), with the check's source; alphabet-sort asserts both at load.
+TASKSET_ORDER: dict[str, tuple[tuple[str, str], ...]] = {
+    "alphabet-sort": (("min_turns", "max_turns"), ("min_names_per_turn", "max_names_per_turn")),
+}
+TASKSET_COMMON = ("id", "system_prompt", "task")  # verifiers/v1/configs/taskset.py::TasksetConfig
 
 
 def lookup(path: str) -> Key | None:

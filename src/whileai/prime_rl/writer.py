@@ -10,12 +10,13 @@ also the only source of keys the writer may emit.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from whileai.endpoints import Endpoint
 from whileai.errors import ConfigError
-from whileai.methods.base import Method
-from whileai.methods.distill import Endpoint
+from whileai.methods.base import Method, plural
 from whileai.prime_rl import refusals, schema
 from whileai.prime_rl.overrides import apply_overrides, finish
 from whileai.prime_rl.plan import Context, Plan, PrimeRLConfig, group_size, put
@@ -37,10 +38,13 @@ KNOB_KEYS: dict[str, str] = {
 # Why a knob is not read, shared by several methods.
 CLIP = ("prime-rl clips no ratio: its default rl loss masks a token whose probability (not ratio) moved more than "
         "dppo_mask_low/high = 0.2 (prime_rl/trainer/rl/loss.py), and the ipo loss masks |p - mu| > ipo_threshold")
+CLIPS = {name: CLIP for name in ("clip", "clip_high", "dual_clip")}  # the PPO clip family: none is read
 TRUNCATED = ("no key of the pinned schema masks or zeroes a reply cut at max_completion_tokens (prime_rl/configs/"
              "orchestrator.py): it trains with whatever reward the taskset's reward function gives it")
 WEIGHT = ("prime-rl divides each loss component by its own token count over the whole step "
           "(prime_rl/trainer/rl/loss.py): every token of the step weighs the same")
+REF_KL_RATIO = ("prime-rl's ref_kl loss multiplies each token's signal by the uncapped ratio pi/mu and drops a token "
+                "whose probability fell more than 0.2 below the sampler's (prime_rl/trainer/rl/loss.py ref_kl_loss_fn)")
 LAG = ("prime-rl always samples one step ahead of the trainer (TARGET_LAG = 1, prime_rl/orchestrator/"
        "orchestrator.py) and keeps rollouts up to max_off_policy_steps = {steps} policy versions old, with its "
        "{loss} loss as the correction; wrap the method in wai.Async(method, correction='ipo', "
@@ -68,7 +72,7 @@ def _grouped(method: Any, algo: str, ignored: Mapping[str, str] | None = None,
              same: Mapping[str, str] | None = None, needs_group: bool = True) -> Plan:
     """A group-baseline method on prime-rl's rl component; ``needs_group``: refused at group size 1."""
     plan = Plan(algo={"type": algo}, component="rl")
-    _knobs(method, plan, ignored or {"clip": CLIP}, same)
+    _knobs(method, plan, ignored or CLIPS, same)
     if needs_group:
         plan.finalize.append(_needs_a_group)
     if "loss_type" not in type(method).knobs():  # GRPO states its length weight in ignored["loss_type"]
@@ -86,7 +90,7 @@ def _grpo(method: Any, ctx: Context) -> Plan:
             "dr_grpo": "the constant 1/(B*max_tokens) weight (its no-std advantage is prime-rl's)"}[method.loss_type]
     loss_type = (f"prime-rl's grpo is reward minus group mean with no std (prime_rl/orchestrator/algo/grpo.py) "
                  f"and {WEIGHT[0].lower() + WEIGHT[1:]}; not honoured: {lost}")
-    return _grouped(method, "grpo", {"clip": CLIP, "truncated": TRUNCATED, "loss_type": loss_type},
+    return _grouped(method, "grpo", {**CLIPS, "truncated": TRUNCATED, "loss_type": loss_type},
                     {"beta": "no KL to a reference, which is what prime-rl runs"})
 
 
@@ -114,7 +118,7 @@ def _rae(method: Any, ctx: Context) -> Plan:
     plan = _grouped(method, "rae", needs_group=False)
     plan.finalize.append(_rae_baseline)
     if method.baselines:
-        plan.warnings.append(f"the running baselines on this wai.RAE object ({len(method.baselines)} agents) do not "
+        plan.warnings.append(f"the running baselines on this wai.RAE object ({plural(len(method.baselines), 'agent')}) do not "
                              "carry over: prime-rl's rae starts every agent at 0 and keeps the baseline in memory "
                              "only (not checkpointed).")
     return plan
@@ -165,7 +169,13 @@ def _distill(method: Any, algo: str, same: Mapping[str, str], ignored: Mapping[s
              "prime_rl/trainer/rl/loss.py ref_kl_loss_fn): the top-k form is not available, the sampled-token "
              "form of the same reverse KL is what trains")
     same = {"divergence": "the sampled-token reverse KL, which is prime-rl's fixed ref_kl signal", **same}
-    _knobs(method, plan, {"top_k": top_k, **ignored}, same)
+    ignored = {"top_k": top_k, **ignored}
+    if getattr(method, "max_ratio", 0.0) is None:
+        same["max_ratio"] = ("the uncapped ratio pi/mu, by which prime-rl's ref_kl loss multiplies each token's "
+                             "signal (prime_rl/trainer/rl/loss.py ref_kl_loss_fn)")
+    else:
+        ignored["max_ratio"] = f"no key caps the ratio: {REF_KL_RATIO}"
+    _knobs(method, plan, ignored, same)
     return plan
 
 
@@ -358,9 +368,15 @@ def _base(env: str | Mapping[str, Any], ctx: Context, plan: Plan) -> dict[str, A
         config["trainer"]["loss"] = dict(plan.loss)
     config["orchestrator"].setdefault("train", {})["source"] = [_source(env, plan)]
     if not plan.async_wrapped:
-        loss = "default (DPPO masks)" if plan.component == "rl" else f"fixed {plan.component}"
-        plan.warnings.append(LAG.format(steps=schema.KEYS["orchestrator.max_off_policy_steps"].default, loss=loss))
+        plan.finalize.append(_lag_warning)
     return config
+
+
+def _lag_warning(config: dict[str, Any], plan: Plan) -> None:
+    """The lag and correction prime-rl runs for a method not wrapped in Async, as the config states them."""
+    loss = "default (DPPO masks)" if plan.component == "rl" else f"fixed {plan.component}"
+    steps = schema.get(config, "orchestrator.max_off_policy_steps", schema.KEYS["orchestrator.max_off_policy_steps"].default)
+    plan.warnings.append(LAG.format(steps=steps, loss=loss))
 
 
 def _source(env: str | Mapping[str, Any], plan: Plan) -> dict[str, Any]:
@@ -383,6 +399,7 @@ def _source(env: str | Mapping[str, Any], plan: Plan) -> dict[str, Any]:
 
 
 def _check_taskset_fields(bare: str, fields: dict[str, Any], plan: Plan) -> None:
+    """A known taskset's fields: each must exist, and fit its type and declared values; ordered pairs in order."""
     extra = [name for name in fields if name not in schema.TASKSET_COMMON]
     known = schema.TASKSET_FIELDS.get(bare)
     if known is None:
@@ -391,13 +408,19 @@ def _check_taskset_fields(bare: str, fields: dict[str, Any], plan: Plan) -> None
                              "assumes one agent seat (env.agent)"
                              + (f", and does not check its fields {', '.join(extra)}" if extra else "") + ".")
         return
-    unknown = [name for name in extra if name not in known]
-    if unknown:
-        raise ConfigError(f"prime_rl_config: taskset {bare!r} has no field {unknown[0]!r}"
-                          f"{schema.suggest(unknown[0])}; its fields are {', '.join(sorted(known)) or 'none'} "
-                          f"plus {', '.join(schema.TASKSET_COMMON)}")
-    types = {"str": str, "int": int, "table": dict}
-    for name in extra:
-        value, kind = fields[name], known[name]
-        if isinstance(value, bool) or not isinstance(value, types[kind]):
-            raise ConfigError(f"prime_rl_config: taskset {bare!r} field {name}={value!r} is invalid: it must be {kind}")
+    found = [f"has no field {name!r}{_closest(name, known)} (its fields are {', '.join(sorted(known)) or 'none'} "
+             f"plus {', '.join(schema.TASKSET_COMMON)})" for name in extra if name not in known]
+    found += [f"field {name}={fields[name]!r} is invalid: it {why} ({known[name].where})"
+              for name in extra if name in known and (why := schema.type_problem(known[name], fields[name]))]
+    if not found:
+        found = [f"has {low}={fields.get(low, known[low].default)!r} above {high}="
+                 f"{fields.get(high, known[high].default)!r}: it needs {low} <= {high} (its loader asserts it)"
+                 for low, high in schema.TASKSET_ORDER.get(bare, ())
+                 if fields.get(low, known[low].default) > fields.get(high, known[high].default)]
+    if found:
+        raise ConfigError(f"prime_rl_config: taskset {bare!r} " + "; ".join(found) + ". Fix each in env= (--env-field on the command line)")
+
+
+def _closest(name: str, known: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""

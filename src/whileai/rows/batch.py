@@ -11,6 +11,7 @@ how to fix it. Nothing is dropped silently and the input rows are never mutated.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,8 +33,24 @@ LOGPROB_FIELDS: frozenset[str] = frozenset({"logprobs", "behavior_logprobs", "re
                                             "teacher_topk_logprobs", "topk_logprobs"})
 # Cap on log(rho): keeps every ratio finite in float64 and float32.
 MAX_LOG_RATIO = 80.0
-# Per-row scalar fields kept as object/float arrays.
+# Per-row label fields, kept as object arrays of strings (an integer label is read as its decimal
+# string, so task 1 and task "1" are one task; see ``as_label``).
 ROW_FIELDS: tuple[str, ...] = ("task_id", "agent", "model")
+# Every key some part of whileai reads from a row. A key outside it is kept (``Batch.rows``) but read
+# by nothing, so it gets a note naming the closest known key: a misspelt ``behaviour_logprobs`` would
+# otherwise be ignored in silence. The one list: add a key here when new code starts reading it.
+KNOWN_FIELDS: tuple[str, ...] = (
+    "reward", "logprobs", "action_mask", "truncated", *FLOAT_TOKEN_FIELDS, *TOPK_FIELDS, *ROW_FIELDS,
+    "seed",  # the training seed behind the row (compare)
+    "pair", "chosen",  # explicit DPO pairs (select(mode="dpo") writes them, DPO reads them)
+    "score",  # RM: the scalar head's output
+    # the row's prompt and reply, as tokens or text (length matching, a training loop's bookkeeping)
+    "tokens", "prompt_tokens", "prompt", "messages", "completion", "response", "text",
+    "sampler_step",  # the policy step that sampled the row (whileai.loop's bookkeeping)
+    "reference", "demonstration", "hint", "feedback",  # OPSD's privileged context, one key per choice
+)
+# How close (difflib's ratio) an unknown key must be to a known one to be named as a likely misspelling.
+NEAR_MISS = 0.85
 
 
 @dataclass(frozen=True, eq=False)
@@ -76,8 +93,9 @@ class Batch:
         for name in (*FLOAT_TOKEN_FIELDS[1:], *TOPK_FIELDS):
             _refuse_partial(rows, name)
         topk = {name: _concat_topk(rows, name) for name in TOPK_FIELDS if name in rows[0]}
-        row_fields = {name: np.array([r.get(name) for r in rows], dtype=object) for name in ROW_FIELDS
-                      if any(name in r for r in rows)}
+        row_fields = {name: np.array([None if r.get(name) is None else as_label(f"row {i}", name, r[name])
+                                      for i, r in enumerate(rows)], dtype=object)
+                      for name in ROW_FIELDS if any(name in r for r in rows)}
         truncated = np.array([bool(r.get("truncated", False)) for r in rows], dtype=bool)
         return cls(np.asarray(rewards, dtype=np.float64), offsets, logprobs, mask, truncated,
                    token_fields, topk, row_fields, rows)
@@ -140,6 +158,16 @@ class Batch:
         ratio = np.minimum(self.log_ratio_N, MAX_LOG_RATIO)
         return _frozen(np.exp(ratio, out=ratio))
 
+    @cached_property
+    def unknown_fields(self) -> tuple[str, ...]:
+        """Keys some row carries that nothing in whileai reads (not in ``KNOWN_FIELDS``), sorted."""
+        return unknown_fields(set().union(*self.rows))
+
+    @property
+    def field_notes(self) -> tuple[str, ...]:
+        """One note per unknown key that looks like a misspelt known one, then one for the rest."""
+        return unknown_field_notes(self.unknown_fields)
+
     def has(self, name: str) -> bool:
         return name in self.token_fields or name in self.topk_fields or name in self.row_fields
 
@@ -151,7 +179,7 @@ class Batch:
             return self.topk_fields[name]
         missing = [i for i, r in enumerate(self.rows) if name not in r]
         raise BatchError(
-            f"row {missing[0]}: field {name!r} is missing ({len(missing)} of {self.size} rows lack it); "
+            f"row {missing[0]}: field {name!r} is missing ({_lacking(len(missing), self.size)}); "
             f"{method} needs it: {why}. Add {name!r} to every row, as long as its 'logprobs'."
         )
 
@@ -161,7 +189,7 @@ class Batch:
         missing = [i for i in range(self.size) if values is None or values[i] is None]
         if missing:
             raise BatchError(
-                f"row {missing[0]}: field {name!r} is missing ({len(missing)} of {self.size} rows lack it); "
+                f"row {missing[0]}: field {name!r} is missing ({_lacking(len(missing), self.size)}); "
                 f"{method} needs it: {why}. Add {name!r} to every row."
             )
         assert values is not None
@@ -194,9 +222,48 @@ class Batch:
         return float(self.per_row_sum(values_N * self.action_weight_N)[rows_B].sum() / count)
 
 
+def _lacking(missing: int, size: int) -> str:
+    """'1 of 1 row lacks it', '2 of 5 rows lack it'."""
+    return f"{missing} of {size} row{'' if size == 1 else 's'} {'lacks' if missing == 1 else 'lack'} it"
+
+
 def _frozen(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False
     return array
+
+
+def as_label(where: str, name: str, value: Any) -> str:
+    """A label (``task_id``, ``agent``, ``model``, ``seed``) as a string: a string as is, an integer as
+    its decimal string (so 1 and "1" are one task); anything else is refused, naming ``where``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return str(int(value))
+    raise BatchError(f"{where}: field {name!r} is {value!r} ({type(value).__name__}); a {name} is a string "
+                     "(an integer is read as its decimal string, so 1 and \"1\" are the same). Fix: write it "
+                     "as a JSON string.")
+
+
+def unknown_fields(keys: Iterable[Any]) -> tuple[str, ...]:
+    """The keys among ``keys`` that nothing in whileai reads, sorted."""
+    return tuple(sorted(str(key) for key in set(keys).difference(KNOWN_FIELDS)))
+
+
+def unknown_field_notes(names: Sequence[str]) -> tuple[str, ...]:
+    """Notes on keys nothing reads: each near miss of a known key by name, the rest in one line."""
+    notes, others = [], []
+    for name in names:
+        near = difflib.get_close_matches(name, KNOWN_FIELDS, n=1, cutoff=NEAR_MISS)
+        if near:
+            notes.append(f"field {name!r} is ignored: no part of whileai reads it. Did you mean {near[0]!r}? "
+                         "Rename it if so.")
+        else:
+            others.append(name)
+    if others:
+        shown = ", ".join(map(repr, others[:10])) + (f" and {len(others) - 10} more" if len(others) > 10 else "")
+        notes.append(f"{len(others)} field{'' if len(others) == 1 else 's'} no part of whileai reads, ignored: "
+                     f"{shown}")
+    return tuple(notes)
 
 
 def as_batch(rows: Batch | Iterable[Mapping[str, Any]]) -> Batch:

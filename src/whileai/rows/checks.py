@@ -1,6 +1,7 @@
 """The guide's questions, asked of graded rows (the guide "pick a method", sections 1-5).
 
-Each takes rows as dicts, ``GradedRows`` or a file path. A pass is ``reward >= threshold``.
+Each takes rows as dicts, ``GradedRows`` or a file path. A pass is ``reward >= threshold``;
+``threshold`` may be left out only when every reward is 0 or 1 (``pass_threshold``).
 """
 
 from __future__ import annotations
@@ -11,18 +12,18 @@ from typing import Any, overload
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
-from whileai.rows.io import as_graded
-from whileai.rows.stats import THRESHOLD, Rows, check_threshold, pass_at
+from whileai.rows.io import as_graded, pass_threshold
+from whileai.rows.stats import Rows, pass_at
 
 # The gap a teacher must clear over the student before OPD is worth a run: engineering, not a
 # result from the literature (the guide, section 5).
 PROVE_EFFECT = 0.05
 
 
-def truncated_passes(rows: Rows, threshold: float = THRESHOLD) -> int:
+def truncated_passes(rows: Rows, threshold: float | None = None) -> int:
     """Rows cut at the token cap that still pass. Above zero, fix the reward before reading anything else."""
-    threshold = check_threshold(threshold)
     graded = as_graded(rows)
+    threshold = pass_threshold(graded.reward_R, threshold, graded.source)
     return int(np.count_nonzero(graded.truncated_R & (graded.reward_R >= threshold)))
 
 
@@ -32,7 +33,7 @@ def rollouts_per_task(rows: Rows) -> int:
     return int(np.bincount(graded.task_R, minlength=graded.n_tasks).min())
 
 
-def band(rows: Rows, threshold: float = THRESHOLD) -> str:
+def band(rows: Rows, threshold: float | None = None) -> str:
     """"floor" if every task always fails, "saturated" if every task always passes, else "mixed"."""
     rates = pass_at(rows, threshold=threshold).rates_T
     if (rates == 0.0).all():
@@ -42,7 +43,7 @@ def band(rows: Rows, threshold: float = THRESHOLD) -> str:
     return "mixed"
 
 
-def split_share(rows: Rows, threshold: float = THRESHOLD) -> float:
+def split_share(rows: Rows, threshold: float | None = None) -> float:
     """The share of tasks with both a pass and a fail: the only ones a grouped method learns from."""
     rates = pass_at(rows, threshold=threshold).rates_T
     return float(np.count_nonzero((rates > 0.0) & (rates < 1.0)) / len(rates))
@@ -66,7 +67,7 @@ def model_mix(rows: Rows) -> dict[str, int]:
     return dict(sorted(mix.items(), key=lambda item: -item[1]))
 
 
-def teacher_gap(teacher_rows: Rows, student_rows: Rows, threshold: float = THRESHOLD) -> dict[str, Any]:
+def teacher_gap(teacher_rows: Rows, student_rows: Rows, threshold: float | None = None) -> dict[str, Any]:
     """The numbers ``teacher_clears`` decides on: both pass@1s, their intervals, the gap, overlap."""
     t, s = pass_at(teacher_rows, threshold=threshold), pass_at(student_rows, threshold=threshold)
     return {"teacher_pass_at_1": t.pass_at_1, "teacher_ci95": t.ci95, "teacher_tasks": t.n_tasks,
@@ -75,7 +76,7 @@ def teacher_gap(teacher_rows: Rows, student_rows: Rows, threshold: float = THRES
 
 
 def teacher_clears(teacher_rows: Rows, student_rows: Rows, effect: float = PROVE_EFFECT,
-                   threshold: float = THRESHOLD) -> bool:
+                   threshold: float | None = None) -> bool:
     """True when the teacher beats the student by at least ``effect`` in pass@1 *and* the two 95%
     intervals do not overlap. Score both on the same held-out tasks, at the student's max_tokens."""
     gap = teacher_gap(teacher_rows, student_rows, threshold)

@@ -8,8 +8,17 @@ Two shapes come out of a file:
   numpy columns. A million rows cost about 20 bytes each, however long their token lists are:
   a line is parsed, its few fields are copied out, and the line is dropped.
 
-A bad line is refused with ``BatchError`` naming the file, the line, the field, what is wrong and
-how to fix it. Blank lines are skipped (they are not rows); nothing else is dropped.
+A bad line is refused with ``BatchError`` naming the file, the line (1-based, as an editor counts
+them), the field, what is wrong and how to fix it; ``load_rows`` and ``load_graded`` read the whole
+file first and list every bad line in file order (the first ``MAX_LISTED``, then how many more).
+Blank lines are skipped (they are not rows); nothing else is dropped. A row given as a dict in a
+list is named ``row i``, its index in that list.
+
+Labels are strings: a ``task_id``, ``model`` or ``seed`` that is an integer is read as its decimal
+string, so task 1 and task "1" are one task (``whileai.rows.batch.as_label``).
+
+A pass is ``reward >= threshold``. Without a threshold, rewards must all be 0 or 1 (a pass is then
+1); any other reward needs one said out loud (``pass_threshold``).
 """
 
 from __future__ import annotations
@@ -21,20 +30,29 @@ import tempfile
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
+from whileai.rows.batch import as_label, unknown_field_notes, unknown_fields
 
 PathLike = str | os.PathLike[str]
 # Fields a graded-rows command reads; everything else on a line is parsed and dropped.
 GRADED_FIELDS: tuple[str, ...] = ("task_id", "reward", "truncated", "model")
 # Where a row's length is read from, in order, for length-matched DPO pairs.
 LENGTH_FIELDS: tuple[str, ...] = ("tokens", "logprobs", "completion", "response", "text")
-_LABEL_TYPES = (str, int)
+# The most bad lines one error lists (in file order) before saying how many more there are.
+MAX_LISTED = 20
+# A row passes when reward >= THRESHOLD, the default wherever every reward is 0 or 1.
+THRESHOLD = 1.0
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """'1 task', '2 tasks'."""
+    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 # --------------------------------------------------------------------------- reading
@@ -44,7 +62,8 @@ def iter_rows(path: PathLike, fields: Sequence[str] | None = None,
 
     ``fields`` keeps only those keys of each row (the rest is dropped right after parsing).
     ``require`` names fields every row must have; ``reward``, ``task_id``, ``truncated`` and
-    ``model`` are type-checked wherever present. Errors name the file and line.
+    ``model`` are type-checked wherever present (labels come out as strings). It streams, so it
+    stops at the first bad line; ``load_rows`` reads the whole file and lists every bad line.
     """
     for where, row in _records(path, fields):
         _check_row(where, row, require)
@@ -53,12 +72,55 @@ def iter_rows(path: PathLike, fields: Sequence[str] | None = None,
 
 def load_rows(path: PathLike, fields: Sequence[str] | None = None,
               require: Sequence[str] = ("reward",)) -> list[dict[str, Any]]:
-    """All rows of a JSONL or Parquet file as a list of dicts (see ``iter_rows``)."""
-    return list(iter_rows(path, fields, require))
+    """All rows of a JSONL or Parquet file as a list of dicts (see ``iter_rows``).
+
+    Every bad line is reported, in file order, in one ``BatchError``.
+    """
+    problems = Problems(str(path))
+    out = []
+    for where, row in _records(path, fields, problems):
+        try:
+            _check_row(where, row, require)
+        except BatchError as err:
+            problems.add(err)
+            continue
+        out.append(row)
+    problems.raise_if_any()
+    return out
 
 
-def _records(path: PathLike, fields: Sequence[str] | None) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(where, row) for every row of the file; ``where`` is "FILE, line N" or "FILE, row N"."""
+class Problems:
+    """Bad rows collected in order, raised at the end as one ``BatchError`` listing them on one line
+    (errors print as one line on the command line): "FILE: 3 bad rows, in order (...): line 2: ... |
+    line 5: ... | line 9: ...", the first ``MAX_LISTED`` and then how many more."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        self.messages: list[str] = []
+        self.count = 0
+
+    def add(self, err: BatchError) -> None:
+        self.count += 1
+        if len(self.messages) < MAX_LISTED:
+            self.messages.append(str(err))
+
+    def raise_if_any(self) -> None:
+        if self.count == 1:
+            raise BatchError(self.messages[0])
+        if self.count:
+            prefix = f"{self.source}, "
+            listed = [m[len(prefix):] if m.startswith(prefix) else m for m in self.messages]
+            more = [f"and {self.count - MAX_LISTED} more"] if self.count > MAX_LISTED else []
+            raise BatchError(f"{self.source}: {self.count} bad rows, in order (fix each and load again): "
+                             + " | ".join(listed + more))
+
+
+def _records(path: PathLike, fields: Sequence[str] | None,
+             problems: Problems | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(where, row) for every row of the file; ``where`` is "FILE, line N" or "FILE, row N".
+
+    A line that is not a JSON object goes to ``problems`` when given (and is skipped), else raises.
+    """
     path = Path(path)
     if path.suffix in (".parquet", ".pq"):
         yield from _parquet_records(path, fields)
@@ -69,7 +131,13 @@ def _records(path: PathLike, fields: Sequence[str] | None) -> Iterator[tuple[str
             if not line.strip():
                 continue
             where = f"{path}, line {lineno}"
-            row = _parse_line(where, line)
+            try:
+                row = _parse_line(where, line)
+            except BatchError as err:
+                if problems is None:
+                    raise
+                problems.add(err)
+                continue
             yield where, (row if keep is None else {k: row[k] for k in keep if k in row})
 
 
@@ -108,19 +176,28 @@ def _parse_line(where: str, line: str) -> dict[str, Any]:
     return row
 
 
-def _parquet_records(path: Path, fields: Sequence[str] | None) -> Iterator[tuple[str, dict[str, Any]]]:
+def _open_parquet(path: Path) -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise BatchError(f"{path}: reading Parquet needs pyarrow, which is not installed. Fix: "
                          "pip install 'whileai[parquet]', or convert the file to JSONL.") from None
     try:
-        parquet = pq.ParquetFile(path)
+        return pq.ParquetFile(path)
     except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError, ArrowIOError an OSError
         if isinstance(err, (FileNotFoundError, IsADirectoryError)):
             raise
         raise BatchError(f"{path}: not a readable Parquet file ({err}). Fix: write it with "
                          "pyarrow.parquet.write_table, or give the rows as JSONL.") from None
+
+
+def _parquet_names(path: Path) -> list[str]:
+    """The columns of a Parquet file (its schema: no row is read)."""
+    return list(_open_parquet(path).schema_arrow.names)
+
+
+def _parquet_records(path: Path, fields: Sequence[str] | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    parquet = _open_parquet(path)
     names = parquet.schema_arrow.names
     columns = names if fields is None else [name for name in fields if name in names]
     index = 0
@@ -149,7 +226,7 @@ def _missing(where: str, name: str) -> str:
     fixes = {
         "task_id": "give every row the id of the prompt it answers (rows of one prompt share it), so "
                    "pass rates can be grouped per task",
-        "reward": "grade the row first (a pass scores reward >= 1.0), or drop it if it was never scored",
+        "reward": "grade the row first, or drop it if it was never scored",
         "model": "record which model wrote each row",
         "seed": "record the training seed behind each row, or pass seeds=",
     }
@@ -168,12 +245,35 @@ def check_reward(where: str, reward: Any) -> float:
     return value
 
 
-def check_label(where: str, name: str, value: Any) -> Any:
-    """A task id, model name or seed: a string or an integer."""
-    if type(value) not in _LABEL_TYPES and not isinstance(value, np.integer):
-        raise BatchError(f"{where}: field {name!r} is {value!r} ({type(value).__name__}); it must be a "
-                         "string or an integer. Fix: write it as a JSON string.")
-    return value
+def check_label(where: str, name: str, value: Any) -> str:
+    """A task id, model name or seed as a string (an integer as its decimal string); else refused."""
+    return as_label(where, name, value)
+
+
+def check_threshold(threshold: Any) -> float:
+    """The pass threshold as a float; a NaN or infinite one would make every row fail (or pass) silently."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(threshold):
+        raise ConfigError(f"threshold={threshold!r} must be a finite number: a row passes when reward >= "
+                          f"threshold (left out: {THRESHOLD:g}, when every reward is 0 or 1).")
+    return float(threshold)
+
+
+def pass_threshold(rewards: np.ndarray, threshold: float | None, source: str = "rows") -> float:
+    """The threshold a pass is measured against: ``threshold`` when given, else 1.0 if every reward is
+    0 or 1. Any other reward without a threshold is refused: reading a 0-10 grade or partial credit
+    as pass/fail at 1.0 would be a guess, and every rate, band and route downstream would rest on it."""
+    if threshold is not None:
+        return check_threshold(threshold)
+    other = (rewards != 0.0) & (rewards != 1.0)
+    if not other.any():
+        return THRESHOLD
+    first = int(np.argmax(other))
+    raise ConfigError(
+        f"{source}: the rewards are not all 0 or 1 ({int(other.sum())} of {len(rewards)} rows score something "
+        f"else, from {rewards.min():g} to {rewards.max():g}; the first is {rewards[first]:g}), so which rows "
+        "pass is not known. Fix: say what a pass is, threshold= in Python or --threshold on the command line "
+        "(a row passes when reward >= threshold), e.g. the full mark for a 0-10 grader.")
 
 
 def check_truncated(where: str, value: Any) -> bool:
@@ -217,8 +317,10 @@ class GradedRows:
     """Graded rows as columns: one entry per row (``_R``), labels coded as integers.
 
     ``task_R[i]`` indexes ``task_ids``; ``model_R[i]`` indexes ``models`` (-1 where the row has no
-    ``model``); ``seed_R`` likewise for ``seeds`` (integer arrays, int32 when read from a file). ``length_R`` and ``line_R`` are filled only when
-    asked for (DPO pairs, ``wai select --out``). ``source`` names the file or "rows".
+    ``model``); ``seed_R`` likewise for ``seeds`` (integer arrays, int32 when read from a file). Labels
+    are strings. ``length_R`` and ``line_R`` are filled only when asked for (DPO pairs, ``wai select
+    --out``, ``compare``). ``source`` names the file or "rows"; ``path`` is the file (None for rows
+    given as dicts, which ``rows`` then holds). ``keys`` is every key seen on any row.
     """
 
     task_R: np.ndarray
@@ -232,10 +334,52 @@ class GradedRows:
     length_R: np.ndarray | None = None
     line_R: np.ndarray | None = None
     source: str = "rows"
+    path: str | None = None
+    keys: frozenset[str] = frozenset()
+    rows: tuple[Mapping[str, Any], ...] | None = field(default=None, repr=False)
 
     @property
     def n_rows(self) -> int:
         return len(self.reward_R)
+
+    @property
+    def unknown_fields(self) -> tuple[str, ...]:
+        """Keys on the rows that nothing in whileai reads (``whileai.rows.batch.KNOWN_FIELDS``)."""
+        return unknown_fields(self.keys)
+
+    @property
+    def field_notes(self) -> tuple[str, ...]:
+        """Notes on the unknown keys, each near miss of a known key by name (e.g. 'behaviour_logprobs')."""
+        return unknown_field_notes(self.unknown_fields)
+
+    def where(self, i: int) -> str:
+        """Row ``i`` as an error names it: "FILE, line N" (1-based, as the file counts lines), "FILE, row N"
+        for Parquet (1-based), or "row i" (the index in the list of dicts given)."""
+        if self.path is None:
+            return f"row {i}"
+        unit = "row" if Path(self.path).suffix in (".parquet", ".pq") else "line"
+        number = int(self.line_R[i]) if self.line_R is not None else i + 1
+        return f"{self.path}, {unit} {number}"
+
+    def passes(self, threshold: float | None = None) -> list[dict[str, Any]]:
+        """The passing rows (reward >= threshold) as whole dicts, in order: what SFT trains on.
+
+        Truncated passes are included (``truncated_passes`` counts them; fix the reward first).
+        Read again from the file, or taken from the dicts these columns were built from.
+        """
+        return self._rows_where(self.reward_R >= pass_threshold(self.reward_R, threshold, self.source))
+
+    def fails(self, threshold: float | None = None) -> list[dict[str, Any]]:
+        """The failing rows (reward < threshold) as whole dicts, in order."""
+        return self._rows_where(self.reward_R < pass_threshold(self.reward_R, threshold, self.source))
+
+    def _rows_where(self, mask_R: np.ndarray) -> list[dict[str, Any]]:
+        if self.rows is not None:
+            return [dict(self.rows[i]) for i in np.flatnonzero(mask_R)]
+        if self.path is None:
+            raise ConfigError("these graded rows were built from arrays (GradedRows.from_arrays), so there are no "
+                              "rows to return. Fix: load them with wai.load_graded(path), or pass the row dicts.")
+        return [row for row, wanted in zip((r for _, r in _records(self.path, None)), mask_R) if wanted]
 
     @property
     def n_tasks(self) -> int:
@@ -250,58 +394,86 @@ class GradedRows:
         bad = np.flatnonzero(~np.isfinite(rewards_arr))
         if bad.size:
             raise BatchError(f"row {bad[0]}: field 'reward' is {rewards_arr[bad[0]]}; it must be finite.")
-        labels, task_R = np.unique(np.asarray(task_ids), return_inverse=True)
+        labels, task_R = _unique_labels("task_id", task_ids)
         n = len(rewards_arr)
         if len(task_R) != n:
             raise BatchError(f"{len(task_R)} task ids for {n} rewards; give one task id per row.")
         trunc = np.zeros(n, bool) if truncated is None else np.asarray(truncated, dtype=bool)
+        model_labels: tuple[str, ...] = ()
         if models is None:
-            model_R, model_labels = np.full(n, -1, np.int64), ()
+            model_R = np.full(n, -1, np.int64)
         else:
-            names, model_R = np.unique(np.asarray(models), return_inverse=True)
-            model_labels = tuple(names.tolist())
-        return cls(task_R.astype(np.int64), tuple(labels.tolist()), rewards_arr, trunc, model_R.astype(np.int64),
+            model_labels, model_R = _unique_labels("model", models)
+        return cls(task_R.astype(np.int64), labels, rewards_arr, trunc, model_R.astype(np.int64),
                    model_labels, np.full(n, -1, np.int64), ())
 
 
-class _ColumnBuilder:
-    """Collects the graded fields row by row into compact arrays."""
+def _unique_labels(name: str, values: Sequence[Any] | np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    """(labels as strings, each value's index into them); integers become their decimal strings."""
+    arr = values if isinstance(values, np.ndarray) and values.dtype.kind in "iuU" else np.array(
+        [as_label(f"row {i}", name, v) for i, v in enumerate(values)], dtype=str)
+    labels, index = np.unique(arr, return_inverse=True)
+    return tuple(str(v) for v in labels.tolist()), np.ravel(index)
 
-    def __init__(self, source: str, need_length: bool, keep_lines: bool, need_seed: bool) -> None:
-        self.source = source
+
+class _ColumnBuilder:
+    """Collects the graded fields row by row into compact arrays; bad rows go to ``problems``."""
+
+    def __init__(self, source: str, need_length: bool, keep_lines: bool, need_seed: bool,
+                 path: str | None = None) -> None:
+        self.source, self.path = source, path
         self.tasks, self.models, self.seeds = _Codes(), _Codes(), _Codes()
         self.rewards = array("d")
         self.truncated = array("b")
         self.lengths: array[int] | None = array("q") if need_length else None
         self.lines: array[int] | None = array("q") if keep_lines else None
         self.need_seed = need_seed
+        self.keys: set[str] = set()
+        self.problems = Problems(source)
 
     def add(self, where: str, row: Mapping[str, Any], lineno: int = 0) -> None:
-        if "task_id" not in row:
-            raise BatchError(_missing(where, "task_id"))
-        self.tasks.add(check_label(where, "task_id", row["task_id"]))
-        if "reward" not in row:
-            raise BatchError(_missing(where, "reward"))
-        self.rewards.append(check_reward(where, row["reward"]))
-        truncated = row.get("truncated", False)
-        self.truncated.append(truncated if truncated is False else check_truncated(where, truncated))
-        model = row.get("model")
+        """Check every graded field of ``row`` first, then append them all (or record why not)."""
+        try:
+            values = self._checked(where, row)
+        except BatchError as err:
+            self.problems.add(err)
+            return
+        task, reward, truncated, model, seed, length = values
+        self.keys.update(row)
+        self.tasks.add(task)
+        self.rewards.append(reward)
+        self.truncated.append(truncated)
         if model is None:
             self.models.codes.append(-1)
         else:
-            self.models.add(check_label(where, "model", model))
+            self.models.add(model)
         if self.need_seed:
-            seed = row.get("seed")
             if seed is None:
                 self.seeds.codes.append(-1)
             else:
-                self.seeds.add(check_label(where, "seed", seed))
+                self.seeds.add(seed)
         if self.lengths is not None:
-            self.lengths.append(row_length(where, row))
+            self.lengths.append(length)
         if self.lines is not None:
             self.lines.append(lineno)
 
-    def build(self) -> GradedRows:
+    def _checked(self, where: str, row: Mapping[str, Any]) -> tuple[str, float, bool, Any, Any, int]:
+        for name in ("task_id", "reward"):
+            if name not in row:
+                raise BatchError(_missing(where, name))
+        task = check_label(where, "task_id", row["task_id"])
+        reward = check_reward(where, row["reward"])
+        truncated = row.get("truncated", False)
+        truncated = truncated if truncated is False else check_truncated(where, truncated)
+        model = None if row.get("model") is None else check_label(where, "model", row["model"])
+        seed = None if not self.need_seed or row.get("seed") is None else check_label(where, "seed", row["seed"])
+        length = row_length(where, row) if self.lengths is not None else 0
+        return task, reward, truncated, model, seed, length
+
+    def build(self, rows: tuple[Mapping[str, Any], ...] | None = None) -> GradedRows:
+        """The columns; raises one ``BatchError`` listing every bad row if there was any."""
+        self.problems.raise_if_any()
+
         # the arrays share memory with the typed arrays they were collected in: no copy
         def ints(values: array[int]) -> np.ndarray:
             dtype = np.int32 if values.typecode == "i" else np.int64
@@ -314,7 +486,7 @@ class _ColumnBuilder:
             np.frombuffer(self.rewards, np.float64) if n else np.zeros(0), np.frombuffer(self.truncated, np.bool_)
             if n else np.zeros(0, bool), ints(self.models.codes), self.models.labels(), seed_R, self.seeds.labels(),
             None if self.lengths is None else ints(self.lengths), None if self.lines is None else ints(self.lines),
-            self.source)
+            self.source, self.path, frozenset(self.keys), rows)
 
 
 def load_graded(path: PathLike, *, lengths: bool = False, lines: bool = False,
@@ -323,35 +495,48 @@ def load_graded(path: PathLike, *, lengths: bool = False, lines: bool = False,
 
     ``task_id`` and ``reward`` are required on every row; ``truncated`` (default false) and
     ``model`` are optional. ``lengths=True`` also keeps each row's length (DPO pairs), ``lines=True``
-    its line number (to copy kept lines out), ``seeds=True`` its ``seed`` label (``compare``).
+    its line number (to copy kept lines out, to name a row by its line), ``seeds=True`` its ``seed``
+    label (``compare``). Every bad line is listed, in file order, in one ``BatchError``.
     """
-    builder = _ColumnBuilder(str(path), lengths, lines, seeds)
+    builder = _ColumnBuilder(str(path), lengths, lines, seeds, str(path))
     if Path(path).suffix in (".parquet", ".pq"):
         fields = (*GRADED_FIELDS, "seed", *(LENGTH_FIELDS if lengths else ()))
         for number, (where, row) in enumerate(_parquet_records(Path(path), fields), start=1):
             builder.add(where, row, number)
-        return builder.build()
-    with open_jsonl(path) as handle:
-        if lengths:
-            for lineno, line in enumerate(handle, start=1):
-                if line.strip():
-                    where = f"{path}, line {lineno}"
-                    builder.add(where, _parse_line(where, line), lineno)
-        else:
-            _fast_jsonl(handle, path, builder)
-    if not builder.rewards:
+        builder.keys.update(_parquet_names(Path(path)))
+    else:
+        with open_jsonl(path) as handle:
+            if lengths:
+                for lineno, line in enumerate(handle, start=1):
+                    if line.strip():
+                        _slow_line(builder, path, lineno, line)
+            else:
+                _fast_jsonl(handle, path, builder)
+    if not builder.rewards and not builder.problems.count:
         raise BatchError(f"{path}: no rows. Fix: one graded row per line, e.g. "
                          "{\"task_id\": \"t1\", \"reward\": 1.0}.")
     return builder.build()
 
 
+def _slow_line(builder: _ColumnBuilder, path: PathLike, lineno: int, line: str) -> None:
+    """Parse and add one line through the checks that say what is wrong (recorded, not raised)."""
+    where = f"{path}, line {lineno}"
+    try:
+        row = _parse_line(where, line)
+    except BatchError as err:
+        builder.problems.add(err)
+        return
+    builder.add(where, row, lineno)
+
+
 def _fast_jsonl(handle: IO[str], path: PathLike, builder: _ColumnBuilder) -> None:
     """The common case of ``load_graded``, inlined: rows whose fields are all well formed go straight
-    into the columns; any line that is not goes through ``builder.add``, which names what is wrong."""
+    into the columns; any line that is not goes through ``_slow_line``, which names what is wrong."""
     decode = json.JSONDecoder().decode
     tasks, models, seeds = builder.tasks.index, builder.models.index, builder.seeds.index
     task_codes, model_codes, seed_codes = builder.tasks.codes, builder.models.codes, builder.seeds.codes
     rewards, truncs, lines, need_seed = builder.rewards, builder.truncated, builder.lines, builder.need_seed
+    keys = builder.keys
     for lineno, line in enumerate(handle, start=1):
         try:
             row = decode(line)
@@ -360,16 +545,19 @@ def _fast_jsonl(handle: IO[str], path: PathLike, builder: _ColumnBuilder) -> Non
             kind = type(reward)
             if (kind is not float and kind is not int) or reward - reward != 0.0:  # NaN and inf fail here
                 raise ValueError
-            if (truncated is not False and truncated is not True) or type(task) not in _LABEL_TYPES:
+            if truncated is not False and truncated is not True:
                 raise ValueError
-            if (model is not None and type(model) not in _LABEL_TYPES) or (
-                    seed is not None and type(seed) not in _LABEL_TYPES):
-                raise ValueError
+            if type(task) is not str:  # labels are strings: an integer becomes its decimal string
+                task = _int_label(task)
+            if model is not None and type(model) is not str:
+                model = _int_label(model)
+            if seed is not None and type(seed) is not str:
+                seed = _int_label(seed)
         except Exception:  # noqa: BLE001 - the slow path below says exactly what was wrong
             if line.strip():
-                where = f"{path}, line {lineno}"
-                builder.add(where, _parse_line(where, line), lineno)
+                _slow_line(builder, path, lineno, line)
             continue
+        keys.update(row)
         code = tasks.get(task)
         if code is None:
             code = tasks[task] = len(tasks)
@@ -395,22 +583,33 @@ def _fast_jsonl(handle: IO[str], path: PathLike, builder: _ColumnBuilder) -> Non
             lines.append(lineno)
 
 
+def _int_label(value: Any) -> str:
+    if type(value) is not int:
+        raise ValueError
+    return str(value)
+
+
 def as_graded(rows: GradedRows | PathLike | Iterable[Mapping[str, Any]], *, lengths: bool = False,
-              seeds: bool = False) -> GradedRows:
-    """``GradedRows`` from columns as they are, a file path, or an iterable of row dicts."""
+              seeds: bool = False, lines: bool = False) -> GradedRows:
+    """``GradedRows`` from columns as they are, a file path, or an iterable of row dicts.
+
+    Every bad row is listed, in order, in one ``BatchError``; dict rows are kept (``passes()``).
+    """
     if isinstance(rows, GradedRows):
         return rows
     if isinstance(rows, (str, os.PathLike)):
-        return load_graded(rows, lengths=lengths, seeds=seeds)
-    builder = _ColumnBuilder("rows", lengths, False, seeds)
-    for i, row in enumerate(rows):
+        return load_graded(rows, lengths=lengths, seeds=seeds, lines=lines)
+    dicts = tuple(rows)
+    builder = _ColumnBuilder("rows", lengths, lines, seeds)
+    for i, row in enumerate(dicts):
         if not isinstance(row, Mapping):
-            raise BatchError(f"row {i}: a {type(row).__name__} where a dict was expected; give each row as "
-                             "a dict with 'task_id' and 'reward'.")
+            builder.problems.add(BatchError(f"row {i}: a {type(row).__name__} where a dict was expected; give "
+                                            "each row as a dict with 'task_id' and 'reward'."))
+            continue
         builder.add(f"row {i}", row, i)
-    if not builder.rewards:
+    if not dicts:
         raise BatchError("no rows: give at least one graded row (a dict with 'task_id' and 'reward').")
-    return builder.build()
+    return builder.build(dicts)
 
 
 # --------------------------------------------------------------------------- writing

@@ -22,8 +22,8 @@ import numpy as np
 
 from whileai.errors import ConfigError
 from whileai.rows.checks import expected_split_share, model_mix
-from whileai.rows.io import GradedRows, as_graded, load_rows
-from whileai.rows.stats import THRESHOLD, Rows, check_threshold, format_table, mean_interval, task_counts
+from whileai.rows.io import GradedRows, as_graded, load_rows, pass_threshold, plural
+from whileai.rows.stats import Rows, format_table, pass_at, task_counts
 
 MODES: tuple[str, ...] = ("rl", "sft", "dpo")
 
@@ -52,12 +52,13 @@ class Selection:
                 "notes": list(self.notes)}
 
     def __str__(self) -> str:
-        what = f"{len(self.pairs)} pairs" if self.mode == "dpo" else f"kept {len(self.kept_R)} of {self.n_rows} rows"
-        return "\n".join([f"select(mode={self.mode!r}): {what} ({self.n_tasks} tasks)"]
+        what = (plural(len(self.pairs), "pair") if self.mode == "dpo"
+                else f"kept {len(self.kept_R)} of {plural(self.n_rows, 'row')}")
+        return "\n".join([f"select(mode={self.mode!r}): {what} ({plural(self.n_tasks, 'task')})"]
                          + [f"  {note}" for note in self.notes])
 
 
-def select(rows: Rows, mode: str = "rl", threshold: float = THRESHOLD) -> Selection:
+def select(rows: Rows, mode: str = "rl", threshold: float | None = None) -> Selection:
     """Keep the rows that teach ``mode`` ("rl", "sft" or "dpo"); ``notes`` says what went and why."""
     if mode not in MODES:
         raise ConfigError(f"select: mode={mode!r} is not one of {', '.join(map(repr, MODES))}.")
@@ -75,10 +76,10 @@ def select(rows: Rows, mode: str = "rl", threshold: float = THRESHOLD) -> Select
     return Selection(mode, kept, pairs, graded.n_rows, graded.n_tasks, tuple(notes), out)
 
 
-def select_indices(graded: GradedRows, mode: str, threshold: float = THRESHOLD
+def select_indices(graded: GradedRows, mode: str, threshold: float | None = None
                    ) -> tuple[np.ndarray, tuple[tuple[int, int], ...], list[str]]:
     """(kept row indices, dpo pairs, notes) for ``mode``; the column form ``wai select`` streams."""
-    threshold = check_threshold(threshold)
+    threshold = pass_threshold(graded.reward_R, threshold, graded.source)
     if mode in ("rl", "sft"):
         kept, notes = (_select_rl if mode == "rl" else _select_sft)(graded, threshold)
         return kept, (), notes
@@ -95,16 +96,16 @@ def _select_rl(graded: GradedRows, threshold: float) -> tuple[np.ndarray, list[s
     unanimous = all_fail | all_pass
     keep = ~unanimous[graded.task_R]
     dropped = int(np.count_nonzero(~keep))
-    notes = [f"dropped {dropped} rows of {int(unanimous.sum())} unanimous tasks ({int(all_fail.sum())} all "
+    notes = [f"dropped {plural(dropped, 'row')} of {plural(int(unanimous.sum()), 'unanimous task')} ({int(all_fail.sum())} all "
              f"fail, {int(all_pass.sum())} all pass): a group that agrees has advantage 0 on every "
              "rollout, so it teaches a grouped method nothing"]
     singles = int(np.count_nonzero(samples == 1))
     if singles:
-        notes.append(f"{singles} tasks have a single rollout, and a group of one always agrees with itself: "
+        notes.append(f"{plural(singles, 'task')} {'has' if singles == 1 else 'have'} a single rollout, and a group of one always agrees with itself: "
                      "sample k >= 4 per task, or use a batch-baseline method (FlashReinforce, SAO, BPCO)")
     cut = int(np.count_nonzero(graded.truncated_R & (graded.reward_R >= threshold) & keep))
     if cut:
-        notes.append(f"{cut} kept rows are truncated passes: a reply cut at the token cap scored; fix the "
+        notes.append(f"{plural(cut, 'kept row')} {'is a truncated pass' if cut == 1 else 'are truncated passes'}: a reply cut at the token cap scored; fix the "
                      "reward before training on them")
     return np.flatnonzero(keep), notes
 
@@ -113,9 +114,9 @@ def _select_sft(graded: GradedRows, threshold: float) -> tuple[np.ndarray, list[
     passed = graded.reward_R >= threshold
     cut = passed & graded.truncated_R
     keep = passed & ~cut
-    notes = [f"dropped {int(np.count_nonzero(~passed))} failing rows (reward < {threshold:g})"]
+    notes = [f"dropped {plural(int(np.count_nonzero(~passed)), 'failing row')} (reward < {threshold:g})"]
     if cut.any():
-        notes.append(f"dropped {int(cut.sum())} truncated passes: a reply cut at the token cap should not "
+        notes.append(f"dropped {plural(int(cut.sum()), 'truncated pass', 'truncated passes')}: a reply cut at the token cap should not "
                      "score, and training on it teaches running to the cap; fix the reward")
     return np.flatnonzero(keep), notes
 
@@ -133,8 +134,8 @@ def _select_dpo(graded: GradedRows, threshold: float) -> tuple[list[tuple[int, i
     pairs.sort()
     gaps = [abs(int(graded.length_R[c]) - int(graded.length_R[r])) for c, r in pairs]
     used = 2 * len(pairs)
-    notes = [f"built {len(pairs)} pairs (a pass and a fail of the same task, closest lengths first); "
-             f"{graded.n_rows - used} rows left unpaired (a task's surplus passes or fails, tasks with no "
+    notes = [f"built {plural(len(pairs), 'pair')} (a pass and a fail of the same task, closest lengths first); "
+             f"{plural(graded.n_rows - used, 'row')} left unpaired (a task's surplus passes or fails, tasks with no "
              "pass or no fail" + (", truncated passes" if (graded.truncated_R & ~failed).any() else "") + ")"]
     if pairs:
         notes.append(f"length gap per pair: median {float(np.median(gaps)):g}, max {max(gaps)}")
@@ -170,7 +171,8 @@ class SelectionReport:
     rollouts_max: int
     threshold: float
     pass_at_1: float
-    ci95: tuple[float, float]
+    ci95: tuple[float, float]  # for the task population
+    ci95_fixed: tuple[float, float]  # for this fixed benchmark (rollout noise only)
     tasks_all_fail: int
     tasks_split: int
     tasks_all_pass: int
@@ -180,6 +182,7 @@ class SelectionReport:
     truncated_passes: int
     model_mix: dict[str, int]
     keeps: dict[str, dict[str, int]]
+    notes: tuple[str, ...] = ()  # e.g. fields on the rows that nothing reads
 
     @property
     def band(self) -> str:
@@ -191,7 +194,7 @@ class SelectionReport:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        out["ci95"] = list(self.ci95)
+        out["ci95"], out["ci95_fixed"], out["notes"] = list(self.ci95), list(self.ci95_fixed), list(self.notes)
         out["band"] = self.band
         out["expected_split_share"] = {str(k): v for k, v in self.expected_split_share.items()}
         return out
@@ -199,10 +202,11 @@ class SelectionReport:
     def __str__(self) -> str:
         k = (f"{self.rollouts_min}" if self.rollouts_min == self.rollouts_max
              else f"{self.rollouts_min}-{self.rollouts_max}")
-        lo, hi = self.ci95
-        head = [f"{self.n_rows} rows, {self.n_tasks} tasks, {k} rollouts per task (a pass is reward >= "
-                f"{self.threshold:g})",
-                f"pass@1 {self.pass_at_1:.3f} [{lo:.3f}, {hi:.3f}] (95%, clustered by task); band: {self.band}", ""]
+        (lo, hi), (f_lo, f_hi) = self.ci95, self.ci95_fixed
+        head = [f"{plural(self.n_rows, 'row')}, {plural(self.n_tasks, 'task')}, {k} "
+                f"{'rollout' if k == '1' else 'rollouts'} per task (a pass is reward >= {self.threshold:g})",
+                f"pass@1 {self.pass_at_1:.3f} [{lo:.3f}, {hi:.3f}] (95%, for the task population; [{f_lo:.3f}, "
+                f"{f_hi:.3f}] for this fixed benchmark); band: {self.band}", ""]
         share = lambda n: f"{n / self.n_tasks:.1%}"  # noqa: E731
         bands = format_table([("tasks", "count", "share"), ("all fail", str(self.tasks_all_fail),
                               share(self.tasks_all_fail)), ("split", str(self.tasks_split), share(self.tasks_split)),
@@ -212,19 +216,22 @@ class SelectionReport:
             at = "   ".join(f"k={kk} {v:.1%}" for kk, v in self.expected_split_share.items())
             more = ["split share expected of fresh rollouts (plug-in from each task's rate; on the low side, a task "
                     "seen unanimous counts as never splitting):", f"  {at}   (raising k buys the difference)", ""]
-        trunc = [f"truncated: {self.truncated_rows} rows, {self.truncated_passes} of them pass"
+        trunc = [f"truncated: {plural(self.truncated_rows, 'row')}, {self.truncated_passes} of them pass"
                  + ("  <- fix the reward first: a cut-off reply scores" if self.truncated_passes else "")]
         models = format_table([("model", "rows")] + [(m, str(n)) for m, n in self.model_mix.items()])
-        keeps = format_table([("mode", "keeps")] + [(mode, ", ".join(f"{n} {what}" for what, n in kept.items()))
+        keeps = format_table([("mode", "keeps")] + [(mode, ", ".join(plural(n, what[:-1]) for what, n in kept.items()))
                                                    for mode, kept in self.keeps.items()])
-        return "\n".join(head + [bands, ""] + more + trunc + ["", models, "", keeps])
+        notes = ["", *(f"note: {note}" for note in self.notes)] if self.notes else []
+        return "\n".join(head + [bands, ""] + more + trunc + ["", models, "", keeps] + notes)
 
 
-def selection_report(rows: Rows, threshold: float = THRESHOLD) -> SelectionReport:
+def selection_report(rows: Rows, threshold: float | None = None) -> SelectionReport:
     """Count what the rows hold: bands, split share, truncation, models, and each mode's keep."""
     graded = as_graded(rows)
-    samples, passes = task_counts(graded, threshold)
-    rates = passes / samples
+    rate = pass_at(graded, threshold=threshold)
+    threshold = rate.threshold
+    samples, passes = rate.samples_T, rate.passes_T
+    rates = rate.rates_T
     all_fail, all_pass = int(np.count_nonzero(passes == 0)), int(np.count_nonzero(passes == samples))
     split = graded.n_tasks - all_fail - all_pass
     k_min, k_max = int(samples.min()), int(samples.max())
@@ -237,6 +244,6 @@ def selection_report(rows: Rows, threshold: float = THRESHOLD) -> SelectionRepor
     keeps = {"rl": {"rows": int(samples[split_T].sum()), "tasks": int(split_T.sum())},
              "sft": {"rows": int(np.count_nonzero((graded.reward_R >= threshold) & ~graded.truncated_R))},
              "dpo": {"pairs": int(np.minimum(clean_passes, samples - passes).sum())}}
-    return SelectionReport(graded.n_rows, graded.n_tasks, k_min, k_max, threshold, float(rates.mean()),
-                           mean_interval(rates), all_fail, split, all_pass, split / graded.n_tasks, more,
-                           int(graded.truncated_R.sum()), int(cut.sum()), model_mix(graded), keeps)
+    return SelectionReport(graded.n_rows, graded.n_tasks, k_min, k_max, threshold, rate.pass_at_1, rate.ci95,
+                           rate.ci95_fixed, all_fail, split, all_pass, split / graded.n_tasks, more,
+                           int(graded.truncated_R.sum()), int(cut.sum()), model_mix(graded), keeps, graded.field_notes)

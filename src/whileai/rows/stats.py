@@ -1,10 +1,18 @@
 """Pass rates with task-clustered intervals, held-out sizing, and paired comparisons.
 
 Tasks are the unit everywhere here. The rollouts of one task are not independent draws from the
-eval (they share the prompt), so an interval over rows is too narrow; every interval below is a
-Student-t interval over per-task values, which treats the tasks as a sample from the population
-of tasks the eval stands for. A pass is ``reward >= threshold`` (default 1.0), so fractional
-rewards work: 0.7 with ``threshold=0.5`` passes.
+eval (they share the prompt), so an interval over rows is too narrow. Two questions, two intervals
+for a pass rate (``PassAt``):
+
+* ``ci95``, the task population: the tasks are a sample of the tasks the eval stands for, and a
+  new sample of tasks would give another rate. A Wilson score interval at the effective sample
+  size the per-task spread implies, with a small-sample correction (Korn and Graubard 1998).
+* ``ci95_fixed``, this fixed benchmark: the tasks are the eval, and only the rollouts' sampling
+  noise moves the rate. A Wilson score interval at the effective size ``T**2 / sum(k / n_i)``.
+
+A paired comparison (``compare``) uses a Student-t interval over per-task differences. A pass is
+``reward >= threshold``; the threshold may be left out only when every reward is 0 or 1
+(``pass_threshold``), so a 0-10 grade or partial credit is never read as pass/fail by a guess.
 """
 
 from __future__ import annotations
@@ -20,10 +28,9 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
-from whileai.rows.io import GradedRows, as_graded
+from whileai.rows.io import GradedRows, as_graded, pass_threshold, plural
 
 # One place for the defaults every function here reads.
-THRESHOLD = 1.0  # a row passes when reward >= THRESHOLD
 CONFIDENCE = 0.95  # two-sided confidence of every interval
 POWER = 0.8  # the chance holdout_size promises of seeing a real effect
 
@@ -66,26 +73,130 @@ def _t_cdf(x: float, df: float) -> float:
 
 def mean_interval(values: np.ndarray, bounds: tuple[float, float] = (0.0, 1.0),
                   confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """Student-t interval for the mean of per-task values, clipped to ``bounds``.
+    """Student-t interval for the mean of per-task values, clipped to ``bounds`` (``compare``'s).
 
-    One task says nothing about the spread, so its interval is all of ``bounds``. When every task
-    has the same value ``v`` (every task fails, every task passes, every task 1 of 2) the spread is
-    zero and a t-interval would be a point. The interval is then exact and distribution-free: with
-    ``confidence``, the share of tasks whose value is not ``v`` is at most ``u = 1 - (alpha/2)**(1/n)``
-    (Clopper-Pearson for 0 of n), and those tasks can move the mean at most ``u`` of the way to
-    either bound: ``[v - u (v - lo), v + u (hi - v)]``.
+    One task says nothing about the spread, so its interval is all of ``bounds``. A zero spread
+    gets the exact interval of ``_zero_spread``.
     """
     n = len(values)
-    mean = float(values.mean())
     if n < 2:
         return bounds
     sd = float(values.std(ddof=1))
-    alpha = 1.0 - confidence
     if sd == 0.0:
-        share = 1.0 - (alpha / 2) ** (1.0 / n)
-        return mean - share * (mean - bounds[0]), mean + share * (bounds[1] - mean)
-    half = t_quantile(1.0 - alpha / 2, n - 1) * sd / math.sqrt(n)
+        return _zero_spread(values, bounds, confidence)
+    mean = float(values.mean())
+    half = t_quantile(1.0 - (1.0 - confidence) / 2, n - 1) * sd / math.sqrt(n)
     return max(bounds[0], mean - half), min(bounds[1], mean + half)
+
+
+def _zero_spread(values: np.ndarray, bounds: tuple[float, float], confidence: float) -> tuple[float, float]:
+    """Every task has the same value ``v`` (every task fails, every task passes, every task 1 of 2):
+    a spread-based interval would be a point. This one is exact and distribution-free: with
+    ``confidence``, the share of tasks whose value is not ``v`` is at most ``u = 1 - (alpha/2)**(1/n)``
+    (Clopper-Pearson for 0 of n), and those tasks move the mean at most ``u`` of the way to either
+    bound: ``[v - u (v - lo), v + u (hi - v)]``."""
+    mean = float(values.mean())
+    share = 1.0 - ((1.0 - confidence) / 2) ** (1.0 / len(values))
+    return mean - share * (mean - bounds[0]), mean + share * (bounds[1] - mean)
+
+
+def wilson(rate: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Wilson's score interval for a rate measured as if from ``n`` independent pass/fail draws
+    (``n`` need not be whole). Never a point, never outside [0, 1]; right-skewed near 0 and
+    left-skewed near 1, as the sampling distribution of a rate is."""
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2)
+    denom = 1.0 + z * z / n
+    center = (rate + z * z / (2 * n)) / denom
+    half = z * math.sqrt(rate * (1.0 - rate) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, center - half), min(1.0, center + half)
+
+
+def clopper_pearson(rate: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Clopper-Pearson's interval for ``rate`` measured from ``n`` pass/fail draws (``n`` and the pass
+    count ``rate * n`` need not be whole): the Beta(x, n - x + 1) and Beta(x + 1, n - x) quantiles."""
+    alpha = 1.0 - confidence
+    passes = rate * n
+    lo = 0.0 if passes <= 0.0 else beta_quantile(alpha / 2, passes, n - passes + 1.0)
+    hi = 1.0 if passes >= n else beta_quantile(1.0 - alpha / 2, passes + 1.0, n - passes)
+    return lo, hi
+
+
+def beta_quantile(q: float, a: float, b: float) -> float:
+    """The q-quantile of Beta(a, b): the regularized incomplete beta inverted by bisection (1e-15)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if incomplete_beta(mid, a, b) < q else (lo, mid)
+    return 0.5 * (lo + hi)
+
+
+def incomplete_beta(x: float, a: float, b: float) -> float:
+    """I_x(a, b), the Beta(a, b) CDF at x: Lentz's continued fraction (Press et al., Numerical
+    Recipes, 3rd ed., section 6.4), on the side of x where it converges fast."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_fraction(x, a, b) / a
+    return 1.0 - math.exp(log_front) * _beta_fraction(1.0 - x, b, a) / b
+
+
+def _beta_fraction(x: float, a: float, b: float) -> float:
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return result
+
+
+def population_interval(values_T: np.ndarray, n_rows: int,
+                        confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Interval for the mean of per-task rates in [0, 1], the tasks a sample of a task population.
+
+    Korn and Graubard (1998, "Confidence intervals for proportions with small expected number of
+    positive counts estimated from survey data", Survey Methodology 24(2)): the per-task spread
+    ``s`` gives the variance ``s**2 / T`` of the mean, and so an effective sample size
+    ``n_eff = r (1 - r) / (s**2 / T)`` (capped at the number of rows); ``n_eff`` shrinks by
+    ``(z / t_{T-1})**2`` for the few tasks the spread is estimated from, and the interval is
+    Clopper-Pearson's at that size. Unlike a t-interval it is skewed the way a rate near 0 or 1
+    is, which is where a t-interval over few tasks falls short (measured in
+    ``tests/rows/test_rows_stats.py``; the numbers are in ``docs/rows.md``).
+    """
+    n = len(values_T)
+    if n < 2:
+        return 0.0, 1.0
+    variance = float(values_T.var(ddof=1))
+    if variance == 0.0:
+        return _zero_spread(values_T, (0.0, 1.0), confidence)
+    rate = float(values_T.mean())
+    q = 1.0 - (1.0 - confidence) / 2
+    n_eff = min(rate * (1.0 - rate) * n / variance, float(n_rows))
+    return clopper_pearson(rate, n_eff * (NormalDist().inv_cdf(q) / t_quantile(q, n - 1)) ** 2, confidence)
+
+
+def fixed_interval(rate: float, samples_T: np.ndarray, k: int = 1,
+                   confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """Interval for pass@k on this fixed set of tasks: only the rollouts' sampling noise counts.
+
+    Task i's unbiased pass@k from ``n_i`` rollouts is a U-statistic of order k, so its variance is
+    at most ``(k / n_i) q_i (1 - q_i)`` (Hoeffding 1948), ``q_i`` its true pass@k; and over tasks
+    ``mean q_i (1 - q_i) <= q (1 - q)`` (concavity), ``q`` the mean. So with equal rollouts per task
+    the variance of the mean is at most ``q (1 - q) / n_fixed``, ``n_fixed = T**2 / sum(k / n_i)``,
+    and the interval is Wilson's at ``n_fixed``: right when every task has the same rate, wider
+    the more the tasks' rates differ (with unequal rollouts, ``n_fixed`` is an approximation).
+    """
+    n_fixed = len(samples_T) ** 2 / float(np.sum(k / samples_T))
+    return wilson(rate, n_fixed, confidence)
 
 
 # --------------------------------------------------------------------------- pass@k
@@ -105,10 +216,12 @@ def _pass_at_k_per_task(samples_T: np.ndarray, passes_T: np.ndarray, k: int) -> 
 
 @dataclass(frozen=True, eq=False)
 class PassAt:
-    """Pass rates of graded rows, per task and overall, with a task-clustered 95% interval.
+    """Pass rates of graded rows, per task and overall, with two 95% intervals.
 
-    ``value`` is pass@k at the ``k`` asked for and ``ci95`` its interval; ``pass_at_1`` is the mean
-    over tasks of each task's pass rate; ``per_task`` maps task id to that rate.
+    ``value`` is pass@k at the ``k`` asked for; ``ci95`` its interval for the task population (the
+    tasks a sample of the tasks the eval stands for), ``ci95_fixed`` for this fixed benchmark (only
+    the rollouts' noise). ``pass_at_1`` is the mean over tasks of each task's pass rate;
+    ``per_task`` maps task id to that rate.
     """
 
     k: int
@@ -119,11 +232,13 @@ class PassAt:
     n_rows: int
     value: float = field(init=False)
     ci95: tuple[float, float] = field(init=False)
+    ci95_fixed: tuple[float, float] = field(init=False)
 
     def __post_init__(self) -> None:
         per_task = self.per_task_at(self.k)
         object.__setattr__(self, "value", float(per_task.mean()))
-        object.__setattr__(self, "ci95", mean_interval(per_task))
+        object.__setattr__(self, "ci95", population_interval(per_task, self.n_rows))
+        object.__setattr__(self, "ci95_fixed", fixed_interval(self.value, self.samples_T, self.k))
 
     @property
     def n_tasks(self) -> int:
@@ -149,7 +264,7 @@ class PassAt:
             raise ConfigError(f"pass_at: k={k!r} must be an integer >= 1.")
         if k > fewest:
             task = self.task_ids[int(self.samples_T.argmin())]
-            raise ConfigError(f"pass_at: k={k} but task {task!r} has only {fewest} rollouts; the unbiased "
+            raise ConfigError(f"pass_at: k={k} but task {task!r} has only {plural(fewest, 'rollout')}; the unbiased "
                               f"estimator needs k <= the rollouts of every task. Fix: pass k <= {fewest}, "
                               "or sample more rollouts for the short tasks.")
         return _pass_at_k_per_task(self.samples_T, self.passes_T, k)
@@ -159,37 +274,32 @@ class PassAt:
         return float(self.per_task_at(k).mean())
 
     def to_dict(self) -> dict[str, Any]:
-        return {"k": self.k, "pass_at_k": self.value, "ci95": list(self.ci95), "pass_at_1": self.pass_at_1,
-                "n_tasks": self.n_tasks, "n_rows": self.n_rows, "threshold": self.threshold}
+        return {"k": self.k, "pass_at_k": self.value, "ci95": list(self.ci95), "ci95_fixed": list(self.ci95_fixed),
+                "pass_at_1": self.pass_at_1, "n_tasks": self.n_tasks, "n_rows": self.n_rows,
+                "threshold": self.threshold}
 
     def __str__(self) -> str:
-        lo, hi = self.ci95
-        return (f"pass@{self.k} {self.value:.3f} [{lo:.3f}, {hi:.3f}] over {self.n_tasks} tasks "
-                f"({self.n_rows} rows; 95% interval clustered by task)")
+        (lo, hi), (f_lo, f_hi) = self.ci95, self.ci95_fixed
+        return (f"pass@{self.k} {self.value:.3f} [{lo:.3f}, {hi:.3f}] over {plural(self.n_tasks, 'task')} "
+                f"({plural(self.n_rows, 'row')}; 95% interval for the task population; [{f_lo:.3f}, {f_hi:.3f}] "
+                "for this fixed benchmark)")
 
 
-def pass_at(rows: Rows, k: int = 1, threshold: float = THRESHOLD) -> PassAt:
+def pass_at(rows: Rows, k: int = 1, threshold: float | None = None) -> PassAt:
     """Pass@k of graded rows (dicts, ``GradedRows`` or a file path): a row passes at reward >= threshold.
 
-    Every task counts once, however many rollouts it has. ``.ci95`` treats tasks as the unit.
+    Every task counts once, however many rollouts it has. ``threshold`` may be left out only when
+    every reward is 0 or 1 (``pass_threshold``).
     """
     graded = as_graded(rows)
+    threshold = pass_threshold(graded.reward_R, threshold, graded.source)
     samples, passes = task_counts(graded, threshold)
     return PassAt(k, threshold, graded.task_ids, samples, passes, graded.n_rows)
 
 
-def check_threshold(threshold: Any) -> float:
-    """The pass threshold as a float; a NaN or infinite one would make every row fail (or pass) silently."""
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float, np.integer, np.floating)) \
-            or not math.isfinite(threshold):
-        raise ConfigError(f"threshold={threshold!r} must be a finite number: a row passes when reward >= "
-                          f"threshold (default {THRESHOLD:g}).")
-    return float(threshold)
-
-
-def task_counts(graded: GradedRows, threshold: float = THRESHOLD) -> tuple[np.ndarray, np.ndarray]:
-    """(rollouts, passes) per task, in ``graded.task_ids`` order."""
-    threshold = check_threshold(threshold)
+def task_counts(graded: GradedRows, threshold: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(rollouts, passes) per task, in ``graded.task_ids`` order (``threshold``: see ``pass_threshold``)."""
+    threshold = pass_threshold(graded.reward_R, threshold, graded.source)
     samples = np.bincount(graded.task_R, minlength=graded.n_tasks)
     passes = np.bincount(graded.task_R, weights=graded.reward_R >= threshold, minlength=graded.n_tasks)
     return samples.astype(np.int64), passes.astype(np.int64)
@@ -337,7 +447,7 @@ class Comparison:
         return f"{table}\n{self.verdict}: {self.reason}"
 
 
-def compare(baseline_rows: Rows, treatment_rows: Rows, *, threshold: float = THRESHOLD,
+def compare(baseline_rows: Rows, treatment_rows: Rows, *, threshold: float | None = None,
             seeds: int | None = None, name: str = "compare", baseline_name: str = "baseline",
             treatment_name: str = "treatment") -> Comparison:
     """Paired per-task delta of pass@1, treatment minus baseline, with a 95% interval and a verdict.
@@ -349,8 +459,9 @@ def compare(baseline_rows: Rows, treatment_rows: Rows, *, threshold: float = THR
     training noise. Seeds are read from each row's ``seed`` field (absent: one seed) unless
     ``seeds=`` says how many runs each arm pooled.
     """
-    threshold = check_threshold(threshold)
-    base, treat = as_graded(baseline_rows, seeds=True), as_graded(treatment_rows, seeds=True)
+    base, treat = as_graded(baseline_rows, seeds=True, lines=True), as_graded(treatment_rows, seeds=True, lines=True)
+    pass_threshold(treat.reward_R, threshold, treat.source)  # each arm's rewards read by the same rule
+    threshold = pass_threshold(base.reward_R, threshold, base.source)
     shared = sorted(set(base.task_ids) & set(treat.task_ids), key=str)
     if not shared:
         raise BatchError("compare: the two files share no task_id, so there is nothing to pair. Fix: score "
@@ -380,9 +491,9 @@ def _seed_count(graded: GradedRows, seeds: int | None) -> int:
     missing = np.flatnonzero(graded.seed_R < 0) if graded.seeds else np.zeros(0, np.int64)
     if len(missing):
         first = int(missing[0])
-        raise BatchError(f"compare: {graded.source}: {len(missing)} rows have no 'seed' while others do (the first is "
-                         f"row {first + 1}, task {graded.task_ids[graded.task_R[first]]!r}), so they would belong to "
-                         "no seed. Fix: give every row of the file its training seed, or none.")
+        raise BatchError(f"compare: {graded.source}: {plural(len(missing), 'row')} without a 'seed' while others have "
+                         f"one (the first: {graded.where(first)}, task {graded.task_ids[graded.task_R[first]]!r}), so "
+                         "they would belong to no seed. Fix: give every row of the file its training seed, or none.")
     if seeds is not None:
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise ConfigError(f"compare: seeds={seeds!r} must be an integer >= 1 (training runs per arm).")

@@ -56,8 +56,11 @@ def flash_reinforce(rows: Sequence[Row], trust: float = 0.003) -> Coefficients:
 
 # --------------------------------------------------------------------- the grouped family
 def surrogate(rows: Sequence[Row], advantages: Sequence[float], weights: Sequence[float],
-              admitted: Sequence[bool], clip: float) -> Coefficients:
-    """c = w rho A where PPO's unclipped branch min(rho A, clip(rho) A) is the minimum, else 0."""
+              admitted: Sequence[bool], clip: float, clip_high: float | None = None,
+              dual_clip: float | None = None) -> Coefficients:
+    """c = w rho A where PPO's unclipped branch min(rho A, clip(rho, 1 - clip, 1 + clip_high) A) is the
+    minimum and, for A < 0 with a dual clip, rho <= dual_clip (else the loss is the constant -dual_clip A); else 0."""
+    high = clip if clip_high is None else clip_high
     out = []
     for row, a, w, ok in zip(rows, advantages, weights, admitted):
         behavior, mask = _behavior(row), _mask(row)
@@ -65,14 +68,17 @@ def surrogate(rows: Sequence[Row], advantages: Sequence[float], weights: Sequenc
         for t, lp in enumerate(row["logprobs"]):
             rho = math.exp(lp - behavior[t])
             unclipped = rho * a
-            clipped = min(max(rho, 1 - clip), 1 + clip) * a
-            coefficients.append(w * rho * a if ok and mask[t] and unclipped <= clipped else 0.0)
+            clipped = min(max(rho, 1 - clip), 1 + high) * a
+            dual_binds = dual_clip is not None and a < 0 and rho > dual_clip
+            carries = ok and mask[t] and unclipped <= clipped and not dual_binds
+            coefficients.append(w * rho * a if carries else 0.0)
         out.append(coefficients)
     return out
 
 
 def grpo(rows: Sequence[Row], clip: float = 0.2, loss_type: str = "grpo", truncated: str = "mask",
-         max_tokens: int = 1024, beta: float = 0.0) -> Coefficients:
+         max_tokens: int = 1024, beta: float = 0.0, clip_high: float | None = None,
+         dual_clip: float | None = None) -> Coefficients:
     """GRPO's group-normalised advantage (sample std + 1e-6), length weight and optional k3 KL gradient."""
     rewards = [0.0 if (truncated == "zero" and r.get("truncated")) else r["reward"] for r in rows]
     admitted = [truncated == "zero" or not r.get("truncated") for r in rows]
@@ -85,10 +91,11 @@ def grpo(rows: Sequence[Row], clip: float = 0.2, loss_type: str = "grpo", trunca
             advantages.append(rewards[i] - statistics.mean(group))
         else:
             advantages.append((rewards[i] - statistics.mean(group)) / (statistics.stdev(group) + 1e-6))
-    total_tokens = sum(action_tokens(r) for r in rows)
-    weights = [{"grpo": 1 / (len(rows) * action_tokens(r)), "bnpo": 1 / total_tokens,
+    # bnpo's N: the action tokens that can carry gradient (a masked truncated row's are left out)
+    total_tokens = sum(action_tokens(r) for r, ok in zip(rows, admitted) if ok)
+    weights = [{"grpo": 1 / (len(rows) * action_tokens(r)), "bnpo": 1 / max(total_tokens, 1),
                 "dr_grpo": 1 / (len(rows) * max_tokens)}[loss_type] for r in rows]
-    out = surrogate(rows, advantages, weights, admitted, clip)
+    out = surrogate(rows, advantages, weights, admitted, clip, clip_high, dual_clip)
     for i, row in enumerate(rows):
         mask = _mask(row)
         for t in range(len(row["logprobs"])):
@@ -101,34 +108,38 @@ def _per_sequence(rows: Sequence[Row]) -> list[float]:
     return [1 / (len(rows) * action_tokens(r)) for r in rows]
 
 
-def rloo(rows: Sequence[Row], clip: float = 0.2) -> Coefficients:
+def rloo(rows: Sequence[Row], clip: float = 0.2, clip_high: float | None = None,
+         dual_clip: float | None = None) -> Coefficients:
     """A_i = R_i - mean of the other rollouts of its task (0 alone), GRPO's surrogate with 1/(B T_i)."""
     advantages = []
     for i, row in enumerate(rows):
         others = [o["reward"] for j, o in enumerate(rows) if o["task_id"] == row["task_id"] and j != i]
         advantages.append(row["reward"] - statistics.mean(others) if others else 0.0)
-    return surrogate(rows, advantages, _per_sequence(rows), [True] * len(rows), clip)
+    return surrogate(rows, advantages, _per_sequence(rows), [True] * len(rows), clip, clip_high, dual_clip)
 
 
-def max_rl(rows: Sequence[Row], clip: float = 0.2) -> Coefficients:
+def max_rl(rows: Sequence[Row], clip: float = 0.2, clip_high: float | None = None,
+           dual_clip: float | None = None) -> Coefficients:
     """A_i = (R_i - mean) / mean over its task (0 when mean <= 0), GRPO's surrogate with 1/(B T_i)."""
     advantages = []
     for row in rows:
         mean = statistics.mean(o["reward"] for o in rows if o["task_id"] == row["task_id"])
         advantages.append((row["reward"] - mean) / mean if mean > 0 else 0.0)
-    return surrogate(rows, advantages, _per_sequence(rows), [True] * len(rows), clip)
+    return surrogate(rows, advantages, _per_sequence(rows), [True] * len(rows), clip, clip_high, dual_clip)
 
 
 def rae(rows: Sequence[Row], decay: float = 0.95, clip: float = 0.2,
-        baselines: Mapping[Any, float] | None = None) -> Coefficients:
+        baselines: Mapping[Any, float] | None = None, clip_high: float | None = None,
+        dual_clip: float | None = None) -> Coefficients:
     """A_i = R_i - b_agent, then b_agent <- decay b + (1 - decay) R_i, in row order."""
     running = dict(baselines or {})
     advantages = []
     for row in rows:
-        b = running.get(row.get("agent"), 0.0)
+        agent = None if row.get("agent") is None else str(row["agent"])  # labels are strings: 1 and "1" agree
+        b = running.get(agent, 0.0)
         advantages.append(row["reward"] - b)
-        running[row.get("agent")] = decay * b + (1 - decay) * row["reward"]
-    return surrogate(rows, advantages, _per_sequence(rows), [True] * len(rows), clip)
+        running[agent] = decay * b + (1 - decay) * row["reward"]
+    return surrogate(rows, advantages, _per_sequence(rows), [True] * len(rows), clip, clip_high, dual_clip)
 
 
 # --------------------------------------------------------------------- the critic methods
@@ -227,18 +238,25 @@ def dpo(rows: Sequence[Row], chosen: Sequence[int], rejected: Sequence[int], bet
 
 
 def rm(rows: Sequence[Row], chosen: Sequence[int], rejected: Sequence[int]) -> Coefficients:
-    """c = +-sigmoid(-(r_w - r_l)) on the last action token of the chosen / rejected row, 0 elsewhere."""
+    """c = +-sigmoid(-(r_w - r_l)) on the last token of the chosen / rejected row (where the head reads r)."""
     out = [[0.0] * len(r["logprobs"]) for r in rows]
     for w, lose in zip(chosen, rejected):
         weight = 1.0 / (1.0 + math.exp(rows[w]["score"] - rows[lose]["score"]))
         for i, sign in ((w, 1.0), (lose, -1.0)):
-            last = max(t for t, m in enumerate(_mask(rows[i])) if m)
-            out[i][last] = sign * weight
+            out[i][-1] = sign * weight
     return out
 
 
-def opd_topk(rows: Sequence[Row], divergence: str = "reverse_kl") -> list[list[list[float]]]:
-    """The top-k form, every slot kept: c_v = -p_v (g(p_v, q_v) - g(p_tail, q_tail)), g = df/dp, per token.
+def _importance(row: Row, t: int, max_ratio: float | None) -> float:
+    """min(rho, max_ratio) at token t (rho uncapped when max_ratio is None); 1 without behavior_logprobs."""
+    rho = math.exp(row["logprobs"][t] - _behavior(row)[t])
+    return rho if max_ratio is None else min(rho, max_ratio)
+
+
+def opd_topk(rows: Sequence[Row], divergence: str = "reverse_kl",
+             max_ratio: float | None = 2.0) -> list[list[list[float]]]:
+    """The top-k form, every slot kept: c_v = -p_v (g(p_v, q_v) - g(p_tail, q_tail)), g = df/dp, per token,
+    times the token's min(rho, max_ratio).
 
     p is the student (``topk_logprobs``), q the teacher (``teacher_topk_logprobs``); the tail is the mass
     outside the K slots on each side (floored at 1e-12). One list of K coefficients per token.
@@ -258,12 +276,17 @@ def opd_topk(rows: Sequence[Row], divergence: str = "reverse_kl") -> list[list[l
             q = [math.exp(x) for x in teacher]
             p_tail, q_tail = max(1.0 - sum(p), 1e-12), max(1.0 - sum(q), 1e-12)
             tail = slope(p_tail, q_tail)
-            lines.append([-p[v] * (slope(p[v], q[v]) - tail) if mask[t] else 0.0 for v in range(len(p))])
+            weight = _importance(row, t, max_ratio)
+            lines.append([-p[v] * (slope(p[v], q[v]) - tail) * weight if mask[t] else 0.0 for v in range(len(p))])
         out.append(lines)
     return out
 
 
-def opd(rows: Sequence[Row]) -> Coefficients:
-    """The sampled-token reverse-KL form: c = log pi_T - log pi on every action token."""
-    return [[t - s if m else 0.0 for s, t, m in zip(row["logprobs"], row["teacher_logprobs"], _mask(row))]
-            for row in rows]
+def opd(rows: Sequence[Row], max_ratio: float | None = 2.0) -> Coefficients:
+    """The sampled-token reverse-KL form: c = min(rho, max_ratio) (log pi_T - log pi) on every action token."""
+    out = []
+    for row in rows:
+        mask = _mask(row)
+        out.append([_importance(row, k, max_ratio) * (t - s) if mask[k] else 0.0
+                    for k, (s, t) in enumerate(zip(row["logprobs"], row["teacher_logprobs"]))])
+    return out

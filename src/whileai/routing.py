@@ -1,5 +1,8 @@
 """Pick the training method from graded rows: the guide's questions, asked in order, first answer wins.
 
+This module sits above both ``whileai.rows`` (the questions are asked of graded rows) and
+``whileai.methods`` (the answer is a ready method object): it imports both, and neither imports it.
+
     route = wai.route(rows, model="Qwen/Qwen3-4B")
     print(route)          # the questions asked, the one that decided, the numbers, what to do next
     route.config          # a ready method object, e.g. GRPO(...), with its knobs
@@ -25,7 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from whileai.errors import ConfigError, WhileaiError
+from whileai.endpoints import Endpoint
+from whileai.errors import ConfigError
+from whileai.methods.base import Method
+from whileai.methods.distill import OPD, OPSD
+from whileai.methods.registry import method as build_method
+from whileai.methods.shaping import GroupwiseGrading
 from whileai.rows.checks import (
     PROVE_EFFECT,
     expected_split_share,
@@ -34,8 +42,8 @@ from whileai.rows.checks import (
     teacher_gap,
     truncated_passes,
 )
-from whileai.rows.io import GradedRows, as_graded
-from whileai.rows.stats import THRESHOLD, Rows, mean_interval, task_counts
+from whileai.rows.io import GradedRows, as_graded, pass_threshold, plural
+from whileai.rows.stats import Rows, population_interval, task_counts
 
 # OPSD's self-teacher needs a model big enough to use the privileged context (the guide: "about 7B
 # or more"; the repo's Qwen3-0.6B run lost 0.554 against GRPO).
@@ -60,7 +68,7 @@ class Route:
 
     branch: str  # "fix the reward", "k = 1", "floor", "saturated", "strong teacher", "dpo pairs", ...
     method: str | None  # registry name of what to train with; None: fix the reward first
-    config: Any  # a ready method object with its knobs (None when there is nothing to train yet)
+    config: Method | None  # a ready method object with its knobs (None: nothing to train yet, or no grader given)
     question: str  # the question that decided
     answer: str  # its answer, in a sentence
     numbers: dict[str, Any]
@@ -93,29 +101,40 @@ class Route:
 
 
 def route(rows: Rows, model: str, teacher_rows: Rows | None = None, *, grader: Any = None,
-          teacher: Any = None, privileged: str = "reference", threshold: float = THRESHOLD) -> Route:
+          teacher: Any = None, privileged: str = "reference", threshold: float | None = None) -> Route:
     """Ask the rows the guide's questions in order and stop at the first that decides.
 
     ``model`` is the model you will train. ``teacher_rows``: a candidate teacher scored on the same
     held-out tasks at the student's max_tokens. ``teacher``: its ``wai.Endpoint`` (or base URL) for
     the OPD object. ``grader``: what ``GroupwiseGrading`` ranks passes with when every task passes.
     ``privileged``: the context OPSD shows its self-teacher ("reference", "demonstration", "hint",
-    "feedback").
+    "feedback"). ``threshold``: a row passes at reward >= threshold; it may be left out only when
+    every reward is 0 or 1, since routing on a guessed pass would pick the method by that guess.
+    Returns a ``Route`` whose ``config`` is a ready method object (or None when there is nothing
+    to train yet); anything that cannot be built raises.
     """
     if privileged not in PRIVILEGED:
         raise ConfigError(f"route: privileged={privileged!r} is not one of {', '.join(map(repr, PRIVILEGED))}.")
     if isinstance(teacher, str):  # a bad URL is refused whichever question decides
-        from whileai.methods.distill import Endpoint
-
         Endpoint(base_url=teacher)
     graded = as_graded(rows)
+    teacher_graded = None if teacher_rows is None else as_graded(teacher_rows)
+    if teacher_graded is not None:  # the teacher's rewards are read by the same rule
+        pass_threshold(teacher_graded.reward_R, threshold, f"teacher rows: {teacher_graded.source}")
+    threshold = pass_threshold(graded.reward_R, threshold, graded.source)
+    decided = _decide(graded, teacher_graded, model, grader, teacher, privileged, threshold)
+    return dataclasses.replace(decided, notes=decided.notes + graded.field_notes)
+
+
+def _decide(graded: GradedRows, teacher_rows: GradedRows | None, model: str, grader: Any, teacher: Any,
+            privileged: str, threshold: float) -> Route:
     asked: list[tuple[str, str]] = []
     for step in (_truncation, _rollouts, _band):
         decided = step(graded, asked, threshold, model=model, grader=grader, privileged=privileged)
         if decided is not None:
             return decided
     if teacher_rows is not None:
-        decided = _teacher(graded, asked, threshold, as_graded(teacher_rows), teacher)
+        decided = _teacher(graded, asked, threshold, teacher_rows, teacher)
         if decided is not None:
             return decided
     else:
@@ -128,9 +147,9 @@ def _truncation(graded: GradedRows, asked: list[tuple[str, str]], threshold: flo
     cut = truncated_passes(graded, threshold)
     numbers = {"truncated_passes": cut, "truncated_rows": int(graded.truncated_R.sum()), "n_rows": graded.n_rows}
     if not cut:
-        asked.append((Q_TRUNCATED, f"no: 0 truncated passes ({numbers['truncated_rows']} truncated rows)"))
+        asked.append((Q_TRUNCATED, f"no: 0 truncated passes ({plural(numbers['truncated_rows'], 'truncated row')})"))
         return None
-    answer = f"yes: {cut} rows cut at the token cap still pass"
+    answer = f"yes: {plural(cut, 'row')} cut at the token cap still {_verb(cut, 'passes', 'pass')}"
     asked.append((Q_TRUNCATED, answer))
     return Route("fix the reward", None, None, Q_TRUNCATED, answer, numbers, tuple(asked), (), (
         "make a truncated reply fail: score it 0 (GRPO's truncated='zero') or give it no gradient "
@@ -146,32 +165,33 @@ def _rollouts(graded: GradedRows, asked: list[tuple[str, str]], threshold: float
     if k > 1:
         asked.append((Q_ROLLOUTS, f"k = {k} (the fewest any task has)"))
         return None
-    answer = f"k = 1: {numbers['tasks_with_one_rollout']} of {graded.n_tasks} tasks have a single rollout"
+    ones = numbers["tasks_with_one_rollout"]
+    answer = f"k = 1: {ones} of {plural(graded.n_tasks, 'task')} {_verb(ones, 'has', 'have')} a single rollout"
     asked.append((Q_ROLLOUTS, answer))
-    config, notes = _build("method", "flash_reinforce")
+    config = build_method("flash_reinforce")
     return Route("k = 1", "flash_reinforce", config, Q_ROLLOUTS, answer, numbers, tuple(asked), (
         "wai.SAO(): a value critic plus a token band on the ratio", "wai.BPCO(): a critic bounded to the "
         "reward range", "prime-rl: wai.prime_rl_config(env, 'rae', model=..., **{'orchestrator.group_size': 1}) "
         "(REINFORCE against an EMA of past rewards; prime-rl refuses the three above)"), (
         "if you can re-run the prompts, sample k >= 4 per prompt and route again: usually the cheaper fix",
         "give every row logprobs and the sampler's behavior_logprobs (the ratio needs both), then "
-        "config.update(batch) inside your trainer"), notes)
+        "config.update(batch) inside your trainer"))
 
 
 def _band(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, *, model: str, grader: Any,
           privileged: str) -> Route | None:
     samples, passes = task_counts(graded, threshold)
     rates = passes / samples
-    numbers = {"pass_at_1": float(rates.mean()), "ci95": mean_interval(rates), "n_tasks": graded.n_tasks,
+    numbers = {"pass_at_1": float(rates.mean()), "ci95": population_interval(rates, graded.n_rows), "n_tasks": graded.n_tasks,
                "tasks_all_fail": int(np.count_nonzero(passes == 0)),
                "tasks_all_pass": int(np.count_nonzero(passes == samples)),
                "split_share": float(np.mean((passes > 0) & (passes < samples)))}
     if (passes == 0).all():
-        answer = f"floor: all {graded.n_tasks} tasks fail every rollout"
+        answer = f"floor: {_all(graded.n_tasks, 'task')} {_verb(graded.n_tasks, 'fails', 'fail')} every rollout"
         asked.append((Q_BAND, answer))
         return _floor(graded, asked, answer, numbers, model, privileged)
     if (passes == samples).all():
-        answer = f"saturated: all {graded.n_tasks} tasks pass every rollout"
+        answer = f"saturated: {_all(graded.n_tasks, 'task')} {_verb(graded.n_tasks, 'passes', 'pass')} every rollout"
         asked.append((Q_BAND, answer))
         return _saturated(asked, answer, numbers, grader)
     asked.append((Q_BAND, f"mixed: {numbers['split_share']:.1%} of tasks split"))
@@ -184,34 +204,33 @@ def _floor(graded: GradedRows, asked: list[tuple[str, str]], answer: str, number
     numbers["model_billions"] = size
     steps = ["more rollouts do nothing here: k draws keep a pass with probability 1 - (1 - p)^k, 0 at p = 0"]
     if size is not None and size < OPSD_MIN_BILLIONS:
-        config, notes = _build("method", "sft")
+        config = build_method("sft")
         steps.insert(0, f"{model} looks like {size:g}B, under OPSD's ~{OPSD_MIN_BILLIONS:g}B: train SFT on a "
                      "stronger model's passing completions (sft-from-traces), then route again")
         return Route("floor", "sft", config, Q_BAND, answer + f"; the model is {size:g}B", numbers, tuple(asked),
                      (f"OPSD(privileged={privileged!r}) once the model is ~{OPSD_MIN_BILLIONS:g}B or more",),
-                     tuple(steps), notes)
-    config, notes = _build("OPSD", privileged=privileged)
+                     tuple(steps))
+    config = OPSD(privileged=privileged)
     steps.insert(0, f"show the self-teacher the context the task really has: privileged={privileged!r} "
                  f"(one of {', '.join(PRIVILEGED)}); each is a different paper")
     if size is None:
         steps.append(f"OPSD needs about {OPSD_MIN_BILLIONS:g}B parameters or more; under that, SFT on a "
                      "stronger model's completions")
     return Route("floor", "opsd", config, Q_BAND, answer, numbers, tuple(asked),
-                 ("SFT on a stronger model's completions (sft-from-traces)",), tuple(steps), notes)
+                 ("SFT on a stronger model's completions (sft-from-traces)",), tuple(steps))
 
 
 def _saturated(asked: list[tuple[str, str]], answer: str, numbers: dict[str, Any], grader: Any) -> Route:
     steps = ["if no grader can tell the passes apart, the eval is too easy: harden it (strengthen-your-evals)"]
-    notes: tuple[str, ...] = ()
     if grader is None:
         config = None
         steps.insert(0, "pass grader= (a program that ranks passes; audit it first) to get "
                      "wai.GroupwiseGrading(grader, mode='reward')")
     else:
-        config, notes = _build("GroupwiseGrading", grader, mode="reward")
+        config = GroupwiseGrading(grader, mode="reward")
         steps.insert(0, "audit the grader before trusting its ranks (audit-your-judge); mode='advantage' is GAR")
     return Route("saturated", "groupwise_grading", config, Q_BAND, answer, numbers, tuple(asked),
-                 ("a harder eval (strengthen-your-evals)",), tuple(steps), notes)
+                 ("a harder eval (strengthen-your-evals)",), tuple(steps))
 
 
 def _teacher(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, teacher_rows: GradedRows,
@@ -230,13 +249,13 @@ def _teacher(graded: GradedRows, asked: list[tuple[str, str]], threshold: float,
     asked.append((Q_TEACHER, answer))
     teacher_models = list(model_mix(teacher_rows))
     endpoint, notes = _endpoint(teacher, teacher_models[0] if teacher_models else "")
-    config, build_notes = _build("OPD", endpoint)
+    config = OPD(endpoint)
     steps = ["check one tokenizer: the teacher's len(tokenizer) must equal the student's (per-token "
              "supervision; a mismatch drops the signal silently)",
              "score the teacher at the student's max_tokens: a teacher that wins only with a longer budget is "
              "cut off inside the OPD run"]
     return Route("strong teacher", "opd", config, Q_TEACHER, answer, _plain(gap), tuple(asked), (), tuple(steps),
-                 notes + build_notes)
+                 notes)
 
 
 def _pairs(graded: GradedRows, asked: list[tuple[str, str]]) -> Route | None:
@@ -247,26 +266,27 @@ def _pairs(graded: GradedRows, asked: list[tuple[str, str]]) -> Route | None:
     np.maximum.at(hi, graded.task_R, graded.reward_R)
     paired = int(np.count_nonzero((samples == 2) & (hi > lo)))
     if paired < graded.n_tasks:
-        asked.append((Q_PAIRS, f"no: {paired} of {graded.n_tasks} tasks are exactly one better and one worse row"))
+        asked.append((Q_PAIRS, f"no: {paired} of {plural(graded.n_tasks, 'task')} {_verb(paired, 'is', 'are')} exactly one better and one worse row"))
         return None
-    answer = f"yes: every one of {graded.n_tasks} tasks has exactly two rows with different rewards"
+    answer = f"yes: {_all(graded.n_tasks, 'task', 'each of the')} has exactly two rows with different rewards"
     asked.append((Q_PAIRS, answer))
-    config, notes = _build("method", "dpo")
+    config = build_method("dpo")
     return Route("dpo pairs", "dpo", config, Q_PAIRS, answer, {"pairs": paired, "n_rows": graded.n_rows},
                  tuple(asked), (), ("wai select ROWS --mode dpo --out pairs.jsonl: length-matched pairs with "
-                                    "'pair' and 'chosen' set",), notes)
+                                    "'pair' and 'chosen' set",))
 
 
 def _policy(graded: GradedRows, asked: list[tuple[str, str]], model: str) -> Route | None:
     mix = model_mix(graded)
     if on_policy(graded, model):
-        asked.append((Q_POLICY, f"yes: all {graded.n_rows} rows are from {model}"))
+        asked.append((Q_POLICY, f"yes: {_all(graded.n_rows, 'row')} {_verb(graded.n_rows, 'is', 'are')} from {model}"))
         return None
     mine = mix.get(model, 0)
     others = ", ".join(f"{m} ({n})" for m, n in mix.items() if m != model)
-    answer = f"no: {graded.n_rows - mine} of {graded.n_rows} rows are from another model: {others}"
+    answer = (f"no: {graded.n_rows - mine} of {plural(graded.n_rows, 'row')} {_verb(graded.n_rows - mine, 'is', 'are')} "
+              f"from another model: {others}")
     asked.append((Q_POLICY, answer))
-    config, notes = _build("method", "sft")
+    config = build_method("sft")
     writer = next((m for m in mix if m not in (model, "(none)")), None)
     return Route("another model's rows", "sft", config, Q_POLICY, answer, {"model_mix": mix, "model": model},
                  tuple(asked), (f"OPD with {writer or 'the model that wrote them'} as the teacher",), (
@@ -274,8 +294,7 @@ def _policy(graded: GradedRows, asked: list[tuple[str, str]], model: str) -> Rou
                      "rows from an older copy of this model (an async sampler) are a different case: wrap the "
                      "method, wai.Async('grpo', correction='icepop') in your own loop, or correction='ipo' to write it "
                      "for prime-rl (the pinned prime-rl has no icepop)",
-                     "rows without a 'model' field count as another model's: record which model wrote each row"),
-                 notes)
+                     "rows without a 'model' field count as another model's: record which model wrote each row"))
 
 
 def _grpo(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, model: str) -> Route:
@@ -289,7 +308,7 @@ def _grpo(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, mo
                f"expected_split_share_at_k{2 * k}": float(expected_split_share(rates, 2 * k).mean())}
     answer = f"yes: {split:.1%} of tasks split, every row from {model}"
     asked.append((Q_GRPO, answer))
-    config, notes = _build("method", "grpo", generations=k)
+    config = build_method("grpo", generations=k)
     steps = [f"generations={k} matches the rows (the fewest rollouts any task has); sample each prompt that "
              "many times in training, or set it to the k you will use",
              "wai select ROWS --mode rl --out kept.jsonl: drop the unanimous groups before the GPU",
@@ -303,26 +322,23 @@ def _grpo(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, mo
                      "a task seen unanimous counts as never splitting)")
         alternatives = ("wai.methods.ReinforceAda: samples until a prompt has a pass and a fail (an "
                         "experiment: flat against GRPO at three seeds)",)
-    return Route("grpo", "grpo", config, Q_GRPO, answer, numbers, tuple(asked), alternatives, tuple(steps), notes)
+    return Route("grpo", "grpo", config, Q_GRPO, answer, numbers, tuple(asked), alternatives, tuple(steps))
 
 
 # --------------------------------------------------------------------------- helpers
+def _all(n: int, word: str, every: str = "all") -> str:
+    """'the only task' or 'all 3 tasks'."""
+    return f"the only {word}" if n == 1 else f"{every} {n} {word}s"
+
+
+def _verb(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
 def model_billions(model: str) -> float | None:
     """Parameters in billions read off a model name ("Qwen/Qwen3-0.6B" -> 0.6), or None."""
     match = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)\s*[bB](?![a-zA-Z])", model or "")
     return float(match.group(1)) if match else None
-
-
-def _build(factory: str, *args: Any, **kwargs: Any) -> tuple[Any, tuple[str, ...]]:
-    """A method object from the library (imported lazily); its name and knobs if it cannot be built."""
-    try:
-        import whileai
-
-        return getattr(whileai, factory)(*args, **kwargs), ()
-    except (ImportError, AttributeError, WhileaiError, TypeError) as err:
-        knobs = {"method": args[0] if factory == "method" and args else factory, **kwargs}
-        return knobs, (f"could not build the method object ({type(err).__name__}: {err}); config holds its "
-                       "name and knobs instead",)
 
 
 def _endpoint(teacher: Any, teacher_model: str) -> tuple[Any, tuple[str, ...]]:
@@ -330,14 +346,13 @@ def _endpoint(teacher: Any, teacher_model: str) -> tuple[Any, tuple[str, ...]]:
         return None, (f"OPD's teacher is not set: config.replace(teacher=wai.Endpoint(base_url=..., "
                       f"model={teacher_model!r})) with the URL that serves it (from the shell: --teacher-url URL)",)
     if isinstance(teacher, str):
-        endpoint, notes = _build("Endpoint", base_url=teacher, model=teacher_model)
-        return endpoint, notes
+        return Endpoint(base_url=teacher, model=teacher_model), ()
     return teacher, ()
 
 
 def _config_dict(config: Any) -> Any:
-    if config is None or isinstance(config, dict):
-        return config
+    if config is None:
+        return None
     if dataclasses.is_dataclass(config):
         name = getattr(config, "name", None)  # a method has a registry name; a nested Endpoint does not
         out = {"method": name} if isinstance(name, str) else {"type": type(config).__name__}

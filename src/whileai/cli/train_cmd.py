@@ -1,0 +1,87 @@
+"""`wai train`: train a model (no arguments: the embedded default run on a built-in model and task)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from whileai.errors import ConfigError
+
+EXAMPLES = """examples:
+  wai train                                         the embedded default: builtin:tiny learns builtin:case on CPU
+  wai train --method grpo --taskset builtin:add --steps 100
+  wai train --config run.toml --lag 0               a TOML file, one field overridden by a flag
+  wai train --method sft --rows passes.jsonl --model ./my-model --lora-rank 16
+  wai train --resume runs/flash_reinforce-20261201-120000
+"""
+
+
+def _value(text: str) -> Any:
+    """A flag value read as JSON when it parses (numbers, true/false, null, lists), else as a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _pairs(items: list[str], flag: str) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} {item!r}: expected KEY=VALUE, e.g. {flag} trust=0.01")
+        out[key] = _value(value)
+    return out
+
+
+def register(subparsers: Any) -> None:
+    from whileai.loop.config import TrainConfig, field_docs
+
+    p = subparsers.add_parser("train", help="train a model: sample, grade, update, step (no arguments: a CPU demo)",
+                              description=__doc__, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", metavar="FILE", help="a TOML file of settings (a [train] table or top-level keys); "
+                   "flags override it")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint (its saved config)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a method knob, e.g. "
+                   "--set trust=0.01 (`wai methods NAME` lists them)")
+    p.add_argument("--taskset-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a taskset option, e.g. --taskset-option grader=numeric (docs/tasksets.md)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+    docs = field_docs()
+    for name, spec in TrainConfig.__dataclass_fields__.items():
+        if name in ("knobs", "taskset_options"):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(spec.default, bool):
+            p.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=docs[name])
+        else:
+            p.add_argument(flag, dest=name, default=None, type=_value, metavar=name.upper(), help=docs[name])
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from whileai.loop import Interrupted, TrainConfig, train
+
+    if args.resume:
+        given = [f for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None
+                 and f not in ("steps", "progress")]
+        if given or args.config or args.set or args.taskset_option:
+            raise ConfigError(f"--resume uses the run's saved config (only --steps, to train longer, and --progress "
+                              f"may change); drop {', '.join('--' + g.replace('_', '-') for g in given) or '--config/--set'}")
+    overrides = {f: getattr(args, f) for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None}
+    for field_name in ("rows", "taskset", "run_dir", "model", "method", "device"):  # paths and names stay strings
+        if field_name in overrides and not isinstance(overrides[field_name], str):
+            overrides[field_name] = str(overrides[field_name])
+    if args.set:
+        overrides["knobs"] = _pairs(args.set, "--set")
+    if args.taskset_option:
+        overrides["taskset_options"] = _pairs(args.taskset_option, "--taskset-option")
+    try:
+        result = train(resume=args.resume, config_file=args.config, **overrides)
+    except Interrupted as stop:
+        print(f"wai train: {stop}", file=sys.stderr)
+        return 130
+    print(json.dumps(result.summary, indent=2) if args.json else str(result))
+    return 0

@@ -1,0 +1,218 @@
+"""``TrainConfig``: every setting of a training run, its one-line doc, and the checks made before any model loads.
+
+A config comes from defaults, then a TOML file (``--config``), then flags / keyword arguments, in that order.
+``check(config)`` lists every problem at once (unknown key, wrong type, an impossible combination) as one
+``ConfigError``, each with the key and a fix. The defaults are the embedded default run (``wai train`` with
+no arguments): a built-in model and task on a CPU, one rollout per prompt, a sampler lagging two steps.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import json
+import math
+import textwrap
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import ConfigError
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+@dataclass
+class TrainConfig:
+    """A training run. Every field can be set in the TOML file or overridden by a flag of the same name."""
+
+    method: str = "flash_reinforce"
+    """a method name (`wai methods`), or 'auto': route picks one from a probe of rollouts and says why"""
+    knobs: dict[str, Any] = field(default_factory=dict)
+    """overrides of the method's knobs, e.g. {trust = 0.01} (flag: --set trust=0.01)"""
+    model: str = "builtin:tiny"
+    """builtin:tiny|mini|small, a local Hugging Face model directory, or a hub id (needs the hub)"""
+    taskset: str | None = "builtin:case"
+    """where prompts and graders come from: builtin:NAME, a .jsonl file, hf:NAME_OR_PATH, reasoning_gym:NAME"""
+    taskset_options: dict[str, Any] = field(default_factory=dict)
+    """options for the taskset, e.g. {grader = "numeric"} (flag: --taskset-option grader=numeric)"""
+    rows: str | None = None
+    """a JSONL file of rows to train on as pushed (SFT, DPO, RM), or the probe that --method auto routes on"""
+    steps: int = 40
+    """optimizer steps of the policy"""
+    rollouts_per_step: int = 32
+    """trajectories per step; prompts per step = rollouts_per_step // the method's rollouts per prompt"""
+    lag: int = 2
+    """the batch trained at step t was sampled with the weights of step t - lag (0 = on-policy)"""
+    learning_rate: float | None = None
+    """policy learning rate; None: the method's declared one, else 1e-2 on a built-in model, 2e-4 with LoRA,
+    1e-5 for full fine-tuning of a loaded model"""
+    critic_learning_rate: float | None = None
+    """value head learning rate for critic methods; None: the method's declared one"""
+    lora_rank: int = 0
+    """0 trains every weight; > 0 trains LoRA adapters of that rank"""
+    device: str = "cpu"
+    """cpu or cuda"""
+    seed: int = 0
+    """seeds the model (built-ins), the task order, sampling and the held-out evaluation"""
+    max_tokens: int | None = None
+    """generation cap per rollout; None: the taskset's, else the method's"""
+    warm_start_steps: int = 12
+    """supervised steps on the taskset's reference answers before RL (0 = none); a random-init built-in
+    model learns little by RL alone"""
+    warm_start_batch: int = 16
+    """reference answers per supervised warm-start step"""
+    warm_start_learning_rate: float = 1e-2
+    """learning rate of the supervised warm start"""
+    eval_tasks: int = 64
+    """held-out tasks scored before and after training (and every eval_every steps)"""
+    eval_samples: int = 4
+    """samples per held-out task, at the method's temperature"""
+    eval_every: int = 0
+    """also evaluate every this many steps (0 = only before and after)"""
+    save_every: int = 20
+    """write a checkpoint every this many steps (and at the end, and on Ctrl-C)"""
+    micro_batch_tokens: int = 8192
+    """padded tokens per forward pass: peak memory follows this, not the batch; never changes a gradient"""
+    run_dir: str | None = None
+    """where the run is written; None: runs/<method>-<time>"""
+    export: bool = True
+    """write the final weights (a PEFT adapter under LoRA, else a merged model) to RUN_DIR/final"""
+    progress: bool = True
+    """show a progress bar with live reward, pass rate, drift and admitted share"""
+
+
+# Fields whose value may be None, and the type they have otherwise.
+_OPTIONAL = {"taskset": str, "rows": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
+             "run_dir": str}
+_AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
+             "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
+             "micro_batch_tokens": 16, "max_tokens": 1}
+
+
+def field_docs() -> dict[str, str]:
+    """The doc string under each field above, for --help and the docs."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig))).body[0].body  # type: ignore[attr-defined]
+    return {a.target.id: " ".join(b.value.value.split()) for a, b in zip(body, body[1:])
+            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
+
+
+def _type_of(name: str) -> type:
+    if name in _OPTIONAL:
+        return _OPTIONAL[name]
+    default = TrainConfig.__dataclass_fields__[name]
+    if default.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return dict
+    return type(default.default)
+
+
+def _type_problem(name: str, value: Any) -> str | None:
+    if value is None and name in _OPTIONAL:
+        return None
+    want = _type_of(name)
+    ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if ok:
+        return None
+    return f"{name} = {value!r} is a {type(value).__name__}; it must be a {want.__name__}" + \
+        (" or empty (None)" if name in _OPTIONAL else "")
+
+
+def from_mapping(values: Mapping[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
+    """The known keys of ``values`` with their problems (unknown key, wrong type); nothing is dropped silently."""
+    known = TrainConfig.__dataclass_fields__
+    good: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, value in values.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            import difflib
+
+            near = difflib.get_close_matches(name, list(known), n=1)
+            problems.append(f"{where}: unknown key {key!r}" + (f"; did you mean {near[0]!r}?" if near else "")
+                            + f" (valid keys: {', '.join(known)})")
+            continue
+        problem = _type_problem(name, value)
+        if problem:
+            problems.append(f"{where}: {problem}")
+            continue
+        good[name] = float(value) if _type_of(name) is float and value is not None else value
+    return good, problems
+
+
+def load_toml(path: str) -> dict[str, Any]:
+    """The table in a TOML config file (``[train]`` or the top level)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"--config {path!r}: no such file; give the path of a TOML file (docs/train.md shows one)")
+    try:
+        data = tomllib.loads(file.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"--config {path!r} is not valid TOML: {err}") from None
+    return dict(data.get("train", data)) if isinstance(data.get("train", data), Mapping) else {}
+
+
+def build(toml_path: str | None = None, **overrides: Any) -> TrainConfig:
+    """Defaults, then the TOML file, then ``overrides``; every problem reported at once (nothing loads)."""
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    if toml_path is not None:
+        good, bad = from_mapping(load_toml(toml_path), toml_path)
+        values.update(good)
+        problems += bad
+    good, bad = from_mapping(overrides, "argument")
+    for key in ("knobs", "taskset_options"):  # tables merge, key by key
+        if key in good and key in values:
+            good[key] = {**values[key], **good[key]}
+    values.update(good)
+    problems += bad
+    if problems:
+        raise ConfigError(_listing(problems))
+    return TrainConfig(**values)
+
+
+def _listing(problems: list[str]) -> str:
+    head = f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in the training config:"
+    return head + "".join(f"\n  - {p}" for p in problems)
+
+
+def check_ranges(config: TrainConfig) -> list[str]:
+    """Per-field rules (no method, no taskset needed)."""
+    problems = []
+    for name in TrainConfig.__dataclass_fields__:
+        value = getattr(config, name)
+        problem = _type_problem(name, value)
+        if problem:
+            problems.append(problem)
+            continue
+        low = _AT_LEAST.get(name)
+        if low is not None and value is not None and value < low:
+            problems.append(f"{name} = {value!r} must be >= {low}")
+    for name in ("learning_rate", "critic_learning_rate", "warm_start_learning_rate"):
+        value = getattr(config, name)
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            problems.append(f"{name} = {value!r} must be a finite number > 0")
+    if config.device not in ("cpu", "cuda") and not str(config.device).startswith("cuda:"):
+        problems.append(f"device = {config.device!r} must be 'cpu' or 'cuda' (or 'cuda:N')")
+    if config.taskset is None and config.rows is None:
+        problems.append("neither taskset nor rows is set: give --taskset (prompts + a grader) or --rows (a JSONL "
+                        "file of rows to train on)")
+    return problems
+
+
+def as_dict(config: TrainConfig) -> dict[str, Any]:
+    """Plain values, for config.json and summaries."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def to_toml(config: TrainConfig) -> str:
+    """The resolved config as TOML (``None`` values are left out: TOML has no null)."""
+    import tomli_w
+
+    return tomli_w.dumps({"train": {k: v for k, v in as_dict(config).items() if v is not None}})

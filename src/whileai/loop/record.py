@@ -1,0 +1,115 @@
+"""What a run writes as it goes: ``metrics.jsonl``, TensorBoard event files, the curves PNG, a progress bar."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+# What the progress bar shows, and under which short name.
+LIVE = (("reward", "reward"), ("pass_rate", "pass"), ("drift", "drift"), ("admitted_share", "admit"))
+
+
+class Metrics:
+    """Append-only ``metrics.jsonl`` plus TensorBoard scalars; on resume, lines past the checkpoint are cut."""
+
+    def __init__(self, run_dir: Path, resume_step: int | None = None) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        if resume_step is not None and self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines()
+                    if line.strip() and json.loads(line).get("step", -1) <= resume_step]
+            _atomic_write(self.path, "".join(line + "\n" for line in kept))
+        elif self.path.exists():
+            self.path.unlink()
+        from tensorboardX import SummaryWriter
+
+        self.board = SummaryWriter(str(run_dir / "tensorboard"),
+                                   purge_step=None if resume_step is None else resume_step + 1)
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(dict(record)) + "\n")
+        step = int(record.get("step", 0))
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.board.add_scalar(key, float(value), step)
+        self.board.flush()
+
+    def read(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()] \
+            if self.path.exists() else []
+
+    def close(self) -> None:
+        self.board.close()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, data: Any) -> None:
+    _atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+class Progress:
+    """A tqdm bar with ETA and the live numbers; silent when ``enabled`` is False."""
+
+    def __init__(self, total: int, initial: int, enabled: bool, description: str) -> None:
+        self.bar = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, desc=description, unit="step", dynamic_ncols=True)
+
+    def update(self, record: Mapping[str, Any]) -> None:
+        if self.bar is None:
+            return
+        self.bar.set_postfix({short: f"{record[key]:.3g}" for key, short in LIVE if key in record}, refresh=False)
+        self.bar.update(1)
+
+    def write(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def plot(records: Iterable[Mapping[str, Any]], evals: Iterable[Mapping[str, Any]], path: Path, title: str) -> Path:
+    """Four panels: training reward (and pass rate), held-out pass@1 with its interval, drift, admitted share."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records, evals = list(records), list(evals)
+    steps = [r["step"] for r in records]
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), constrained_layout=True)
+    ax = axes[0][0]
+    ax.plot(steps, [r.get("reward", float("nan")) for r in records], label="mean reward")
+    ax.plot(steps, [r.get("pass_rate", float("nan")) for r in records], label="pass rate", alpha=0.7)
+    ax.set_title("training rollouts")
+    ax.legend()
+    ax = axes[0][1]
+    if evals:
+        x = [e["step"] for e in evals]
+        y = [e["pass_at_1"] for e in evals]
+        low = [e["pass_at_1"] - e["ci95"][0] for e in evals]
+        high = [e["ci95"][1] - e["pass_at_1"] for e in evals]
+        ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=4)
+    ax.set_title("held-out pass@1 (95% interval)")
+    ax.set_ylim(0, 1)
+    for ax, key, name in ((axes[1][0], "drift", "sampler-policy drift (KL per token)"),
+                          (axes[1][1], "admitted_share", "admitted share")):
+        ax.plot(steps, [r.get(key, float("nan")) for r in records])
+        ax.set_title(name)
+        ax.set_xlabel("step")
+    fig.suptitle(title)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path

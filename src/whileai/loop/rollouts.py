@@ -1,0 +1,115 @@
+"""Rollouts: sample completions for tasks, grade them, and hand back rows; the lag queue.
+
+A row here is the library's row (``reward``, ``behavior_logprobs``, ``tokens``, ``task_id``, ``truncated``)
+plus the loop's bookkeeping (``prompt_tokens``, ``completion``, ``sampler_step``). Sampling and grading read
+the method's run spec only: rollouts per prompt, temperature, max tokens, and an adaptive plan if it has one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from whileai.errors import BatchError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How this run samples: the method's temperature, the cap, and whether the cap ends a fixed-length answer."""
+
+    temperature: float
+    max_tokens: int
+    cap_is_answer_length: bool
+    """True when the taskset sets the cap (a reply that reaches it is complete, not truncated)"""
+
+    def params(self, seed: int) -> Any:
+        from whileai.engine import SamplingParams
+
+        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, seed=seed)
+
+    def scoring(self) -> Any:
+        """The distribution the trainer must score tokens under (the sampler's temperature)."""
+        return {"max_tokens": self.max_tokens, "temperature": self.temperature}
+
+
+def completion_text(tokenizer: Any, tokens: Sequence[int]) -> str:
+    """The decoded completion with special tokens (EOS) removed, as graders receive it."""
+    return tokenizer.decode(list(tokens), skip_special_tokens=True)
+
+
+def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], per_task: Sequence[int],
+             sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
+    """``per_task[i]`` graded completions of ``tasks[i]``, sampled with the engine's current weights."""
+    rows: list[dict[str, Any]] = []
+    groups: dict[int, list[int]] = {}
+    for i, n in enumerate(per_task):
+        if n > 0:
+            groups.setdefault(n, []).append(i)
+    for n, members in sorted(groups.items()):
+        samples = engine.sample([prompts[i] for i in members], n, sampling.params(seed + n))
+        for i, sequences in zip(members, samples):
+            rows += [_row(engine.tokenizer, taskset, tasks[i], prompts[i], s, sampling, sampler_step)
+                     for s in sequences]
+    return rows
+
+
+def _row(tokenizer: Any, taskset: Any, task: Any, prompt: list[int], sample: Any, sampling: Sampling,
+         sampler_step: int) -> dict[str, Any]:
+    text = completion_text(tokenizer, sample.tokens)
+    truncated = sample.stop_reason == "length" and not sampling.cap_is_answer_length
+    return {"task_id": task.task_id, "reward": taskset.grade(task, text), "prompt_tokens": list(prompt),
+            "tokens": list(sample.tokens), "behavior_logprobs": [float(x) for x in sample.logprobs],
+            "truncated": bool(truncated), "completion": text, "sampler_step": sampler_step}
+
+
+def sample_batch(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: Any,
+                 sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
+    """One step's rows: ``rollouts_per_prompt`` per task, then more rounds while the method's plan asks."""
+    rows = rollouts(engine, taskset, tasks, prompts, [spec.rollouts_per_prompt] * len(tasks), sampling, seed,
+                    sampler_step)
+    if spec.plan is None:
+        return rows
+    index = {t.task_id: i for i, t in enumerate(tasks)}
+    for round_number in range(1, 1000):
+        plan = spec.plan(rows, list(index))
+        if not plan.resample:
+            break
+        per_task = [0] * len(tasks)
+        for task_id, n in plan.resample.items():
+            per_task[index[task_id]] = int(n)
+        rows += rollouts(engine, taskset, tasks, prompts, per_task, sampling, seed + 7919 * round_number,
+                         sampler_step)
+    return rows
+
+
+def step_tasks(train: Sequence[Any], n: int, seed: int, step: int) -> list[Any]:
+    """The ``n`` training tasks of a step: a fixed function of (seed, step), so a resumed run draws the same."""
+    if n > len(train):
+        raise BatchError(f"a step needs {n} distinct training tasks but the taskset's train split has "
+                         f"{len(train)}; lower rollouts_per_step or use a larger taskset")
+    rng = np.random.default_rng([seed, step])
+    return [train[i] for i in rng.choice(len(train), size=n, replace=False)]
+
+
+class LagQueue:
+    """Batches in flight: the batch trained at step t was sampled ``lag`` steps earlier with that step's weights.
+
+    Holding the rows (not weight snapshots) keeps one set of weights in memory whatever the lag: this is
+    how an asynchronous system is stale, a queue of ``lag`` batches between sampler and trainer.
+    """
+
+    def __init__(self, lag: int, batches: Sequence[list[dict[str, Any]]] = ()) -> None:
+        self.lag = lag
+        self.batches: deque[list[dict[str, Any]]] = deque(batches)
+
+    def push(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """Add a fresh batch; return the one to train on now (None while the queue fills)."""
+        self.batches.append(rows)
+        return self.batches.popleft() if len(self.batches) > self.lag else None
+
+    def state(self) -> list[list[dict[str, Any]]]:
+        return [list(b) for b in self.batches]

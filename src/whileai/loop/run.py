@@ -1,0 +1,542 @@
+"""``wai.train``: a training run from a config, start to finish, resumable.
+
+    sample (weights of step t - lag) -> grade -> score -> method.update -> kernel -> optimizer step
+
+The run reads the method only through ``run_spec()`` and ``update()``; it never branches on a method's
+name. It writes RUN_DIR/{config.toml, metrics.jsonl, tensorboard/, checkpoint/, final/, summary.json,
+curves.png}. Ctrl-C finishes the current step, writes a checkpoint and exits with 130.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import ConfigError, WhileaiError
+from whileai.loop import config as config_io
+from whileai.loop.config import TrainConfig
+from whileai.loop.evaluate import before_after, held_out
+from whileai.loop.record import Metrics, Progress, plot, write_json
+from whileai.loop.rollouts import LagQueue, Sampling, sample_batch, step_tasks
+from whileai.loop.step import policy_step
+
+DEFAULT_MAX_TOKENS = 256  # when neither the taskset nor the method caps a generation
+PROBE_TASKS, PROBE_ROLLOUTS = 16, 8  # what --method auto routes on when no rows are given
+
+
+class Interrupted(WhileaiError):
+    """The run was stopped by Ctrl-C after writing a checkpoint."""
+
+    def __init__(self, run_dir: Path, step: int) -> None:
+        super().__init__(f"interrupted after step {step}; checkpoint written. Resume with: wai train --resume {run_dir}")
+        self.run_dir, self.step = run_dir, step
+
+
+@dataclass
+class Run:
+    """A finished (or resumed-and-finished) run: its directory, summary and final weights."""
+
+    dir: Path
+    config: TrainConfig
+    summary: dict[str, Any]
+    weights: Path | None = None
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """Every step's metrics, as written to metrics.jsonl."""
+        path = self.dir / "metrics.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def __str__(self) -> str:
+        return self.summary.get("report", f"run at {self.dir}")
+
+
+@dataclass
+class _State:
+    """What a checkpoint holds besides the engine: step, the method's state, the rows in flight, evals."""
+
+    step: int = 0
+    method_state: dict[str, Any] | None = None
+    queue: list[list[dict[str, Any]]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    warm_start_done: bool = False
+    engine_step: int = 0
+
+
+# ----------------------------------------------------------------------------- checks before loading
+def resolve_method(config: TrainConfig, method: Any = None) -> tuple[Any, list[str]]:
+    """The method object (None for 'auto', chosen later) and any problem building it."""
+    import whileai as wai
+
+    if method is not None and not isinstance(method, str):
+        return method, []
+    name = method or config.method
+    if name == "auto":
+        return None, []
+    try:
+        return wai.method(name, **config.knobs), []
+    except ConfigError as err:
+        return None, [f"method = {name!r}: {err}"]
+
+
+def check(config: TrainConfig, method: Any, taskset: Any = None) -> list[str]:
+    """Every impossible combination of the config and the method's run spec, each with a fix."""
+    problems = config_io.check_ranges(config)
+    if method is None:
+        return problems
+    spec = method.run_spec()
+    if spec.source == "rows" and config.rows is None:
+        problems.append(f"method {method.name!r} trains on rows as pushed: give --rows FILE (JSONL with prompt and "
+                        "completion, or prompt_tokens and tokens)")
+    if spec.source == "rollouts" and config.taskset is None:
+        problems.append(f"method {method.name!r} learns from rollouts: give --taskset (prompts and a grader)")
+    if spec.source == "rows" and config.lag > 0:
+        problems.append(f"lag = {config.lag}: method {method.name!r} trains on pushed rows, there is no sampler to "
+                        "lag; set --lag 0")
+    if spec.max_lag is not None and config.lag > spec.max_lag:
+        problems.append(f"lag = {config.lag} is beyond the {spec.max_lag} steps method {method.name!r} is built to "
+                        f"correct (its off_policy_steps); lower --lag or raise the knob (--set off_policy_steps=N)")
+    if spec.source == "rollouts":
+        problems += _rollout_problems(config, method, spec)
+    if spec.critic is not None and config.steps <= spec.critic.warmup:
+        problems.append(f"steps = {config.steps} leaves no policy step after the critic's {spec.critic.warmup} "
+                        f"warm-up steps: raise --steps above {spec.critic.warmup} or lower the warm-up "
+                        "(--set critic_warmup=N)")
+    if spec.head != "policy":
+        problems.append(f"method {method.name!r} trains a scalar head ({spec.head}); the loop trains policies only "
+                        "for now: train it with engine.train_step or `wai update`")
+    return problems
+
+
+def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
+    problems = []
+    if spec.rollouts_per_prompt < spec.min_rollouts_per_prompt:
+        problems.append(f"method {method.name!r} takes its baseline over a prompt's group, and "
+                        f"{spec.rollouts_per_prompt} rollout per prompt makes every advantage 0: set "
+                        f"--set generations={max(spec.min_rollouts_per_prompt, 2)} or more, or use a one-rollout "
+                        "method (flash_reinforce, rae, sao, bpco)")
+    if config.rollouts_per_step < spec.rollouts_per_prompt or config.rollouts_per_step % spec.rollouts_per_prompt:
+        problems.append(f"rollouts_per_step = {config.rollouts_per_step} is not a multiple of the method's "
+                        f"{spec.rollouts_per_prompt} rollouts per prompt: use a multiple such as "
+                        f"{max(1, config.rollouts_per_step // spec.rollouts_per_prompt) * spec.rollouts_per_prompt}")
+    for need in spec.needs:
+        if need.startswith("teacher"):
+            problems.append(f"method {method.name!r} needs {need!r} from a teacher, and `wai train` has no teacher "
+                            "source yet: score rollouts with your teacher and train with engine.train_step, or pick "
+                            "a method without a teacher")
+    return problems
+
+
+def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
+    if config.taskset is None:
+        return None, []
+    from whileai.envs import load_taskset
+
+    try:
+        return load_taskset(config.taskset, **config.taskset_options), []
+    except WhileaiError as err:
+        return None, [f"taskset = {config.taskset!r}: {err}"]
+
+
+# ----------------------------------------------------------------------------- the run
+def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = None, resume: str | None = None,
+          config_file: str | None = None, **overrides: Any) -> Run:
+    """Train a model; return the run. Keyword arguments override the config's fields (see ``TrainConfig``).
+
+    ``method``: a name, 'auto', or a method object. ``rows``: a JSONL path or a list of row dicts (SFT, DPO,
+    RM train on them as pushed). ``resume``: a run directory to continue from its last checkpoint.
+    """
+    if resume is not None:
+        extra = sorted(set(overrides) - {"steps", "progress"})
+        if extra or config is not None or config_file is not None or method is not None or rows is not None:
+            raise ConfigError(f"resume takes the run's saved config; only steps (to train longer) and progress may "
+                              f"change, not {extra or 'config/method/rows'}")
+        return _resume(resume, **overrides)
+    if isinstance(method, str):
+        overrides["method"] = method
+    if isinstance(rows, str):
+        overrides["rows"] = rows
+    base = config_io.as_dict(config) if config is not None else {}
+    config = config_io.build(config_file, **{**base, **overrides})
+    method_obj = method if method is not None and not isinstance(method, str) else None
+    if method_obj is not None:
+        config = replace(config, method=method_obj.name)
+    return _start(config, method_obj, rows if rows is not None and not isinstance(rows, str) else None)
+
+
+def _start(config: TrainConfig, method_obj: Any, rows_data: Any) -> Run:
+    if rows_data is not None and config.rows is None:
+        config = replace(config, rows="<rows passed in Python>")
+    method, problems = resolve_method(config, method_obj)
+    taskset, more = _load_taskset(config)
+    problems += more + check(config, method, taskset)
+    if problems:
+        raise ConfigError(config_io._listing(problems))
+    run_dir = Path(config.run_dir or _default_dir(config))
+    if (run_dir / "config.toml").exists():
+        raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run: resume it with --resume {run_dir}, or "
+                          "pick another --run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    config = replace(config, run_dir=str(run_dir))
+    rows_list = _rows_from(config, rows_data, run_dir)
+    (run_dir / "config.toml").write_text(config_io.to_toml(config))
+    return _Trainer(config, method, taskset, rows_list, run_dir, None).run()
+
+
+def _resume(run_dir_text: str, **changes: Any) -> Run:
+    run_dir = Path(run_dir_text)
+    if not (run_dir / "config.toml").is_file():
+        raise ConfigError(f"--resume {run_dir_text!r}: no config.toml there; give the directory of a run that "
+                          "`wai train` wrote")
+    config = config_io.build(str(run_dir / "config.toml"), **changes)
+    if changes:
+        (run_dir / "config.toml").write_text(config_io.to_toml(config))
+    method, problems = resolve_method(config)
+    taskset, more = _load_taskset(config)
+    problems += more + check(config, method, taskset)
+    if problems:
+        raise ConfigError(config_io._listing(problems))
+    state = _read_state(run_dir)
+    rows_list = _rows_from(config, None, run_dir)
+    return _Trainer(config, method, taskset, rows_list, run_dir, state).run()
+
+
+def _default_dir(config: TrainConfig) -> str:
+    return f"runs/{config.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _rows_from(config: TrainConfig, rows_data: Any, run_dir: Path) -> list[dict[str, Any]] | None:
+    """Rows to train on as pushed: the Python list (saved with the run, for resume) or the JSONL file."""
+    if config.rows is None:
+        return None
+    saved = run_dir / "rows.jsonl"
+    if rows_data is not None:
+        rows = [dict(r) for r in rows_data]
+        saved.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return rows
+    path = saved if config.rows == "<rows passed in Python>" else Path(config.rows)
+    if not path.is_file():
+        raise ConfigError(f"rows = {config.rows!r}: no such file; give a JSONL file of rows")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _read_state(run_dir: Path) -> _State:
+    from whileai.engine.state import snapshot_dir
+
+    folder = snapshot_dir(run_dir / "checkpoint")
+    step = json.loads((folder / "meta.json").read_text())["step"]
+    path = run_dir / "checkpoint" / f"loop-{step:08d}.json"
+    if not path.is_file():
+        raise ConfigError(f"the checkpoint in {run_dir / 'checkpoint'} has no loop state {path.name}: it was cut off "
+                          "while being written; there is nothing consistent to resume from")
+    return _State(**json.loads(path.read_text()))
+
+
+@contextmanager
+def _stop_on_sigint() -> Iterator[dict[str, bool]]:
+    """The first Ctrl-C asks the loop to stop after the current step; a second one stops at once."""
+    flag = {"stop": False}
+    if threading.current_thread() is not threading.main_thread():
+        yield flag
+        return
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum: int, frame: Any) -> None:
+        if flag["stop"]:
+            raise KeyboardInterrupt
+        flag["stop"] = True
+        print("\nCtrl-C: finishing this step, then writing a checkpoint (Ctrl-C again to quit without one)",
+              flush=True)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _Trainer:
+    """The state of one run while it trains. Methods are the phases; ``run`` reads top to bottom."""
+
+    def __init__(self, config: TrainConfig, method: Any, taskset: Any, rows: list[dict[str, Any]] | None,
+                 run_dir: Path, resumed: _State | None) -> None:
+        self.config, self.method, self.taskset, self.rows = config, method, taskset, rows
+        self.run_dir = run_dir
+        self.state = resumed or _State()
+        self.resuming = resumed is not None
+
+    # ------------------------------------------------------------------ setup
+    def _engine(self) -> Any:
+        from whileai.engine import TrainingEngine
+
+        spec = self.method.run_spec() if self.method is not None else None
+        needs_reference = spec is not None and "ref_logprobs" in spec.needs
+        engine = TrainingEngine(self.config.model, lora_rank=self.config.lora_rank, device=self.config.device,
+                                seed=self.config.seed, reference=needs_reference or None,
+                                micro_batch_tokens=self.config.micro_batch_tokens, keep_sampler_versions=1)
+        if spec is not None and spec.critic is not None:
+            rate = self.config.critic_learning_rate or spec.critic.learning_rate
+            engine.add_critic(rate, reward_range=spec.critic.reward_range)
+        return engine
+
+    def _learning_rate(self, engine: Any) -> float:
+        if self.config.learning_rate is not None:
+            return self.config.learning_rate
+        declared = self.method.run_spec().learning_rate
+        if declared is not None:
+            return declared
+        if self.config.model.startswith("builtin:") and not self.config.lora_rank:
+            return 1e-2
+        return 2e-4 if self.config.lora_rank else 1e-5
+
+    def _sampling(self) -> Sampling:
+        spec = self.method.run_spec()
+        task_cap = self.taskset.max_tokens if self.taskset is not None else None
+        cap = self.config.max_tokens or task_cap or spec.max_tokens or DEFAULT_MAX_TOKENS
+        return Sampling(spec.temperature, int(cap), cap_is_answer_length=(self.config.max_tokens is None
+                                                                          and task_cap is not None))
+
+    def _prompts(self, engine: Any, tasks: Sequence[Any]) -> list[list[int]]:
+        from whileai.envs import render_prompt
+
+        return [render_prompt(engine.tokenizer, t) for t in tasks]
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> Run:
+        started = time.perf_counter()
+        engine = self._engine() if self.method is not None else None
+        if self.method is None:  # --method auto: a probe of rollouts, then route
+            engine = self._route()
+        if self.resuming:
+            engine.load_state(str(self.run_dir / "checkpoint"))
+        else:
+            self.state.method_state = self.method.initial_state()  # the loop owns it and checkpoints it
+        self.engine = engine
+        self.metrics = Metrics(self.run_dir, self.state.step if self.resuming else None)
+        self.adam = {"learning_rate": self._learning_rate(engine)}
+        log = Progress(self.config.steps, self.state.step, self.config.progress, self.method.name)
+        try:
+            with _stop_on_sigint() as stop:
+                self._before(log)
+                self._loop(log, stop)
+        finally:
+            log.close()
+            self.metrics.close()
+        return self._finish(time.perf_counter() - started)
+
+    def _before(self, log: Progress) -> None:
+        """The supervised warm start and the held-out evaluation before training (skipped on resume)."""
+        if self.resuming:
+            return
+        log.write(f"{self.method!r}\nrun spec: {self.method.run_spec().describe()}\nrun dir: {self.run_dir}")
+        if self.taskset is not None and self.config.warm_start_steps and not self.state.warm_start_done:
+            loss = self._warm_start()
+            log.write(f"warm start: {self.config.warm_start_steps} supervised steps on reference answers "
+                      f"(loss {loss[0]:.3f} -> {loss[-1]:.3f})")
+        self.state.warm_start_done = True
+        if self._can_eval():
+            self.state.evals.append({"step": 0, **self._evaluate()})
+            log.write(f"held-out pass@1 before: {_eval_line(self.state.evals[-1])}")
+
+    def _loop(self, log: Progress, stop: Mapping[str, bool]) -> None:
+        queue = LagQueue(self.config.lag, self.state.queue)
+        spec = self.method.run_spec()
+        warmup = spec.critic.warmup if spec.critic is not None else 0
+        critic_steps = spec.critic.steps if spec.critic is not None else 0
+        while self.state.step < self.config.steps:
+            t = self.state.step
+            began = time.perf_counter()
+            batch, sample_s = self._next_batch(queue, t)
+            for _ in range(warmup if t == 0 and not self.resuming else 0):  # the critic learns before the policy moves
+                policy_step(self.engine, self.method, batch, adam=self.adam, state=self.state.method_state,
+                            sampling_params=self._sampling().scoring(), train_policy=False, critic_steps=1)
+            trained = time.perf_counter()
+            result = policy_step(self.engine, self.method, batch, adam=self.adam, state=self.state.method_state,
+                                 sampling_params=self._sampling().scoring(), rescore=self._rescore(batch, t),
+                                 critic_steps=critic_steps)
+            self.state.method_state = result.state
+            self.state.step = t + 1
+            self.state.queue = queue.state()
+            record = {"step": t + 1, **result.metrics, "lag": self.config.lag,
+                      "sampled_at_step": int(batch[0].get("sampler_step", t)) if batch else t,
+                      "learning_rate": self.adam["learning_rate"], "time/sample_s": sample_s,
+                      "time/train_s": time.perf_counter() - trained, "time/step_s": time.perf_counter() - began}
+            if self.config.eval_every and (t + 1) % self.config.eval_every == 0 and t + 1 < self.config.steps \
+                    and self._can_eval():
+                self.state.evals.append({"step": t + 1, **self._evaluate()})
+                record["eval/pass_at_1"] = self.state.evals[-1]["pass_at_1"]
+            self.metrics.write(record)
+            log.update(record)
+            for note in result.update.notes[:2] if (t + 1) % 10 == 0 else ():
+                log.write(f"step {t + 1} note: {note}")
+            if (t + 1) % self.config.save_every == 0 or t + 1 == self.config.steps or stop["stop"]:
+                self._checkpoint()
+            if stop["stop"] and t + 1 < self.config.steps:
+                raise Interrupted(self.run_dir, t + 1)
+
+    def _rescore(self, batch: Sequence[Mapping[str, Any]], step: int) -> bool:
+        """Skip the scoring forward when the sampler's log-probabilities are the policy's: sampled by the
+        current weights (lag 0, in this step) at the temperature the trainer scores with."""
+        return self.rows is not None or any(r.get("sampler_step") != step for r in batch)
+
+    # ------------------------------------------------------------------ batches
+    def _next_batch(self, queue: LagQueue, step: int) -> tuple[list[dict[str, Any]], float]:
+        if self.rows is not None:
+            return self._pushed_rows(step), 0.0
+        began = time.perf_counter()
+        while len(queue.batches) < self.config.lag:  # fill the pipeline with the starting weights
+            queue.push(self._sample(len(queue.batches), step))
+        batch = queue.push(self._sample(step + self.config.lag, step))
+        if batch is None:  # cannot happen: the queue holds lag batches, so a push returns the oldest
+            raise WhileaiError(f"the lag queue returned no batch at step {step}")
+        return batch, time.perf_counter() - began
+
+    def _sample(self, draw: int, sampler_step: int) -> list[dict[str, Any]]:
+        """The ``draw``-th batch of the run, sampled now with the current weights."""
+        spec = self.method.run_spec()
+        n = self.config.rollouts_per_step // spec.rollouts_per_prompt
+        tasks = step_tasks(self.taskset.split("train"), n, self.config.seed, draw)
+        return sample_batch(self.engine, self.taskset, tasks, self._prompts(self.engine, tasks), spec,
+                            self._sampling(), self.config.seed * 1_000_003 + draw * 101, sampler_step)
+
+    def _pushed_rows(self, step: int) -> list[dict[str, Any]]:
+        """Rows as pushed, in whole groups (a task's rows, a pair) cycling through the file in a seeded order."""
+        from whileai.loop.pushed import batch_of
+
+        return batch_of(self.rows or [], self.engine.tokenizer, self.config.rollouts_per_step, self.config.seed, step)
+
+    # ------------------------------------------------------------------ phases
+    def _warm_start(self) -> list[float]:
+        from whileai.engine.datums import make_datum
+
+        losses = []
+        tasks_all = self.taskset.split("train")
+        eos = self.engine.tokenizer.eos_token_id
+        for k in range(self.config.warm_start_steps):
+            tasks = step_tasks(tasks_all, min(self.config.warm_start_batch, len(tasks_all)), self.config.seed,
+                               10_000_000 + k)
+            data = []
+            for task, prompt in zip(tasks, self._prompts(self.engine, tasks)):
+                answer = self.engine.tokenizer.encode(str(task.answer), add_special_tokens=False)
+                if self.taskset.max_tokens is None and eos is not None:
+                    answer = answer + [eos]
+                data.append((prompt, answer))
+            count = sum(len(a) for _, a in data)
+            datums = [make_datum(p, a, weights=[1.0 / count] * len(a)) for p, a in data]
+            out = self.engine.forward_backward(datums, "cross_entropy")
+            self.engine.optim_step({"learning_rate": self.config.warm_start_learning_rate})
+            losses.append(float(out.metrics["loss:sum"]))
+        return losses
+
+    def _can_eval(self) -> bool:
+        return self.taskset is not None and self.config.eval_tasks > 0
+
+    def _evaluate(self) -> dict[str, Any]:
+        tasks = self.taskset.split("test")[: self.config.eval_tasks]
+        return held_out(self.engine, self.taskset, tasks, self._prompts(self.engine, tasks),
+                        self.config.eval_samples, self._sampling(), self.config.seed)
+
+    def _route(self) -> Any:
+        """--method auto: sample a probe with the starting model, ask route, and use its method."""
+        import whileai as wai
+        from whileai.loop.rollouts import rollouts
+
+        self.method = wai.FlashReinforce()  # sampling settings for the probe only
+        engine = self._engine()
+        if self.rows is not None:
+            probe = self.rows
+        else:
+            tasks = self.taskset.split("train")[:PROBE_TASKS]
+            probe = rollouts(engine, self.taskset, tasks, self._prompts(engine, tasks),
+                             [PROBE_ROLLOUTS] * len(tasks), self._sampling(), self.config.seed, -1)
+        answer = wai.route([{"task_id": r["task_id"], "reward": r["reward"], "truncated": r.get("truncated", False)}
+                            for r in probe], model=self.config.model)
+        if answer.config is None:
+            raise ConfigError(f"--method auto: route found nothing to train with yet.\n{answer}")
+        self.method = answer.config
+        (self.run_dir / "route.txt").write_text(str(answer) + "\n")
+        problems = check(replace(self.config, method=self.method.name), self.method, self.taskset)
+        if problems:
+            raise ConfigError(f"--method auto chose {self.method.name!r} ({answer.answer}), which this config cannot "
+                              "run:" + "".join(f"\n  - {p}" for p in problems))
+        print(f"--method auto: {self.method.name} ({answer.question} {answer.answer}); see {self.run_dir}/route.txt")
+        return self._engine() if self.method.run_spec().critic is not None else engine
+
+    def _checkpoint(self) -> None:
+        """Loop state first (named by the engine step it belongs to), then the engine's atomic snapshot."""
+        folder = self.run_dir / "checkpoint"
+        folder.mkdir(exist_ok=True)
+        self.state.engine_step = self.engine.step
+        write_json(folder / f"loop-{self.engine.step:08d}.json", self.state.__dict__)
+        self.engine.save_state(str(folder))
+        for old in folder.glob("loop-*.json"):
+            if old.name != f"loop-{self.engine.step:08d}.json":
+                old.unlink()
+
+    def _finish(self, seconds: float) -> Run:
+        summary: dict[str, Any] = {"method": repr(self.method), "run_spec": self.method.run_spec().describe(),
+                                   "steps": self.state.step, "seconds": round(seconds, 2),
+                                   "run_dir": str(self.run_dir)}
+        records = self.metrics.read()
+        if records:
+            first, last = records[: max(1, len(records) // 5)], records[-max(1, len(records) // 5):]
+            for key in ("reward", "loss", "admitted_share", "drift"):
+                if key in records[0]:
+                    summary[f"{key}_first_fifth"] = _mean(first, key)
+                    summary[f"{key}_last_fifth"] = _mean(last, key)
+        if self._can_eval():
+            self.state.evals.append({"step": self.state.step, **self._evaluate()})
+            before, after = self.state.evals[0], self.state.evals[-1]
+            summary["eval_before"] = {k: v for k, v in before.items() if k != "rows"}
+            summary["eval_after"] = {k: v for k, v in after.items() if k != "rows"}
+            summary["compare"] = before_after(before, after)
+        weights = None
+        if self.config.export:
+            weights = Path(self.engine.export(str(self.run_dir / "final"), merged=not self.config.lora_rank,
+                                              overwrite=True))
+            summary["weights"] = str(weights)
+        evals = [{k: v for k, v in e.items() if k != "rows"} for e in self.state.evals]
+        summary["plot"] = str(plot(records, evals, self.run_dir / "curves.png", f"{self.method.name} on "
+                                   f"{self.config.taskset or self.config.rows}"))
+        summary["report"] = _report(summary)
+        write_json(self.run_dir / "summary.json", summary)
+        write_json(self.run_dir / "evals.json", evals)
+        return Run(self.run_dir, self.config, summary, weights)
+
+
+def _mean(records: Sequence[Mapping[str, Any]], key: str) -> float:
+    values = [float(r[key]) for r in records if key in r and math.isfinite(float(r[key]))]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _eval_line(result: Mapping[str, Any]) -> str:
+    low, high = result["ci95"]
+    return f"{result['pass_at_1']:.3f} [{low:.3f}, {high:.3f}] over {result['tasks']} tasks x {result['samples']}"
+
+
+def _report(summary: Mapping[str, Any]) -> str:
+    lines = [f"{summary['method']}", f"  {summary['steps']} steps in {summary['seconds']:.0f} s; run dir "
+             f"{summary['run_dir']}"]
+    if "reward_first_fifth" in summary:
+        lines.append(f"  training reward {summary['reward_first_fifth']:.3f} (first fifth) -> "
+                     f"{summary['reward_last_fifth']:.3f} (last fifth)")
+    if "loss_first_fifth" in summary and "reward_first_fifth" not in summary:
+        lines.append(f"  loss {summary['loss_first_fifth']:.4g} -> {summary['loss_last_fifth']:.4g}")
+    if "admitted_share_last_fifth" in summary:
+        lines.append(f"  admitted share (last fifth) {summary['admitted_share_last_fifth']:.2f}, drift "
+                     f"{summary.get('drift_last_fifth', 0.0):.3g}")
+    if "compare" in summary:
+        lines.append(f"  before: {_eval_line(summary['eval_before'])}")
+        lines.append(f"  after:  {_eval_line(summary['eval_after'])}")
+        lines.append(f"  {summary['compare']['text']}")
+    if "weights" in summary:
+        lines.append(f"  weights: {summary['weights']}")
+    lines.append(f"  curves: {summary['plot']}")
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""One training step, written only with the trainer's public operations.
+
+    score rows (forward, no grad) -> method.update(whole batch) -> forward_backward("cross_entropy",
+    weights = c) -> optim_step            (+ the critic's own steps where the method has one)
+
+The trainer is anything with ``forward``, ``forward_backward`` and ``optim_step`` in the engine's shape
+(``TrainingEngine`` in-process; the service's client later), so the same function runs over HTTP. Every
+normalizer lives inside ``c``; the trainer sums and accumulates over its micro-batches, so peak memory
+is set by the micro-batch and splitting a batch never changes a gradient. Nothing here reads a method's
+attributes or name: only ``method.run_spec()`` and ``method.update()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from whileai.errors import BatchError, ConfigError
+
+# Fields a loop keeps on its rows for itself; the method sees everything else.
+BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step")
+
+
+@dataclass
+class StepResult:
+    """What a step did: the method's Update, the new method state, and plain-number metrics."""
+
+    update: Any
+    state: dict[str, Any] | None
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def datum(row: Mapping[str, Any], **completion_fields: Sequence[float]) -> dict[str, Any]:
+    """A row's prompt + completion as a datum (position i predicts token i + 1)."""
+    from whileai.engine.datums import make_datum
+
+    return make_datum(row["prompt_tokens"], row["tokens"], **completion_fields)
+
+
+def value_datum(row: Mapping[str, Any], values: Sequence[float], returns: Sequence[float]) -> dict[str, Any]:
+    """A datum for the value loss: old values and regression targets on the completion's positions."""
+    out = datum(row, values=values, returns=returns)
+    del out["loss_fn_inputs"]["target_tokens"]  # a value loss reads no targets
+    return out
+
+
+def completion_part(values: Any, n: int) -> list[float]:
+    """The last ``n`` positions of a per-position output: the completion's tokens."""
+    return np.asarray(values, dtype=np.float64)[-n:].tolist()
+
+
+def score(trainer: Any, rows: Sequence[Mapping[str, Any]], *, sampling_params: Any = None,
+          reference: bool = False) -> list[list[float]]:
+    """Each row's completion log-probabilities under the current (or reference) policy, in one call."""
+    out = trainer.forward([datum(r) for r in rows], "cross_entropy", sampling_params=sampling_params,
+                          reference=reference)
+    return [completion_part(o["logprobs"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, rows)]
+
+
+def critic_values(trainer: Any, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+    """The value head's prediction at every completion token (a value loss's forward returns them)."""
+    data = [value_datum(r, [0.0] * len(r["tokens"]), [0.0] * len(r["tokens"])) for r in rows]
+    out = trainer.forward(data, "ppo_critic", {"value_clip": None})
+    return [completion_part(o["values"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, rows)]
+
+
+def fill(trainer: Any, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Any) -> None:
+    """Fill the per-token fields the method's run spec asks for, where a row lacks them."""
+    missing = [n for n in needs if any(n not in r for r in rows)]
+    for name in missing:
+        if name == "values":
+            filled = critic_values(trainer, rows)
+        elif name == "ref_logprobs":
+            filled = score(trainer, rows, sampling_params=sampling_params, reference=True)
+        else:
+            raise ConfigError(f"the method needs {name!r} on every row and this loop has no source for it: give "
+                              f"rows that carry {name!r} (a teacher's scores), or pick a method that does not "
+                              "need it")
+        for row, values in zip(rows, filled):
+            row.setdefault(name, values)
+
+
+def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
+                sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
+                critic_steps: int = 0) -> StepResult:
+    """One step: score, update, weighted cross-entropy, critic steps, optimizer step.
+
+    ``rescore=False`` skips the scoring forward when its answer is known: on-policy rows whose sampler
+    log-probabilities (``behavior_logprobs``) are the policy's at the same temperature and truncation.
+    ``train_policy=False`` (a critic warm-up) computes the update and trains only the critic.
+    """
+    work = [dict(r) for r in rows]
+    spec = method.run_spec()
+    if rescore:
+        for row, logprobs in zip(work, score(trainer, work, sampling_params=sampling_params)):
+            row["logprobs"] = logprobs
+    else:
+        for i, row in enumerate(work):
+            if "behavior_logprobs" not in row:
+                raise BatchError(f"row {i}: rescore=False needs the sampler's 'behavior_logprobs' to stand in for "
+                                 "the policy's; score the rows instead")
+            row["logprobs"] = list(row["behavior_logprobs"])
+    fill(trainer, work, spec.needs, sampling_params)
+    for_method = [{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work]
+    update = method.update(for_method, state=state) if state is not None else method.update(for_method)
+    metrics: dict[str, float] = {}
+    if train_policy:
+        weighted = [datum(r, weights=c) for r, c in zip(work, update.coefficients) if np.any(c)]
+        if weighted:
+            out = trainer.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params)
+            metrics["loss"] = float(out.metrics.get("loss:sum", 0.0))
+    if update.value_targets is not None and critic_steps > 0:
+        metrics["critic_loss"] = _critic_backward(trainer, work, update.value_targets)
+    optim = trainer.optim_step(adam)
+    metrics["grad_norm"] = float(optim.grad_norm)
+    for _ in range(max(critic_steps - 1, 0) if update.value_targets is not None else 0):
+        _critic_backward(trainer, work, update.value_targets)
+        trainer.optim_step(adam)  # only the critic has gradients: the policy's weights do not move
+    metrics.update(step_stats(update, work))
+    return StepResult(update, update.state, metrics)
+
+
+def _critic_backward(trainer: Any, rows: Sequence[Mapping[str, Any]], targets: Sequence[Any]) -> float:
+    """Accumulate the value head's gradient: 1/2 (V - target)^2 summed over completion tokens."""
+    data = [value_datum(r, r["values"], np.asarray(t, dtype=np.float64).tolist()) for r, t in zip(rows, targets)]
+    out = trainer.forward_backward(data, "ppo_critic", {"value_clip": None})
+    tokens = max(float(out.metrics.get("num_tokens:sum", 1.0)), 1.0)
+    return float(out.metrics.get("loss:sum", 0.0)) / tokens
+
+
+def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Reward, pass rate, admitted share, ratio and drift of one step, as flat numbers."""
+    rewards = np.asarray([float(r["reward"]) for r in rows])
+    stats = {"reward": float(rewards.mean()), "pass_rate": float(np.mean(rewards >= 1.0)),
+             "admitted_share": float(np.mean(update.admitted)) if len(update.admitted) else 0.0}
+    for key, value in update.stats.items():
+        if isinstance(value, (int, float)) and np.isfinite(value):
+            stats[f"method/{key}"] = float(value)
+    stats["mean_ratio"] = float(update.stats.get("mean_ratio", 1.0))
+    # the method's own drift measure when it has one (FlashReinforce's Bernoulli KL), else the k3 estimate
+    stats["drift"] = float(update.stats.get("mean_sequence_kl", _drift(rows)))
+    return stats
+
+
+def _drift(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Mean per-token KL estimate between sampler and policy on the sampled tokens (k3), 0 when on-policy."""
+    total, count = 0.0, 0
+    for row in rows:
+        if "behavior_logprobs" not in row:
+            continue
+        log_ratio = np.asarray(row["logprobs"]) - np.asarray(row["behavior_logprobs"])
+        total += float(np.sum(np.expm1(log_ratio) - log_ratio))
+        count += log_ratio.size
+    return total / count if count else 0.0

@@ -1,0 +1,125 @@
+"""Whole runs: what a run directory holds, exact resume, Ctrl-C, rows-trained methods."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import whileai as wai
+
+TIMING = ("time/sample_s", "time/train_s", "time/step_s")
+
+
+def _without_timing(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in records]
+
+
+def _event_tags(folder: Path) -> set[str]:
+    """Scalar tags in TensorBoard event files, read with the record format's own framing."""
+    from tensorboardX.proto import event_pb2
+
+    tags = set()
+    for path in folder.glob("events.out.tfevents.*"):
+        data = path.read_bytes()
+        offset = 0
+        while offset + 12 <= len(data):
+            length = int.from_bytes(data[offset:offset + 8], "little")
+            event = event_pb2.Event.FromString(data[offset + 12: offset + 12 + length])
+            tags |= {v.tag for v in event.summary.value}
+            offset += 12 + length + 4
+    return tags
+
+
+def test_a_run_writes_everything_a_user_reads(tmp_path: Path, quick):
+    run = wai.train(**{**quick, "eval_tasks": 8, "eval_samples": 2, "export": True, "warm_start_steps": 2},
+                    run_dir=str(tmp_path / "run"), lag=1)
+    folder = run.dir
+    records = run.metrics()
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert all(0.0 <= r["reward"] <= 1.0 and "admitted_share" in r and "drift" in r for r in records)
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["eval_before"]["tasks"] == 8 and "compare" in summary
+    assert {"reward", "admitted_share", "drift", "loss"} <= _event_tags(folder / "tensorboard")
+    assert (folder / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "method = \"flash_reinforce\"" in (folder / "config.toml").read_text()
+    # the merged export loads with plain transformers and scores text like the engine does
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(run.weights))
+    import torch
+
+    ids = torch.tensor([[1, 70, 71, 72, 73]])
+    with torch.no_grad():
+        theirs = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
+    from whileai.engine import TrainingEngine
+
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    engine.load_state(str(folder / "checkpoint"))
+    ours = engine.compute_logprobs([1, 70, 71, 72, 73])["logprobs"][1:]
+    np.testing.assert_allclose(theirs.numpy(), ours, atol=1e-4)
+
+
+def test_resume_reproduces_the_uninterrupted_run_exactly(tmp_path: Path, quick):
+    settings = {**quick, "steps": 4, "save_every": 2, "lag": 2}
+    whole = wai.train(**settings, run_dir=str(tmp_path / "whole"))
+    half = wai.train(**{**settings, "steps": 2}, run_dir=str(tmp_path / "half"))
+    assert len(half.metrics()) == 2
+    resumed = wai.train(resume=str(half.dir), steps=4, progress=False)
+    assert _without_timing(resumed.metrics()) == _without_timing(whole.metrics())
+
+
+def test_rae_state_lives_in_the_checkpoint(tmp_path: Path, quick):
+    run = wai.train(**{**quick, "steps": 2}, method="rae", run_dir=str(tmp_path / "rae"))
+    saved = next((run.dir / "checkpoint").glob("loop-*.json"))
+    state = json.loads(saved.read_text())["method_state"]
+    assert set(state) == {"baselines"} and len(state["baselines"]) == 1
+    assert 0.0 < next(iter(state["baselines"].values())) < 1.0
+
+
+@pytest.mark.slow
+def test_ctrl_c_writes_a_checkpoint_exits_130_and_resume_finishes(tmp_path: Path):
+    folder = tmp_path / "interrupted"
+    command = [sys.executable, "-m", "whileai", "train", "--steps", "400", "--rollouts-per-step", "8",
+               "--warm-start-steps", "0", "--eval-tasks", "0", "--no-export", "--no-progress", "--save-every", "1000",
+               "--run-dir", str(folder)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline and not (folder / "metrics.jsonl").exists():
+        time.sleep(0.5)
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=240)
+    assert process.returncode == 130, err
+    assert "wai train --resume" in err and str(folder) in err
+    done = len((folder / "metrics.jsonl").read_text().splitlines())
+    assert 1 <= done < 400
+    loop_state = json.loads(next((folder / "checkpoint").glob("loop-*.json")).read_text())
+    assert loop_state["step"] == done
+
+
+def test_sft_from_pushed_rows_lowers_the_loss(tmp_path: Path):
+    rows = [{"prompt": "ab", "completion": "cd", "task_id": str(i)} for i in range(8)]
+    run = wai.train(method="sft", rows=rows, lag=0, steps=6, rollouts_per_step=8, learning_rate=1e-2,
+                    taskset=None, export=False, progress=False, run_dir=str(tmp_path / "sft"))
+    losses = [r["loss"] for r in run.metrics()]
+    assert losses[-1] < 0.8 * losses[0]
+    assert (run.dir / "rows.jsonl").exists()  # rows passed in Python are saved with the run (for resume)
+
+
+def test_dpo_from_pairs_raises_the_margin(tmp_path: Path):
+    rows = []
+    for i in range(4):
+        rows += [{"prompt": "xy", "completion": "ab", "task_id": str(i), "reward": 1.0},
+                 {"prompt": "xy", "completion": "zz", "task_id": str(i), "reward": 0.0}]
+    run = wai.train(method="dpo", rows=rows, lag=0, steps=5, rollouts_per_step=8, learning_rate=1e-2,
+                    taskset=None, export=False, progress=False, run_dir=str(tmp_path / "dpo"))
+    margins = [r["method/mean_margin"] for r in run.metrics() if "method/mean_margin" in r]
+    assert len(margins) == 5 and margins[-1] > margins[0] + 0.05
