@@ -127,7 +127,7 @@ def evaluate(engine: TrainingEngine, prompts: list[list[int]], cfg: Config, temp
         params = SamplingParams(max_tokens=cfg.completion_len, temperature=temp, seed=cfg.seed + 10_000)
         rows = [{"task_id": i, "reward": grade(p, s.tokens, engine.tokenizer, cfg.completion_len)}
                 for i, (p, seqs) in enumerate(zip(prompts, engine.sample(prompts, n, params))) for s in seqs]
-        result = wai.pass_at(rows)  # a pass is reward >= 1.0: every token in the prompt's case
+        result = wai.pass_at(rows, threshold=1.0)  # a pass: every token in the prompt's case (partial credit below)
         out[name] = {"pass_at_1": result.pass_at_1, "ci95": list(result.ci95),
                      "mean_reward": float(np.mean([r["reward"] for r in rows]))}
     return out

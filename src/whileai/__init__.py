@@ -68,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "train": "whileai.loop",
     "TrainConfig": "whileai.loop",
     "Run": "whileai.loop",
+    "reward_model": "whileai.loop",
     # prime-rl config writer
     "prime_rl_config": "whileai.prime_rl",
     "PrimeRLConfig": "whileai.prime_rl",

@@ -361,7 +361,7 @@ def test_preallocated_cache_equals_transformers_dynamic_cache():
     ``DynamicCache`` growing by concatenation (the preallocation switched off)."""
     from whileai.engine import sampling
 
-    model = tiny_model("llama")
+    model = tiny_model("gpt2")  # GPT-2 keeps the plain cache (no shared prefix): the buffers are tested alone
     params = SamplingParams(max_tokens=12, temperature=0.8, seed=1)
     fast = sample(model, PROMPTS, 3, params)
     original = sampling._preallocate
@@ -382,3 +382,25 @@ def test_num_samples_and_params_errors_are_config_errors():
         sample(model, [[1]], 2.5, SamplingParams(max_tokens=2))
     with pytest.raises(ConfigError, match=r"params must be a SamplingParams, got dict"):
         sample(model, [[1]], 1, {"max_tokens": 2})
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+def test_shared_prefix_attention_equals_the_plain_cache(family):
+    """Each prompt's keys/values held once for its samples (used for Qwen2 and Llama, found by the
+    probe) give the plain cache's tokens and logprobs, with padding and with rows leaving the batch."""
+    from whileai.engine import sampling
+
+    model = tiny_model(family)
+    model.eval()
+    assert sampling.shares_prefixes(model)
+    prompts = PROMPTS + [[7, 7, 7, 7]]
+    params = SamplingParams(max_tokens=14, temperature=1.1, seed=4, stop=list(range(0, VOCAB, 3)))
+    runs = {}
+    with torch.inference_mode():
+        for cascade in (False, True):
+            runs[cascade] = sampling._Run(model, prompts, 4, params, params.stop, 48, cascade).generate()
+    for plain, shared in zip(runs[False], runs[True]):
+        for a, b in zip(plain, shared):
+            assert a.tokens == b.tokens and a.stop_reason == b.stop_reason
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=2e-5, rtol=0)
+    assert len({len(s.tokens) for r in runs[True] for s in r}) > 3  # rows ended at many different steps

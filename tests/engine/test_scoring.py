@@ -163,6 +163,11 @@ def test_a_target_that_truncation_removes_names_the_datum_and_position(engine):
                                          r"probability 0 .*top_k=1"):
         engine.forward_backward(data, "cross_entropy", sampling_params={"top_k": 1})
     engine.zero_grad()
+    one_per_pass = TrainingEngine(engine.loaded, micro_batch_tokens=len(prompt))
+    with pytest.raises(BatchError, match=r"datum 1: .* The gradients of the 1 micro-batch\(es\) before it \(datums "
+                                         r"0..0\) were already added .*zero_grad\(\)"):
+        one_per_pass.forward_backward(data, "cross_entropy", sampling_params={"top_k": 1})
+    one_per_pass.zero_grad()
     # unscored positions are reported, not refused: probability 0 reads -inf
     out = engine.forward([{**data[1], "loss_fn_inputs": {**data[1]["loss_fn_inputs"],
                                                          "weights": [0.0] * len(prompt)}}],

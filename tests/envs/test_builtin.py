@@ -84,6 +84,14 @@ def test_answers_are_right(name, solve):
     assert any(len(t.answer) == 3 for t in tasks.split("test")) if name == "add" else True
 
 
+def test_letters_option_narrows_the_alphabet():
+    tasks = load_taskset("builtin:reverse", letters=4, prompt_len=6)   # 4**6 = 4096 prompts
+    every = tasks.split("train") + tasks.split("test")
+    assert (len(tasks.split("train")), len(tasks.split("test"))) == (3840, 256)
+    assert set("".join(t.prompt[:-1] for t in every)) == set("abcd")
+    assert all(t.answer == t.prompt[:-1][::-1] for t in every)
+
+
 def test_case_prompts_are_one_case():
     tasks = load_taskset("builtin:case")
     prompts = [t.prompt for t in tasks.split("test")]

@@ -84,6 +84,8 @@ def test_jsonl_bad_options_and_paths(tmp_path):
         load_taskset(path, test_share=1.5)
     with pytest.raises(wai.ConfigError, match="use one of"):
         load_taskset(path, grader="fuzzy")
+    with pytest.raises(wai.ConfigError, match="split_field=''"):
+        load_taskset(path, split_field="")
     with pytest.raises(wai.ConfigError, match="does not exist"):
         load_taskset(str(tmp_path / "missing.jsonl"))
     with pytest.raises(wai.ConfigError, match="not understood"):
@@ -150,7 +152,23 @@ def test_hf_hub_name_offline_fails_fast(monkeypatch):
     def unreachable(*args, **kwargs):
         raise OSError("network is unreachable")
 
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(socket, "create_connection", unreachable)
     with pytest.raises(wai.ConfigError, match="cannot be reached.*pass a local path"):
         load_taskset("hf:openai/gsm8k")
+
+
+def test_hf_offline_hub_name_and_unreadable_file_are_config_errors(tmp_path, monkeypatch):
+    # HF_HUB_OFFLINE=1 (as datasets read it at import): no probe; datasets looks in its cache and misses
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(socket, "create_connection", None)   # the probe would fail loudly if it ran
+    with pytest.raises(wai.ConfigError, match="hf:openai/gsm8k: datasets could not load it"):
+        load_taskset("hf:openai/gsm8k", subset="main")
+    (tmp_path / "broken.jsonl").write_text('{"prompt": "a", "answer": "b"}\n{"prompt": \n')
+    with pytest.raises(wai.ConfigError, match="datasets could not load it"):
+        load_taskset(f"hf:{tmp_path / 'broken.jsonl'}", test_split=None)
+    with pytest.raises(wai.ConfigError, match=r"unknown option\(s\) \['split_field'\]"):   # JSONL only
+        load_taskset("hf:json", split_field="split")
+    with pytest.raises(wai.ConfigError, match="cannot tell the format"):
+        (tmp_path / "d.txt").write_text("x")
+        load_taskset(f"hf:{tmp_path / 'd.txt'}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -123,3 +122,23 @@ def test_dpo_from_pairs_raises_the_margin(tmp_path: Path):
                     taskset=None, export=False, progress=False, run_dir=str(tmp_path / "dpo"))
     margins = [r["method/mean_margin"] for r in run.metrics() if "method/mean_margin" in r]
     assert len(margins) == 5 and margins[-1] > margins[0] + 0.05
+
+
+def test_a_reward_model_run_gives_a_judge_that_prefers_what_it_was_taught(tmp_path: Path):
+    rows = []
+    for i in range(6):
+        rows += [{"prompt": f"q{i}", "completion": "good", "task_id": str(i), "reward": 1.0},
+                 {"prompt": f"q{i}", "completion": "bad!", "task_id": str(i), "reward": 0.0}]
+    run = wai.train(method="rm", rows=rows, lag=0, steps=30, rollouts_per_step=12, critic_learning_rate=3e-2,
+                    taskset=None, export=False, progress=False, run_dir=str(tmp_path / "rm"))
+    margins = [r["method/mean_margin"] for r in run.metrics()]
+    assert margins[-1] > margins[0] + 0.5  # the Bradley-Terry loss -log sigmoid(margin) went down
+    judge = wai.reward_model(run)
+    good, bad = judge.scores([{"prompt": "q9", "completion": "good"}, {"prompt": "q9", "completion": "bad!"}])
+    assert good > bad  # on a prompt it never saw
+    from whileai.envs import Task
+
+    assert judge(Task("x", "q9"), "good") == pytest.approx(good, abs=1e-5)  # the grader form
+    with pytest.raises(wai.ConfigError, match="no scalar head"):
+        wai.reward_model(wai.train(method="sft", rows=rows[:2], lag=0, steps=1, taskset=None, export=False,
+                                   progress=False, run_dir=str(tmp_path / "sft")))

@@ -293,8 +293,15 @@ class TrainingEngine:
         total = 0.0
         with self._mode(backward), self._policy(reference) as model:
             scorer = _Scorer(model, distribution)
-            for batch in self._microbatches(items, lambda it: it.length):
-                total += self._run_batch(spec, config, batch, outputs, backward, scorer)
+            for done, batch in enumerate(self._microbatches(items, lambda it: it.length)):
+                try:
+                    total += self._run_batch(spec, config, batch, outputs, backward, scorer)
+                except WhileaiError as err:
+                    if not (backward and done):
+                        raise
+                    raise type(err)(f"{err}. The gradients of the {done} micro-batch(es) before it (datums "
+                                    f"0..{batch[0].index - 1}) were already added to the accumulated ones: call "
+                                    "engine.zero_grad() before retrying the batch") from err
         tokens = sum(int(it.scored.sum()) for it in items)
         metrics = {"loss:sum": total, "num_tokens:sum": float(tokens), "num_datums:sum": float(len(items))}
         return ForwardBackwardOutput(outputs, metrics)

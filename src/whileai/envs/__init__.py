@@ -12,6 +12,8 @@ numpy and the standard library only at import (no torch); the optional extras (`
 
 from whileai.envs.builtin import BUILTIN_TASKSETS, char_match
 from whileai.envs.core import GraderError, Task, Taskset, render_prompt
+from whileai.envs.graders import GRADERS, grader
 from whileai.envs.load import load_taskset
 
-__all__ = ["BUILTIN_TASKSETS", "GraderError", "Task", "Taskset", "char_match", "load_taskset", "render_prompt"]
+__all__ = ["BUILTIN_TASKSETS", "GRADERS", "GraderError", "Task", "Taskset", "char_match", "grader", "load_taskset",
+           "render_prompt"]

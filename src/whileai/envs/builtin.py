@@ -114,8 +114,9 @@ BUILTIN: dict[str, Builtin] = {
 BUILTIN_TASKSETS: dict[str, str] = {name: b.doc for name, b in BUILTIN.items()}
 """name -> one line saying what the task is; `load_taskset("builtin:NAME", **options)`"""
 
-MAX_OPTION = {"prompt_len": 6, "completion_len": 6, "digits": 2, "letters": 26}
-"""largest values that keep prompts under 16 bytes and answers at most 6 bytes... and the space sane"""
+MAX_OPTION = {"prompt_len": 6, "completion_len": 6, "digits": 2, "letters": 26, "test_size": 1_000_000,
+              "train_size": 1_000_000}
+"""largest values: prompts stay under 16 bytes and answers at most 6; a split stays a list in memory"""
 
 
 def _options(name: str, given: Mapping[str, Any]) -> dict[str, int]:
@@ -125,7 +126,7 @@ def _options(name: str, given: Mapping[str, Any]) -> dict[str, int]:
     if unknown:
         raise ConfigError(f"builtin:{name}: unknown option(s) {unknown}; valid options are {sorted(defaults)}")
     options = {**defaults, **given}
-    least = {"seed": 0, "train_size": 0}
+    least = {"seed": 0}
     bad = [f"{k}={v!r} must be an integer >= {least.get(k, 1)}" for k, v in options.items()
            if isinstance(v, bool) or not isinstance(v, int) or v < least.get(k, 1)]
     bad += [f"{k}={options[k]} must be <= {top}" for k, top in MAX_OPTION.items()

@@ -39,13 +39,19 @@ class RowOptions:
     """field holding what the grader compares against (may be absent only with a user grader)"""
     id_field: str = "task_id"
     """field holding a unique task id (a string or an integer); absent: the 1-based line / row number"""
-    split_field: str = "split"
-    """JSONL only: field saying "train" or "test" for every line; absent: test_share is held out"""
     test_share: float = 0.1
     """share of distinct prompts held out as the test split when the data does not say (by a hash of the
     prompt, so equal prompts land in the same split and the split never changes between runs)"""
     max_tokens: int | None = None
     """generation cap for this taskset (None: the method's)"""
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """The JSONL form's options beyond RowOptions."""
+
+    split_field: str = "split"
+    """field saying "train" or "test" on every line; on none: test_share is held out"""
 
 
 @dataclass(frozen=True)
@@ -70,9 +76,8 @@ def _parse_options(form: str, given: Mapping[str, Any], *classes: type) -> list[
         raise ConfigError(f"{form}: unknown option(s) {unknown}; valid options are {sorted(names)}")
     built = [cls(**{k: v for k, v in given.items() if names[k] is cls}) for cls in classes]
     rows = next(b for b in built if isinstance(b, RowOptions))
-    bad = [f"{k}={getattr(rows, k)!r} must be a non-empty string" for k in
-           ("prompt_field", "answer_field", "id_field", "split_field")
-           if not isinstance(getattr(rows, k), str) or not getattr(rows, k)]
+    bad = [f"{k}={v!r} must be a non-empty string" for k, v in given.items()
+           if k.endswith("_field") and (not isinstance(v, str) or not v)]
     if isinstance(rows.test_share, bool) or not isinstance(rows.test_share, float | int) \
             or not 0 < rows.test_share < 1:
         bad.append(f"test_share={rows.test_share!r} must be a number strictly between 0 and 1")
@@ -151,7 +156,8 @@ def rows_to_tasks(rows: Iterable[tuple[str, str, Any]], opts: RowOptions, source
 
 
 def hold_out(tasks: list[Task], share: float, source: str) -> tuple[list[Task], list[Task]]:
-    """(train, test): the distinct prompts ordered by a hash, the first ceil-ish `share` of them held out."""
+    """(train, test): the distinct prompts ordered by their SHA-256, the first round(share x count) held out
+    (at least one, and at least one left for training)."""
     keys = sorted({_key(t.prompt) for t in tasks}, key=lambda k: hashlib.sha256(k.encode()).hexdigest())
     if len(keys) < 2:
         raise BatchError(f"{source}: has {len(keys)} distinct prompt(s); a train and a test split need >= 2")
@@ -174,18 +180,17 @@ def _jsonl_rows(path: Path) -> Iterable[tuple[str, str, Any]]:
 
 def load_jsonl(path_text: str, **given: Any) -> Taskset:
     """A taskset from a JSONL file: one task per non-blank line."""
-    (opts,) = _parse_options(path_text, given, RowOptions)
+    opts, file_opts = _parse_options(path_text, given, RowOptions, FileOptions)
     grade = grader(opts.grader)  # a bad grader name fails before the file is read
     path = Path(path_text)
     if not path.is_file():
         raise ConfigError(f"taskset file {path_text!r} does not exist; give the path of a .jsonl file")
     rows = list(_jsonl_rows(path))
     tasks = rows_to_tasks(rows, opts, path_text)
-    split_of = {where: row.get(opts.split_field) for where, _, row in rows}
-    if not any(v is not None for v in split_of.values()):
+    if all(row.get(file_opts.split_field) is None for _, _, row in rows):
         train, test = hold_out(tasks, opts.test_share, path_text)
     else:
-        train, test = _split_by_field(rows, tasks, opts.split_field, path_text)
+        train, test = _split_by_field(rows, tasks, file_opts.split_field, path_text)
     return Taskset(path_text, train, test, grade, opts.max_tokens)
 
 
@@ -250,13 +255,15 @@ def _load_dataset_dict(name: str, hub: HubOptions, form: str) -> Mapping[str, An
 def _call(form: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
-    except (OSError, ValueError, FileNotFoundError) as exc:
+    except Exception as exc:  # datasets raises its own classes too (DatasetGenerationError, ...)
         raise ConfigError(f"{form}: datasets could not load it: {type(exc).__name__}: {exc}") from exc
 
 
 def _require_hub(form: str) -> None:
     """Fail fast when the hub cannot be reached (or HF_HUB_OFFLINE is set without a cached copy)."""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+    import datasets.config
+
+    if datasets.config.HF_HUB_OFFLINE:  # HF_HUB_OFFLINE=1 as datasets read it at import
         return  # datasets reads its cache; a miss becomes a ConfigError in _call
     endpoint = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     try:

@@ -9,7 +9,8 @@ See docs/train.md. The loop reads a method only through ``run_spec()`` and ``upd
 """
 
 from whileai.loop.config import TrainConfig
+from whileai.loop.judge import Judge, reward_model
 from whileai.loop.run import Interrupted, Run, train
 from whileai.loop.step import StepResult, policy_step
 
-__all__ = ["Interrupted", "Run", "StepResult", "TrainConfig", "policy_step", "train"]
+__all__ = ["Interrupted", "Judge", "Run", "reward_model", "StepResult", "TrainConfig", "policy_step", "train"]

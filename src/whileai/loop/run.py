@@ -23,10 +23,10 @@ from typing import Any
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop import config as config_io
 from whileai.loop.config import TrainConfig
-from whileai.loop.evaluate import before_after, held_out
+from whileai.loop.evaluate import PASS, before_after, held_out
 from whileai.loop.record import Metrics, Progress, plot, write_json
 from whileai.loop.rollouts import LagQueue, Sampling, sample_batch, step_tasks
-from whileai.loop.step import policy_step
+from whileai.loop.step import policy_step, score_head_step
 
 DEFAULT_MAX_TOKENS = 256  # when neither the taskset nor the method caps a generation
 PROBE_TASKS, PROBE_ROLLOUTS = 16, 8  # what --method auto routes on when no rows are given
@@ -109,9 +109,6 @@ def check(config: TrainConfig, method: Any, taskset: Any = None) -> list[str]:
         problems.append(f"steps = {config.steps} leaves no policy step after the critic's {spec.critic.warmup} "
                         f"warm-up steps: raise --steps above {spec.critic.warmup} or lower the warm-up "
                         "(--set critic_warmup=N)")
-    if spec.head != "policy":
-        problems.append(f"method {method.name!r} trains a scalar head ({spec.head}); the loop trains policies only "
-                        "for now: train it with engine.train_step or `wai update`")
     return problems
 
 
@@ -284,6 +281,8 @@ class _Trainer:
         if spec is not None and spec.critic is not None:
             rate = self.config.critic_learning_rate or spec.critic.learning_rate
             engine.add_critic(rate, reward_range=spec.critic.reward_range)
+        if spec is not None and spec.head == "score":  # a reward model: the value head is the scalar head
+            engine.add_critic(self.config.critic_learning_rate or self.config.learning_rate or 1e-3)
         return engine
 
     def _learning_rate(self, engine: Any) -> float:
@@ -354,17 +353,18 @@ class _Trainer:
             t = self.state.step
             began = time.perf_counter()
             batch, sample_s = self._next_batch(queue, t)
-            for _ in range(warmup if t == 0 and not self.resuming else 0):  # the critic learns before the policy moves
-                policy_step(self.engine, self.method, batch, adam=self.adam, state=self.state.method_state,
-                            sampling_params=self._sampling().scoring(), train_policy=False, critic_steps=1)
             trained = time.perf_counter()
-            result = policy_step(self.engine, self.method, batch, adam=self.adam, state=self.state.method_state,
-                                 sampling_params=self._sampling().scoring(), rescore=self._rescore(batch, t),
-                                 critic_steps=critic_steps)
+            # the first `warmup` steps train only the critic: the policy moves once its values mean something
+            if spec.head == "score":
+                result = score_head_step(self.engine, self.method, batch, adam=self.adam)
+            else:
+                result = policy_step(self.engine, self.method, batch, adam=self.adam, state=self.state.method_state,
+                                     sampling_params=self._sampling().scoring(), rescore=self._rescore(batch, t),
+                                     critic_steps=critic_steps, train_policy=t >= warmup)
             self.state.method_state = result.state
             self.state.step = t + 1
             self.state.queue = queue.state()
-            record = {"step": t + 1, **result.metrics, "lag": self.config.lag,
+            record = {"step": t + 1, **result.metrics, "lag": self.config.lag, "policy_trained": t >= warmup,
                       "sampled_at_step": int(batch[0].get("sampler_step", t)) if batch else t,
                       "learning_rate": self.adam["learning_rate"], "time/sample_s": sample_s,
                       "time/train_s": time.perf_counter() - trained, "time/step_s": time.perf_counter() - began}
@@ -457,7 +457,7 @@ class _Trainer:
             probe = rollouts(engine, self.taskset, tasks, self._prompts(engine, tasks),
                              [PROBE_ROLLOUTS] * len(tasks), self._sampling(), self.config.seed, -1)
         answer = wai.route([{"task_id": r["task_id"], "reward": r["reward"], "truncated": r.get("truncated", False)}
-                            for r in probe], model=self.config.model)
+                            for r in probe], model=self.config.model, threshold=PASS)
         if answer.config is None:
             raise ConfigError(f"--method auto: route found nothing to train with yet.\n{answer}")
         self.method = answer.config

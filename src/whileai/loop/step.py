@@ -123,6 +123,33 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     return StepResult(update, update.state, metrics)
 
 
+def score_head_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any) -> StepResult:
+    """One step of a method that trains a scalar head (``run_spec().head == "score"``, a reward model).
+
+    The head (the trainer's value head) reads each row's last position; its output there is the row's
+    ``score``. The method's coefficient c sits on that position and the loss is ``-sum c * score``, whose
+    gradient in the score is -c: a value loss 1/2 (V - R)^2 with R = V + c at that position (weight 1) and
+    weight 0 elsewhere has exactly that gradient, so the head trains through the trainer's value loss.
+    """
+    work = [dict(r) for r in rows]
+    values = critic_values(trainer, work)
+    for row, v in zip(work, values):
+        row["score"] = float(v[-1])
+        row.setdefault("logprobs", [0.0] * len(row["tokens"]))  # unread by a score head; the batch contract wants them
+    update = method.update([{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work])
+    data = []
+    for row, v, c in zip(work, values, update.coefficients):
+        c = np.asarray(c, dtype=np.float64)
+        out = value_datum(row, v, (np.asarray(v) + c).tolist())
+        out["loss_fn_inputs"]["weights"] = [0.0] * (len(row["prompt_tokens"]) - 1) + (c != 0).astype(float).tolist()
+        data.append(out)
+    loss = trainer.forward_backward(data, "ppo_critic", {"value_clip": None})
+    optim = trainer.optim_step(adam)
+    metrics = {"loss": float(loss.metrics.get("loss:sum", 0.0)), "grad_norm": float(optim.grad_norm)}
+    metrics.update(step_stats(update, work))
+    return StepResult(update, None, metrics)
+
+
 def _critic_backward(trainer: Any, rows: Sequence[Mapping[str, Any]], targets: Sequence[Any]) -> float:
     """Accumulate the value head's gradient: 1/2 (V - target)^2 summed over completion tokens."""
     data = [value_datum(r, r["values"], np.asarray(t, dtype=np.float64).tolist()) for r, t in zip(rows, targets)]

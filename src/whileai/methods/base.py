@@ -83,9 +83,9 @@ class Method:
         batch = as_batch(batch)
         for name, why in self.requires.items():
             batch.require(name, self.name, why)
-        if state is None:
-            return self._update(batch)
-        return self._update_with_state(batch, state)
+        update = self._update(batch) if state is None else self._update_with_state(batch, state)
+        update.notes.extend(batch.field_notes)  # a misspelt field is said, never silently ignored
+        return update
 
     def _update(self, batch: Batch) -> Update:
         raise NotImplementedError(f"{type(self).__name__} does not define _update")

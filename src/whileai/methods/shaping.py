@@ -66,7 +66,7 @@ from whileai.methods.base import Method, Update, knob, plural, trajectory_list
 from whileai.methods.grouped import ONE_ROLLOUT_FIX, band_of, clipped_surrogate
 from whileai.methods.run_spec import RunSpec
 from whileai.methods.supervised import mean_ratio
-from whileai.rows.batch import Batch, as_batch
+from whileai.rows.batch import Batch, as_batch, as_label
 
 Grader = Callable[[list[Mapping[str, Any]]], Sequence[float]]
 STD_FLOOR = 1e-6  # the authors' epsilon: std clamped at it, then added to it
@@ -297,13 +297,13 @@ class ReinforceAda(Method):
 
         ``tasks`` lists prompts that may have no rows yet (they get a first round).
         """
-        counts: dict[Hashable, list[int]] = {task: [0, 0] for task in tasks}
+        counts: dict[Hashable, list[int]] = {as_label("task", "task_id", task): [0, 0] for task in tasks}
         for i, row in enumerate(rows):
             if "task_id" not in row or "reward" not in row:
                 raise BatchError(f"row {i}: ReinforceAda.plan needs 'task_id' and 'reward' on every row; got keys "
                                  f"{sorted(row)}.")
             passed = float(row["reward"]) >= self.pass_reward
-            counts.setdefault(row["task_id"], [0, 0])[0 if passed else 1] += 1
+            counts.setdefault(as_label(f"row {i}", "task_id", row["task_id"]), [0, 0])[0 if passed else 1] += 1
         resample, done, exhausted = {}, [], []
         for task, (passes, fails) in counts.items():
             rounds = math.ceil((passes + fails) / self.round_size)
