@@ -170,16 +170,20 @@ def summarise(args: argparse.Namespace, ours: Ours, trl_steps: list[dict[str, fl
     peak = statistics.median(peaks)
     sampled = args.prompts * args.k * args.tokens
     trained = statistics.median(ours.trained_tokens)
-    floor = (2 * n_matmul * sampled + 6 * n_matmul * trained) / peak
+    floors = {"generate": 2 * n_matmul * sampled / peak, "update": 6 * n_matmul * trained / peak}
+    floor = floors["generate"] + floors["update"]
     out: dict[str, Any] = {"model": args.model, "prompts": args.prompts, "k": args.k, "tokens": args.tokens,
                            "prompt_length": args.prompt_length, "threads": torch.get_num_threads(),
                            "matmul_parameters": n_matmul, "peak_flops_median": peak, "floor_s": floor,
+                           "floor_generate_s": floors["generate"], "floor_update_s": floors["update"],
+                           "sampled_tokens": sampled, "trained_tokens": trained,
                            "load_average_1min": os.getloadavg()[0]}
     for name, steps in sides.items():
         median = {phase: statistics.median(s[phase] for s in steps) for phase in steps[0]}
         out[name] = {"steps": steps, "median": median,
                      "share": {p: median[p] / median["step"] for p in ("generate", "score", "update")},
-                     "floor_share": floor / median["step"]}
+                     "floor_share": floor / median["step"],
+                     "phase_floor_share": {p: floors[p] / median[p] for p in floors}}
     out["ratio"] = out["whileai"]["median"]["step"] / out["trl"]["median"]["step"]
     return out
 
@@ -209,9 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         m, share = side["median"], side["share"]
         print(f"  {name:8s} step median {m['step']:.2f} s  (generate {m['generate']:.2f} s = {share['generate']:.0%}, "
               f"score {m['score']:.2f} s = {share['score']:.0%}, update {m['update']:.2f} s = {share['update']:.0%}); "
-              f"floor share {side['floor_share']:.3f}; steps: " + ", ".join(f"{s['step']:.2f}" for s in side["steps"]))
-    print(f"  compute floor of a step: {result['floor_s']:.2f} s at a median matmul peak of "
-          f"{result['peak_flops_median'] / 1e9:.1f} GFLOP/s")
+              f"steps: " + ", ".join(f"{s['step']:.2f}" for s in side["steps"]))
+        print(f"           compute floor / measured: step {side['floor_share']:.3f}, generate "
+              f"{side['phase_floor_share']['generate']:.3f}, update {side['phase_floor_share']['update']:.3f}")
+    print(f"  compute floor: {result['floor_generate_s']:.2f} s to sample {result['sampled_tokens']} tokens (2N each) + "
+          f"{result['floor_update_s']:.2f} s to train {result['trained_tokens']:.0f} tokens (6N each) at the median "
+          f"matmul peak of {result['peak_flops_median'] / 1e9:.1f} GFLOP/s")
     print(f"  whileai / TRL time per step: {result['ratio']:.2f}x  (goal <= 0.8x: "
           f"{'met' if result['ratio'] <= 0.8 else 'NOT met'})")
     return 0

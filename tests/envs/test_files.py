@@ -19,7 +19,8 @@ def write_jsonl(path, rows) -> str:
 def test_jsonl_fields_ids_info_and_held_out_share(tmp_path):
     rows = [{"prompt": f"{i}+1=", "answer": i + 1, "level": i % 3} for i in range(20)]
     rows[4]["task_id"] = "five"
-    tasks = load_taskset(write_jsonl(tmp_path / "t.jsonl", rows), grader="numeric", max_tokens=8)
+    write_jsonl(tmp_path / "t.jsonl", rows)
+    tasks = load_taskset(tmp_path / "t.jsonl", grader="numeric", max_tokens=8)   # a Path works too
     train, test = tasks.split("train"), tasks.split("test")
     assert (len(train), len(test)) == (18, 2)   # test_share 0.1 of 20 distinct prompts
     every = {t.task_id: t for t in train + test}

@@ -142,3 +142,54 @@ def test_a_reward_model_run_gives_a_judge_that_prefers_what_it_was_taught(tmp_pa
     with pytest.raises(wai.ConfigError, match="no scalar head"):
         wai.reward_model(wai.train(method="sft", rows=rows[:2], lag=0, steps=1, taskset=None, export=False,
                                    progress=False, run_dir=str(tmp_path / "sft")))
+
+
+def test_a_grader_that_raises_names_the_task_and_leaves_the_checkpoint(tmp_path: Path, quick):
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"prompt": f"p{i}", "answer": "x"}) + "\n" for i in range(40)))
+    grader = tmp_path / "flaky_grader.py"
+    grader.write_text("calls = [0]\n\ndef grade(task, completion):\n    calls[0] += 1\n"
+                      "    if calls[0] > 24:\n        return float('nan')\n    return 0.5\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(wai.BatchError, match="task_id=") as info:
+            wai.train(**{**quick, "steps": 5, "lag": 0}, taskset=str(tasks),
+                      taskset_options={"grader": "flaky_grader:grade"}, max_tokens=2,
+                      run_dir=str(tmp_path / "run"))
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert "nan" in str(info.value).lower()
+    saved = json.loads(next((tmp_path / "run" / "checkpoint").glob("loop-*.json")).read_text())
+    assert saved["step"] == 3  # 8 graded rollouts a step: steps 1-3 finished and were saved, step 4's failed
+    from whileai.engine.state import snapshot_dir
+
+    assert (snapshot_dir(tmp_path / "run" / "checkpoint") / "meta.json").exists()  # the checkpoint still loads
+
+
+def test_method_auto_routes_on_a_probe_and_says_why(tmp_path: Path, quick):
+    # after a short warm start some probe rollouts pass and some fail, so route picks a method the loop runs
+    run = wai.train(**{**quick, "steps": 1, "lag": 0, "warm_start_steps": 12}, method="auto",
+                    run_dir=str(tmp_path / "auto"))
+    why = (run.dir / "route.txt").read_text()
+    assert why.startswith("route: ") and run.summary["method"].split("(")[0].lower().replace("_", "") in \
+        why.lower().replace("_", "")
+
+
+def test_a_lora_run_exports_an_adapter_peft_loads(tmp_path: Path, quick):
+    run = wai.train(**{**quick, "steps": 2, "export": True}, lora_rank=4, learning_rate=1e-2,
+                    run_dir=str(tmp_path / "lora"))
+    assert (run.weights / "adapter_config.json").exists()
+    import torch
+    from peft import PeftModel
+
+    from whileai.engine import TrainingEngine
+    from whileai.engine.models import build_builtin
+
+    base, _ = build_builtin("tiny", seed=0)
+    model = PeftModel.from_pretrained(base, str(run.weights)).eval()
+    ids = torch.tensor([[1, 70, 71, 72]])
+    with torch.no_grad():
+        theirs = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(1, ids[0, 1:, None])[:, 0]
+    engine = TrainingEngine("builtin:tiny", seed=0, lora_rank=4)
+    engine.load_state(str(run.dir / "checkpoint"))
+    np.testing.assert_allclose(theirs.numpy(), engine.compute_logprobs([1, 70, 71, 72])["logprobs"][1:], atol=1e-4)

@@ -17,7 +17,8 @@ pinned commits in PRL and VF; verifiers' version comes from git tags, hence the 
     SETUPTOOLS_SCM_PRETEND_VERSION=0.3.1 /tmp/prl/venv/bin/pip install $VF $PRL/packages/prime-rl-configs \
         $VF/environments/gsm8k $VF/environments/reverse_text $VF/environments/alphabet_sort
 
-Every ``good_*`` file must pass and every ``bad_*`` file must fail (they hold what the writer refuses).
+It also writes the configs the writer accepts for 80 random methods, models, tasksets and overrides
+(seed 0). Every ``good_*`` file must pass and every ``bad_*`` file must fail (they hold what the writer refuses).
 The renderers map is replaced by the pinned one (written to ``map.json`` in step 1), since PyPI's
 renderers need not be the commit prime-rl pins. The run and its result are recorded in docs/prime-rl.md.
 """
@@ -25,8 +26,10 @@ renderers need not be the commit prime-rl pins. The run and its result are recor
 from __future__ import annotations
 
 import json
+import random
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def write(out: Path) -> None:
@@ -56,6 +59,8 @@ def write(out: Path) -> None:
     }
     for name, build in {**CASES, **more}.items():
         build().write(out / f"good_{name}.toml")
+    for index, cfg in enumerate(_random_configs(wai, QWEN, count=80, seed=0)):
+        cfg.write(out / f"good_random_{index:03d}.toml")
     grpo = (out / "good_grpo.toml").read_text()
     bad = {  # each is refused by the writer; prime-rl must refuse it too
         "gsm8k_validation": (out / "good_max_rl.toml").read_text().replace('split = "train"', 'split = "validation"'),
@@ -65,6 +70,50 @@ def write(out: Path) -> None:
     }
     for name, text in bad.items():
         (out / f"bad_{name}.toml").write_text(text)
+
+
+def _random_configs(wai: Any, qwen: str, count: int, seed: int) -> list[Any]:
+    """Configs the writer accepts for random methods, models, tasksets and overrides (refusals are skipped)."""
+    from tests.prime_rl.cases import SAMPLER, TEACHER
+
+    rng = random.Random(seed)
+    models = [qwen, "Qwen/Qwen3.5-4B", "meta-llama/Llama-3.2-3B-Instruct", "my-org/ft", "openai/gpt-oss-20b"]
+    envs = ["reverse-text", {"id": "gsm8k", "split": "train"},
+            {"id": "alphabet-sort", "max_turns": 5, "max_names_per_turn": 3}]
+    methods = {
+        "grpo": lambda g: wai.GRPO(generations=g, temperature=rng.uniform(0.1, 2), max_tokens=rng.randint(1, 4096),
+                                   loss_type="dr_grpo"),
+        "dr_grpo": lambda g: wai.DrGRPO(generations=g), "rloo": lambda g: wai.RLOO(generations=g),
+        "max_rl": lambda g: wai.MaxRL(generations=g), "rae": lambda g: wai.RAE(generations=g),
+        "opd": lambda g: wai.OPD(TEACHER, samples=rng.randint(1, 8), max_tokens=rng.randint(64, 1500)),
+        "opsd": lambda g: wai.OPSD(privileged=rng.choice(["reference", "hint", "demonstration"]), max_tokens=1000),
+        "sft": lambda g: wai.SFT(normalize="token_mean"),
+    }
+    written = []
+    for _ in range(count):
+        kind = rng.choice(sorted(methods))
+        method = methods[kind](rng.randint(1, 24))
+        if kind != "sft" and rng.random() < 0.5:
+            method = wai.Async(method, correction="ipo", off_policy_steps=rng.randint(0, 12),
+                               threshold=rng.uniform(0.01, 1))
+        over: dict[str, Any] = {}
+        if rng.random() < 0.5:
+            over["lora"] = rng.choice([True, rng.randint(1, 64)])
+        if rng.random() < 0.3:
+            over["max_steps"] = rng.randint(1, 500)
+        if rng.random() < 0.3:
+            over |= {"orchestrator.renderer.name": "default", "orchestrator.renderer.tool_parser": "qwen3"}
+        if rng.random() < 0.3:
+            over |= {"trainer.model.impl": "hf",
+                     "trainer.model.attn": rng.choice(["flash_attention_2", "flash_attention_3"])}
+        if rng.random() < 0.3:
+            over["seq_len"] = rng.randint(2048, 16384)
+        try:
+            written.append(wai.prime_rl_config(rng.choice(envs), method, model=rng.choice(models),
+                                               teacher=SAMPLER if kind == "sft" else None, **over))
+        except wai.ConfigError:
+            continue
+    return written
 
 
 def validate(folder: Path) -> int:

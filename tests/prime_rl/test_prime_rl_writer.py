@@ -377,6 +377,16 @@ def test_the_mapping_reports_overridden_async_values() -> None:
     assert cfg.mapped["Async.threshold"].startswith("trainer.loss.ipo_threshold = 0.1 (set by")
 
 
+def test_the_method_reported_carries_the_values_that_landed() -> None:
+    """cfg.method (and the header's `method:` line) is the method prime-rl will run, inner and outer knobs alike."""
+    cfg = wai.prime_rl_config("reverse-text", wai.Async(wai.GRPO(), off_policy_steps=2), model=QWEN,
+                              **{"orchestrator.group_size": 4, "orchestrator.max_off_policy_steps": 3})
+    assert cfg.method == wai.Async(wai.GRPO(generations=4), off_policy_steps=3)
+    assert "method: Async(method=GRPO(generations=4," in cfg.toml
+    same = wai.prime_rl_config("reverse-text", wai.RAE(generations=4), model=QWEN, **{"orchestrator.group_size": 4})
+    assert same.method == wai.RAE(generations=4)
+
+
 def test_the_lag_warning_states_the_bound_that_landed() -> None:
     cfg = wai.prime_rl_config("reverse-text", "grpo", model=QWEN, **{"orchestrator.max_off_policy_steps": 2})
     assert any("max_off_policy_steps = 2 policy versions old" in w for w in cfg.warnings)

@@ -380,6 +380,15 @@ class _Run:
         self.single_stops = torch.tensor([s[0] for s in stops if len(s) == 1], dtype=torch.long, device=self.device)
         self.long_stops = [torch.tensor(s, device=self.device) for s in stops if len(s) > 1]
         self.names = _step_kwargs(model)
+        # the running batch, set by _prefill: its rows, which still run, their last position, the mask
+        self.cache: Any = None
+        self.shared: _SharedPrefix | None = None
+        self.rows_B = torch.zeros(0, dtype=torch.long)
+        self.running_B = torch.zeros(0, dtype=torch.bool)
+        self.keep_B: torch.Tensor | None = None
+        self.positions_B1 = torch.zeros(0, 1, dtype=torch.long)
+        self.mask_BL: torch.Tensor | None = None
+        self.filled = 0
 
     def generate(self) -> list[list[SampledSequence]]:
         logits_BV = self._prefill()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from whileai.envs.builtin import load_builtin
@@ -13,8 +14,13 @@ from whileai.errors import ConfigError
 FORMS = ("builtin:NAME", "path/to/file.jsonl", "hf:NAME_OR_LOCAL_PATH", "reasoning_gym:NAME")
 
 
-def load_taskset(spec: str, **options: Any) -> Taskset:
-    """The taskset `spec` names: "builtin:NAME", a ".jsonl" file, "hf:NAME_OR_PATH" or "reasoning_gym:NAME"."""
+def load_taskset(spec: str | os.PathLike[str], **options: Any) -> Taskset:
+    """The taskset `spec` names: "builtin:NAME", a ".jsonl" file, "hf:NAME_OR_PATH" or "reasoning_gym:NAME".
+
+    Options are the form's own (docs/tasksets.md); an unknown one is a ConfigError listing the valid ones.
+    """
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
     if not isinstance(spec, str) or not spec:
         raise ConfigError(f"taskset spec {spec!r} must be a non-empty string of one of the forms {list(FORMS)}")
     kind, sep, rest = spec.partition(":")

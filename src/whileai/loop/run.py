@@ -444,30 +444,48 @@ class _Trainer:
                         self.config.eval_samples, self._sampling(), self.config.seed)
 
     def _route(self) -> Any:
-        """--method auto: sample a probe with the starting model, ask route, and use its method."""
+        """--method auto: warm start, sample a probe, ask route, and train with its method from here on.
+
+        The chosen method and its knobs replace 'auto' in RUN_DIR/config.toml, so a resume trains the same one."""
         import whileai as wai
         from whileai.loop.rollouts import rollouts
 
         self.method = wai.FlashReinforce()  # sampling settings for the probe only
-        engine = self._engine()
+        engine = self.engine = self._engine()
+        if self.taskset is not None and self.config.warm_start_steps:
+            self._warm_start()
+        self.state.warm_start_done = True
         if self.rows is not None:
             probe = self.rows
         else:
             tasks = self.taskset.split("train")[:PROBE_TASKS]
             probe = rollouts(engine, self.taskset, tasks, self._prompts(engine, tasks),
                              [PROBE_ROLLOUTS] * len(tasks), self._sampling(), self.config.seed, -1)
-        answer = wai.route([{"task_id": r["task_id"], "reward": r["reward"], "truncated": r.get("truncated", False)}
-                            for r in probe], model=self.config.model, threshold=PASS)
+        # probe rollouts come from the model being trained; pushed rows say which model wrote them (or not)
+        keep = ("task_id", "reward", "truncated", "model")
+        ask = [{k: r[k] for k in keep if k in r} for r in probe]
+        for row in ask if self.rows is None else ():
+            row["model"] = self.config.model
+        answer = wai.route(ask, model=self.config.model, threshold=PASS)
+        (self.run_dir / "route.txt").write_text(str(answer) + "\n")
         if answer.config is None:
             raise ConfigError(f"--method auto: route found nothing to train with yet.\n{answer}")
         self.method = answer.config
-        (self.run_dir / "route.txt").write_text(str(answer) + "\n")
         problems = check(replace(self.config, method=self.method.name), self.method, self.taskset)
         if problems:
             raise ConfigError(f"--method auto chose {self.method.name!r} ({answer.answer}), which this config cannot "
                               "run:" + "".join(f"\n  - {p}" for p in problems))
+        self.config = replace(self.config, method=self.method.name, knobs=_knobs_of(self.method))
+        (self.run_dir / "config.toml").write_text(config_io.to_toml(self.config))
         print(f"--method auto: {self.method.name} ({answer.question} {answer.answer}); see {self.run_dir}/route.txt")
-        return self._engine() if self.method.run_spec().critic is not None else engine
+        spec = self.method.run_spec()
+        if spec.critic is not None:
+            engine.add_critic(self.config.critic_learning_rate or spec.critic.learning_rate,
+                              reward_range=spec.critic.reward_range)
+        if "ref_logprobs" in spec.needs and engine.reference is None:
+            raise ConfigError(f"--method auto chose {self.method.name!r}, which needs a reference policy; run it "
+                              f"by name: --method {self.method.name}")
+        return engine
 
     def _checkpoint(self) -> None:
         """Loop state first (named by the engine step it belongs to), then the engine's atomic snapshot."""
@@ -509,6 +527,19 @@ class _Trainer:
         write_json(self.run_dir / "summary.json", summary)
         write_json(self.run_dir / "evals.json", evals)
         return Run(self.run_dir, self.config, summary, weights)
+
+
+def _knobs_of(method: Any) -> dict[str, Any]:
+    """A method's knob values that a TOML file can hold (what rebuilds it with wai.method(name, **knobs))."""
+    out = {}
+    for name in method.knobs():
+        value = getattr(method, name)
+        if value is None or isinstance(value, (bool, int, float, str)):
+            if value is not None:
+                out[name] = value
+        elif isinstance(value, tuple) and all(isinstance(v, (int, float)) for v in value):
+            out[name] = list(value)
+    return out
 
 
 def _mean(records: Sequence[Mapping[str, Any]], key: str) -> float:

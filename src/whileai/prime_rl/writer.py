@@ -324,8 +324,29 @@ def prime_rl_config(env: str | Mapping[str, Any], method: str | Method, *, model
     for step in plan.finalize:
         step(config, plan)
     finish(config, ctx, plan)
-    return PrimeRLConfig(method=plan.method, config=config, ignored=dict(plan.ignored),
+    return PrimeRLConfig(method=_landed(plan.method, config, plan), config=config, ignored=dict(plan.ignored),
                          warnings=list(plan.warnings), mapped=dict(plan.mapped))
+
+
+def _landed(method: Method, config: dict[str, Any], plan: Plan) -> Method:
+    """The method with the values that landed: a knob an override replaced carries the written value.
+
+    A value the knob itself refuses (its own rule is stricter than the prime-rl key's) leaves the object as
+    it was; the warning about the replacement still says what was written.
+    """
+    for path, (_value, tag) in plan.keys.items():
+        owner, knob = tag.split(".")
+        landed = schema.get(config, path)
+        target = method if type(method).__name__ == owner else getattr(method, "method", None)
+        if target is None or path not in plan.overridden or type(target).__name__ != owner \
+                or getattr(target, knob) == landed:
+            continue
+        try:
+            changed = target.replace(**{knob: landed})
+        except ConfigError:
+            continue
+        method = changed if target is method else method.replace(method=changed)
+    return method
 
 
 def _resolve(method: str | Method) -> Method:
