@@ -8,9 +8,10 @@ Both sides start from the same weights: ``builtin:small`` (~25M parameters, seed
 ``TrainingEngine.export(path, merged=True)`` to a local Hugging Face directory, loaded by whileai's
 ``TrainingEngine(path)`` and by TRL (``GRPOTrainer(model=path)``), float32, full fine-tuning, AdamW at
 the same learning rate. The same prompts (random lowercase strings of the byte tokenizer, one token per
-character), k = 8 samples per prompt, temperature 1 with no top-k / top-p, the same completion length
-(no end-of-sequence stop: the tokenizer's EOS is only one of 259 tokens and the model is random), and
-the same reward (the share of vowels in the completion's text).
+character), k = 8 samples per prompt, temperature 1 with no top-k / top-p, the same length cap, both
+stopping at the tokenizer's EOS as a real run does (the model is random, so EOS is about 1 in 259
+tokens; the mean completion length of each side is printed), and the same reward (the share of vowels
+in the completion's text).
 
 - **whileai**: ``engine.sample`` (prompts x k) -> reward -> ``whileai.loop.step.policy_step(engine,
   GRPO(), rows, rescore=False)``: ``GRPO.update`` on the whole batch, one ``forward_backward`` with
@@ -25,8 +26,8 @@ callback, outside TRL's timing) a whileai step, and so on; the first step of eac
 side's phases are timed: generation (``engine.sample`` / the model's ``generate``), scoring (the rest of
 TRL's ``_generate_and_score_completions``: rewards, advantages, tokenising; for whileai the reward and
 the rows), and the update (the remainder of the step: loss, backward, optimizer). The compute floor of
-a step is 2 N per sampled token plus 6 N per trained token at the float32 matmul peak measured in the
-same run (N = parameters in matrix multiplies).
+a step is 2 N per sampled token plus 6 N per trained token (of our steps) at the float32 matmul peak
+measured in the same run (N = parameters in matrix multiplies).
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Ours:
         self.prompts = [self.engine.tokenizer.encode(p, add_special_tokens=False) for p in prompts]
         self.phases: list[dict[str, float]] = []
         self.trained_tokens: list[int] = []
+        self.sampled_tokens: list[int] = []
 
     def step(self, index: int) -> None:
         from whileai.engine import SamplingParams
@@ -105,6 +107,7 @@ class Ours:
         self.phases.append({"generate": generated - start, "score": scored - generated, "update": done - scored,
                             "step": done - start})
         self.trained_tokens.append(sum(len(r["prompt_tokens"]) + len(r["tokens"]) for r in rows))
+        self.sampled_tokens.append(sum(len(r["tokens"]) for r in rows))
 
 
 def trl_trainer(path: str, args: argparse.Namespace, prompts: list[str], out_dir: str, callback: Any) -> Any:
@@ -120,7 +123,6 @@ def trl_trainer(path: str, args: argparse.Namespace, prompts: list[str], out_dir
         learning_rate=args.learning_rate, beta=0.0, num_iterations=1, temperature=1.0, top_p=1.0, top_k=0,
         use_cpu=True, bf16=False, fp16=False, report_to="none", logging_steps=1, save_strategy="no",
         seed=0, dataloader_num_workers=0, lr_scheduler_type="constant", warmup_steps=0,
-        generation_kwargs={"min_new_tokens": args.tokens},  # no early EOS: both sides generate full length
     )
     dataset = Dataset.from_dict({"prompt": prompts})
     return GRPOTrainer(model=path, reward_funcs=reward, args=config, train_dataset=dataset, callbacks=[callback])
@@ -139,12 +141,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prompts = make_prompts(args.prompts * (args.steps + 1), args.prompt_length)
     ours = Ours(path, args, prompts)
     trl_steps: list[dict[str, float]] = []
+    trl_lengths: list[float] = []
     peaks: list[float] = []
 
     class Alternate(TrainerCallback):  # type: ignore[misc]
         def on_step_begin(self, *a: Any, **k: Any) -> None:
             gen_timer.seconds = score_timer.seconds = 0.0
             self.start = time.perf_counter()
+
+        def on_log(self, *a: Any, logs: dict[str, Any] | None = None, **k: Any) -> None:
+            if logs and "completions/mean_length" in logs:
+                trl_lengths.append(float(logs["completions/mean_length"]))
 
         def on_step_end(self, *a: Any, **k: Any) -> None:
             step = time.perf_counter() - self.start
@@ -161,15 +168,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     score_timer = Timer(trainer._generate_and_score_completions)
     trainer._generate_and_score_completions = score_timer
     trainer.train()
-    return summarise(args, ours, trl_steps, peaks, matmul_parameters(ours.engine.model))
+    return summarise(args, ours, trl_steps, trl_lengths, peaks, matmul_parameters(ours.engine.model))
 
 
-def summarise(args: argparse.Namespace, ours: Ours, trl_steps: list[dict[str, float]], peaks: list[float],
-              n_matmul: int) -> dict[str, Any]:
+def summarise(args: argparse.Namespace, ours: Ours, trl_steps: list[dict[str, float]], trl_lengths: list[float],
+              peaks: list[float], n_matmul: int) -> dict[str, Any]:
     sides = {"whileai": ours.phases[1:], "trl": trl_steps[1:]}  # the first step of each is a warm-up
     peak = statistics.median(peaks)
-    sampled = args.prompts * args.k * args.tokens
-    trained = statistics.median(ours.trained_tokens)
+    sampled = statistics.median(ours.sampled_tokens[1:])  # the floor of our steps' work
+    trained = statistics.median(ours.trained_tokens[1:])
     floors = {"generate": 2 * n_matmul * sampled / peak, "update": 6 * n_matmul * trained / peak}
     floor = floors["generate"] + floors["update"]
     out: dict[str, Any] = {"model": args.model, "prompts": args.prompts, "k": args.k, "tokens": args.tokens,
@@ -177,6 +184,8 @@ def summarise(args: argparse.Namespace, ours: Ours, trl_steps: list[dict[str, fl
                            "matmul_parameters": n_matmul, "peak_flops_median": peak, "floor_s": floor,
                            "floor_generate_s": floors["generate"], "floor_update_s": floors["update"],
                            "sampled_tokens": sampled, "trained_tokens": trained,
+                           "whileai_mean_completion": statistics.mean(ours.sampled_tokens[1:]) / args.prompts / args.k,
+                           "trl_mean_completion": statistics.mean(trl_lengths[1:]) if len(trl_lengths) > 1 else None,
                            "load_average_1min": os.getloadavg()[0]}
     for name, steps in sides.items():
         median = {phase: statistics.median(s[phase] for s in steps) for phase in steps[0]}
@@ -216,7 +225,9 @@ def main(argv: list[str] | None = None) -> int:
               f"steps: " + ", ".join(f"{s['step']:.2f}" for s in side["steps"]))
         print(f"           compute floor / measured: step {side['floor_share']:.3f}, generate "
               f"{side['phase_floor_share']['generate']:.3f}, update {side['phase_floor_share']['update']:.3f}")
-    print(f"  compute floor: {result['floor_generate_s']:.2f} s to sample {result['sampled_tokens']} tokens (2N each) + "
+    print(f"  mean completion length: whileai {result['whileai_mean_completion']:.1f}, TRL "
+          f"{result['trl_mean_completion'] or float('nan'):.1f} tokens (both stop at the tokenizer's EOS)")
+    print(f"  compute floor: {result['floor_generate_s']:.2f} s to sample {result['sampled_tokens']:.0f} tokens (2N each) + "
           f"{result['floor_update_s']:.2f} s to train {result['trained_tokens']:.0f} tokens (6N each) at the median "
           f"matmul peak of {result['peak_flops_median'] / 1e9:.1f} GFLOP/s")
     print(f"  whileai / TRL time per step: {result['ratio']:.2f}x  (goal <= 0.8x: "

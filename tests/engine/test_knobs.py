@@ -10,7 +10,7 @@ import pytest
 from whileai.engine import LOSSES, AdamParams, capabilities
 from whileai.engine.training import ADAM_KNOBS
 from whileai.errors import ConfigError
-from whileai.methods.knobs import Knob
+from whileai.knobs import Knob
 
 
 def test_every_adam_field_is_a_knob_whose_value_is_the_default_and_whose_rule_is_enforced():

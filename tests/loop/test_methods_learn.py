@@ -25,7 +25,7 @@ def _methods() -> dict[str, tuple[object, dict]]:
         "rloo": (wai.RLOO(generations=4), {}),
         "max_rl": (wai.MaxRL(generations=4), {}),
         "rae": ("rae", {}),
-        "sao": (wai.SAO(critic_warmup=2), critic),
+        "sao": (wai.SAO(critic_warmup=1, critic_steps=2), {**critic, "critic_learning_rate": 3e-2}),
         "bpco": (wai.BPCO(critic_warmup=2), critic),
         "async": (wai.Async(wai.GRPO(generations=4), correction="icepop"), {}),
         "reinforce_ada": (wai.methods.ReinforceAda(round_size=4, max_rounds=2), {}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 import whileai as wai
@@ -61,3 +62,21 @@ def test_a_critic_warm_up_step_leaves_the_policy_alone():
     for n, p in engine.named_params.items():
         assert torch.equal(p, before[n]), n
     assert any(not torch.equal(a, b) for a, b in zip(head, engine.critic.head.parameters()))
+
+
+def test_the_single_pass_equals_score_then_train():
+    """Where the batch fits, one forward scores and trains; the weights after the step are the two-pass ones."""
+    one = TrainingEngine("builtin:tiny", seed=4)
+    two = TrainingEngine("builtin:tiny", seed=4)
+    rows = _rows(one, 0.8)
+    stale = [{**r, "behavior_logprobs": [x - 0.05 for x in r["behavior_logprobs"]]} for r in rows]  # lag > 0
+    params = {"max_tokens": 5, "temperature": 0.8}
+    a = policy_step(one, wai.GRPO(generations=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
+                    single_pass_tokens=10_000)
+    b = policy_step(two, wai.GRPO(generations=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
+                    single_pass_tokens=0)
+    assert a.metrics["loss"] == pytest.approx(b.metrics["loss"], rel=1e-6, abs=1e-9)
+    for c1, c2 in zip(a.update.coefficients, b.update.coefficients):
+        np.testing.assert_allclose(c1, c2, rtol=1e-6, atol=1e-9)
+    for name, p in one.named_params.items():
+        torch.testing.assert_close(p, two.named_params[name], rtol=1e-5, atol=1e-6)

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from whileai.errors import ConfigError
-from whileai.methods.knobs import Check, Knob, number, one_of, optional
+from whileai.knobs import Check, Knob, number, one_of, optional
 
 LossFn = Callable[[Tensor, Mapping[str, Tensor], Mapping[str, Any]], Tensor]
 

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from whileai.errors import BatchError, ConfigError, WhileaiError
-from whileai.methods.knobs import Knob, number
+from whileai.knobs import Knob, number
 
 StopReason = Literal["stop", "length"]
 TINKER_SAMPLING = "Tinker SamplingParams (reference/tinker.md, 1.5)"

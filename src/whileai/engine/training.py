@@ -35,7 +35,7 @@ from whileai.engine.logprobs import (
 from whileai.engine.losses import LOSSES, LossSpec, loss_spec, per_token_loss, resolve_config
 from whileai.engine.models import LoadedModel, adapted_modules, load_model
 from whileai.errors import BatchError, ConfigError, WhileaiError
-from whileai.methods.knobs import Knob, number
+from whileai.knobs import Knob, number
 
 TINKER_ADAM = "Tinker AdamParams (src/tinker/types/optim_step_request.py; reference/tinker.md 1.5)"
 
@@ -343,6 +343,43 @@ class TrainingEngine:
         target that truncation removes has probability 0 and raises ``BatchError``; temperature 0 is refused.
         """
         return self._run(data, loss_fn, loss_fn_config, backward=True, sampling_params=sampling_params)
+
+    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *,
+                                sampling_params: Any = None) -> ForwardBackwardOutput:
+        """One forward with gradients over all of ``data``, a loss of your own, one backward (Tinker's op).
+
+        ``loss_fn(data, logprobs) -> (loss, metrics)`` gets, per datum, a tensor of the log-probabilities of
+        its scored target tokens (positions with nonzero weight; float64, with gradient) and returns a scalar
+        tensor to minimise and a dict of floats. Unlike ``forward_backward`` the whole batch is one forward
+        (memory grows with the batch, not the micro-batch): it is the single pass that both scores the tokens
+        and trains on them, for a batch that fits. ``sampling_params`` as in ``forward_backward``.
+        """
+        items = prepare(data, LOSSES["cross_entropy"], self.vocab_size, self.max_context)
+        if not items:
+            raise BatchError("forward_backward_custom needs at least one datum")
+        scorer = _Scorer(self.model, scoring(sampling_params))
+        with self._mode(True), self.loaded.precision():
+            hidden = self._hidden(items, scorer.model)
+            logps = []
+            for b, item in enumerate(items):
+                logp = self._logprobs_at(item, hidden[b, :item.length], item.scored, scorer)
+                _refuse_impossible(logp, item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
+                logps.append(logp.double())
+            result = loss_fn(list(data), logps)
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.Tensor)
+                and result[0].dim() == 0):
+            raise ConfigError("forward_backward_custom: loss_fn must return (a scalar tensor, a dict of floats)")
+        loss, metrics = result
+        _check_finite_loss(loss, "custom", items)
+        if loss.requires_grad:
+            loss.backward()
+        outputs = []
+        for item, logp in zip(items, logps):
+            full = np.zeros(item.targets.shape, dtype=np.float32)
+            full[item.scored] = logp.detach().float().cpu().numpy()
+            outputs.append({"logprobs": full})
+        return ForwardBackwardOutput(outputs, {"loss:sum": float(loss.detach()), **{k: float(v) for k, v in
+                                                                                  dict(metrics).items()}})
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,

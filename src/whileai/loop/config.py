@@ -98,8 +98,12 @@ _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed
 def field_docs() -> dict[str, str]:
     """The doc string under each field above, for --help and the docs."""
     body = ast.parse(textwrap.dedent(inspect.getsource(TrainConfig))).body[0].body  # type: ignore[attr-defined]
-    return {a.target.id: " ".join(b.value.value.split()) for a, b in zip(body, body[1:])
-            if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)}
+    docs: dict[str, str] = {}
+    for a, b in zip(body, body[1:]):
+        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name) and isinstance(b, ast.Expr) \
+                and isinstance(b.value, ast.Constant) and isinstance(b.value.value, str):
+            docs[a.target.id] = " ".join(b.value.value.split())
+    return docs
 
 
 def _type_of(name: str) -> type:

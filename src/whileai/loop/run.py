@@ -268,6 +268,7 @@ class _Trainer:
         self.run_dir = run_dir
         self.state = resumed or _State()
         self.resuming = resumed is not None
+        self.engine: Any = None
 
     # ------------------------------------------------------------------ setup
     def _engine(self) -> Any:
@@ -310,9 +311,8 @@ class _Trainer:
     # ------------------------------------------------------------------ the run
     def run(self) -> Run:
         started = time.perf_counter()
-        engine = self._engine() if self.method is not None else None
-        if self.method is None:  # --method auto: a probe of rollouts, then route
-            engine = self._route()
+        # --method auto: a probe of rollouts, then route; otherwise the engine for the method
+        engine = self._engine() if self.method is not None else self._route()
         if self.resuming:
             engine.load_state(str(self.run_dir / "checkpoint"))
         else:
@@ -360,7 +360,8 @@ class _Trainer:
             else:
                 result = policy_step(self.engine, self.method, batch, adam=self.adam, state=self.state.method_state,
                                      sampling_params=self._sampling().scoring(), rescore=self._rescore(batch, t),
-                                     critic_steps=critic_steps, train_policy=t >= warmup)
+                                     critic_steps=critic_steps, train_policy=t >= warmup,
+                                     single_pass_tokens=self.config.micro_batch_tokens)
             self.state.method_state = result.state
             self.state.step = t + 1
             self.state.queue = queue.state()
@@ -531,7 +532,7 @@ class _Trainer:
 
 def _knobs_of(method: Any) -> dict[str, Any]:
     """A method's knob values that a TOML file can hold (what rebuilds it with wai.method(name, **knobs))."""
-    out = {}
+    out: dict[str, Any] = {}
     for name in method.knobs():
         value = getattr(method, name)
         if value is None or isinstance(value, (bool, int, float, str)):

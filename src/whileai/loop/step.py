@@ -85,15 +85,20 @@ def fill(trainer: Any, rows: list[dict[str, Any]], needs: Sequence[str], samplin
 
 def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
                 sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
-                critic_steps: int = 0) -> StepResult:
+                critic_steps: int = 0, single_pass_tokens: int = 0) -> StepResult:
     """One step: score, update, weighted cross-entropy, critic steps, optimizer step.
 
     ``rescore=False`` skips the scoring forward when its answer is known: on-policy rows whose sampler
     log-probabilities (``behavior_logprobs``) are the policy's at the same temperature and truncation.
     ``train_policy=False`` (a critic warm-up) computes the update and trains only the critic.
+    ``single_pass_tokens``: when the padded batch fits in this many tokens, score and train in one forward
+    (``forward_backward_custom``); otherwise score, then ``forward_backward`` in micro-batches.
     """
     work = [dict(r) for r in rows]
     spec = method.run_spec()
+    if rescore and train_policy and fits(work, single_pass_tokens):
+        update, metrics = _single_pass(trainer, method, work, state, sampling_params, spec.needs)
+        return _finish(trainer, update, work, adam, critic_steps, metrics)
     if rescore:
         for row, logprobs in zip(work, score(trainer, work, sampling_params=sampling_params)):
             row["logprobs"] = logprobs
@@ -112,6 +117,41 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
         if weighted:
             out = trainer.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params)
             metrics["loss"] = float(out.metrics.get("loss:sum", 0.0))
+    return _finish(trainer, update, work, adam, critic_steps, metrics)
+
+
+def fits(rows: Sequence[Mapping[str, Any]], single_pass_tokens: int) -> bool:
+    """Whether the batch, padded to its longest row, fits in one forward of ``single_pass_tokens``."""
+    longest = max(len(r["prompt_tokens"]) + len(r["tokens"]) for r in rows)
+    return longest * len(rows) <= single_pass_tokens
+
+
+def _single_pass(trainer: Any, method: Any, work: list[dict[str, Any]], state: Any, sampling_params: Any,
+                 needs: Sequence[str]) -> tuple[Any, dict[str, float]]:
+    """Score and train in one forward: the log-probabilities (detached) go to the update, whose coefficients
+    weight the same tensors for the backward. Equal to score-then-forward_backward, one forward cheaper."""
+    import torch
+
+    holder: dict[str, Any] = {}
+
+    def loss_fn(data: Any, logprobs: list[Any]) -> tuple[Any, dict[str, float]]:
+        for row, lp in zip(work, logprobs):
+            row["logprobs"] = lp.detach().cpu().tolist()
+        fill(trainer, work, needs, sampling_params)
+        for_method = [{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work]
+        update = method.update(for_method, state=state) if state is not None else method.update(for_method)
+        holder["update"] = update
+        loss = sum((torch.as_tensor(np.asarray(c, dtype=np.float64), device=lp.device) * lp).sum() * -1.0
+                   for c, lp in zip(update.coefficients, logprobs))
+        return loss, {}
+
+    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sampling_params)
+    return holder["update"], {"loss": float(out.metrics["loss:sum"])}
+
+
+def _finish(trainer: Any, update: Any, work: list[dict[str, Any]], adam: Any, critic_steps: int,
+            metrics: dict[str, float]) -> StepResult:
+    """The critic's steps and the optimizer step, after the policy's gradient is in."""
     if update.value_targets is not None and critic_steps > 0:
         metrics["critic_loss"] = _critic_backward(trainer, work, update.value_targets)
     optim = trainer.optim_step(adam)

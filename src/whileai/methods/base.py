@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from whileai.errors import ConfigError
+from whileai.knobs import Knob
 from whileai.methods.defaults import DEFAULTS
-from whileai.methods.knobs import Knob
 from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch, as_batch
 

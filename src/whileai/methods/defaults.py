@@ -7,7 +7,7 @@ Where our value differs from the paper's, ``why`` says why.
 
 from __future__ import annotations
 
-from whileai.methods.knobs import Knob, anything, integer, interval, number, one_of, optional
+from whileai.knobs import Knob, anything, integer, interval, number, one_of, optional
 
 FLASH_REINFORCE = "Hu et al. 2026, FlashREINFORCE (NVIDIA)"
 SAO_PAPER = "Hou et al. 2026, SAO, arXiv:2607.07508"

@@ -1,4 +1,7 @@
-"""Validation rules for method knobs, and the record every default is declared with.
+"""Validation rules for settings, and the record every default is declared with (one way, everywhere).
+
+Method knobs, ``AdamParams``, ``SamplingParams`` and the engine's loss config keys all declare their
+fields as ``Knob``s; this module sits below both ``methods`` and ``engine`` so neither imports the other.
 
 A ``Knob`` is one default: its value, a one-line doc, the rule that checks a value, and where the
 value comes from (paper, equation, the paper's own value, and why ours differs when it does).
