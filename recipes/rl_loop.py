@@ -176,7 +176,8 @@ def train(cfg: Config, log: Any = print) -> dict[str, Any]:
                 for i, (p, seqs) in enumerate(zip(prompts, samples)) for s in seqs]
 
         # ALGO LOGIC: the method turns rows into per-token coefficients; the engine runs -sum c log p
-        out = engine.train_step(method, rows, AdamParams(learning_rate=cfg.learning_rate))
+        out = engine.train_step(method, rows, AdamParams(learning_rate=cfg.learning_rate),
+                                sampling_params={"temperature": temperature})  # score as the sampler drew
 
         # PLUMBING: logging
         reward = float(np.mean([r["reward"] for r in rows]))

@@ -193,3 +193,24 @@ def test_a_lora_run_exports_an_adapter_peft_loads(tmp_path: Path, quick):
     engine = TrainingEngine("builtin:tiny", seed=0, lora_rank=4)
     engine.load_state(str(run.dir / "checkpoint"))
     np.testing.assert_allclose(theirs.numpy(), engine.compute_logprobs([1, 70, 71, 72])["logprobs"][1:], atol=1e-4)
+
+
+def test_sft_on_the_passes_of_graded_rows(tmp_path: Path):
+    """The methods reference's "push scored.passes()": load graded rows, keep the passes, train SFT on them."""
+    path = tmp_path / "graded.jsonl"
+    path.write_text("".join(json.dumps({"task_id": str(i), "prompt": "ab", "completion": "cd" if i % 2 else "zz",
+                                        "reward": float(i % 2)}) + "\n" for i in range(8)))
+    scored = wai.load_graded(str(path))
+    passes = scored.passes()
+    assert [r["completion"] for r in passes] == ["cd"] * 4
+    run = wai.train(method="sft", rows=passes, lag=0, steps=4, rollouts_per_step=4, learning_rate=1e-2,
+                    taskset=None, export=False, progress=False, run_dir=str(tmp_path / "sft"))
+    losses = [r["loss"] for r in run.metrics()]
+    assert losses[-1] < losses[0]
+
+
+def test_a_hub_id_offline_fails_fast_naming_the_local_path_fix(tmp_path: Path, quick):
+    began = time.time()
+    with pytest.raises(wai.ConfigError, match="local"):
+        wai.train(**quick, model="someone/some-model", run_dir=str(tmp_path / "hub"))
+    assert time.time() - began < 30

@@ -15,10 +15,12 @@ Randomness: sample ``j`` of prompt ``i`` draws from its own random stream, seede
 the streams are made on the CPU, so CPU and CUDA draw the same uniforms.
 
 Speed (measured in ``benchmarks/sampling.py`` against ``transformers``' ``generate``): each prompt is
-prefilled once and its cache copied to its samples; the KV cache is written into buffers allocated
-once for the whole generation (no per-step concatenation); every row's uniforms are drawn before the
-loop; a step's sampling is one pass of exp and cumulative sum over the vocabulary, with no Python
-work per row; rows that finished leave the batch once a quarter of it has finished.
+prefilled once; where a one-time probe shows the model allows it, a prompt's keys/values are kept once
+for all its samples (exact shared-prefix attention, see the end of this module), else copied to each
+sample; new keys/values are written into buffers allocated once for the whole generation (no
+per-step concatenation); every row's uniforms are drawn before the loop; a step's sampling is one
+pass of exp and cumulative sum over the vocabulary, with no Python work per row; finished rows leave
+the batch once they are a quarter of it.
 
 Works with any transformers causal LM, plain or PEFT-wrapped; the model is put in eval mode for the
 call and restored afterwards.

@@ -62,9 +62,9 @@ class TrainConfig:
     """seeds the model (built-ins), the task order, sampling and the held-out evaluation"""
     max_tokens: int | None = None
     """generation cap per rollout; None: the taskset's, else the method's"""
-    warm_start_steps: int = 12
-    """supervised steps on the taskset's reference answers before RL (0 = none); a random-init built-in
-    model learns little by RL alone"""
+    warm_start_steps: int | None = None
+    """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: 12 for a
+    built-in model on a built-in taskset (a random-init model learns little by RL alone), else 0"""
     warm_start_batch: int = 16
     """reference answers per supervised warm-start step"""
     warm_start_learning_rate: float = 1e-2
@@ -89,7 +89,7 @@ class TrainConfig:
 
 # Fields whose value may be None, and the type they have otherwise.
 _OPTIONAL = {"taskset": str, "rows": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
-             "run_dir": str}
+             "run_dir": str, "warm_start_steps": int}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
              "micro_batch_tokens": 16, "max_tokens": 1}
@@ -208,6 +208,17 @@ def check_ranges(config: TrainConfig) -> list[str]:
         problems.append("neither taskset nor rows is set: give --taskset (prompts + a grader) or --rows (a JSONL "
                         "file of rows to train on)")
     return problems
+
+
+BUILTIN_WARM_START = 12  # supervised steps before RL when a built-in model meets a built-in taskset
+
+
+def warm_start_steps(config: TrainConfig) -> int:
+    """The warm start this run gets (see the field's doc)."""
+    if config.warm_start_steps is not None:
+        return config.warm_start_steps
+    builtin = config.model.startswith("builtin:") and str(config.taskset or "").startswith("builtin:")
+    return BUILTIN_WARM_START if builtin else 0
 
 
 def as_dict(config: TrainConfig) -> dict[str, Any]:

@@ -335,9 +335,9 @@ class _Trainer:
         if self.resuming:
             return
         log.write(f"{self.method!r}\nrun spec: {self.method.run_spec().describe()}\nrun dir: {self.run_dir}")
-        if self.taskset is not None and self.config.warm_start_steps and not self.state.warm_start_done:
+        if self.taskset is not None and config_io.warm_start_steps(self.config) and not self.state.warm_start_done:
             loss = self._warm_start()
-            log.write(f"warm start: {self.config.warm_start_steps} supervised steps on reference answers "
+            log.write(f"warm start: {len(loss)} supervised steps on reference answers "
                       f"(loss {loss[0]:.3f} -> {loss[-1]:.3f})")
         self.state.warm_start_done = True
         if self._can_eval():
@@ -420,11 +420,14 @@ class _Trainer:
         losses = []
         tasks_all = self.taskset.split("train")
         eos = self.engine.tokenizer.eos_token_id
-        for k in range(self.config.warm_start_steps):
+        for k in range(config_io.warm_start_steps(self.config)):
             tasks = step_tasks(tasks_all, min(self.config.warm_start_batch, len(tasks_all)), self.config.seed,
                                10_000_000 + k)
             data = []
             for task, prompt in zip(tasks, self._prompts(self.engine, tasks)):
+                if task.answer is None:
+                    raise ConfigError(f"warm_start_steps: task_id={task.task_id!r} has no reference answer to "
+                                      "imitate; set --warm-start-steps 0 or give the taskset answers")
                 answer = self.engine.tokenizer.encode(str(task.answer), add_special_tokens=False)
                 if self.taskset.max_tokens is None and eos is not None:
                     answer = answer + [eos]
@@ -453,7 +456,7 @@ class _Trainer:
 
         self.method = wai.FlashReinforce()  # sampling settings for the probe only
         engine = self.engine = self._engine()
-        if self.taskset is not None and self.config.warm_start_steps:
+        if self.taskset is not None and config_io.warm_start_steps(self.config):
             self._warm_start()
         self.state.warm_start_done = True
         if self.rows is not None:

@@ -3,8 +3,9 @@
     score rows (forward, no grad) -> method.update(whole batch) -> forward_backward("cross_entropy",
     weights = c) -> optim_step            (+ the critic's own steps where the method has one)
 
-The trainer is anything with ``forward``, ``forward_backward`` and ``optim_step`` in the engine's shape
-(``TrainingEngine`` in-process; the service's client later), so the same function runs over HTTP. Every
+The trainer is anything with ``forward``, ``forward_backward``, ``forward_backward_custom`` and ``optim_step``
+in the engine's shape (``TrainingEngine`` in-process; the service's client later: Tinker has the same four),
+so the same function runs over HTTP. Every
 normalizer lives inside ``c``; the trainer sums and accumulates over its micro-batches, so peak memory
 is set by the micro-batch and splitting a batch never changes a gradient. Nothing here reads a method's
 attributes or name: only ``method.run_spec()`` and ``method.update()``.
