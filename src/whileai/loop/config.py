@@ -63,7 +63,7 @@ class TrainConfig:
     max_tokens: int | None = None
     """generation cap per rollout; None: the taskset's, else the method's"""
     warm_start_steps: int | None = None
-    """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: 12 for a
+    """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: 14 for a
     built-in model on a built-in taskset (a random-init model learns little by RL alone), else 0"""
     warm_start_batch: int = 16
     """reference answers per supervised warm-start step"""
@@ -210,7 +210,7 @@ def check_ranges(config: TrainConfig) -> list[str]:
     return problems
 
 
-BUILTIN_WARM_START = 12  # supervised steps before RL when a built-in model meets a built-in taskset
+BUILTIN_WARM_START = 14  # supervised steps before RL when a built-in model meets a built-in taskset
 
 
 def warm_start_steps(config: TrainConfig) -> int:
