@@ -98,8 +98,8 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     work = [dict(r) for r in rows]
     spec = method.run_spec()
     if rescore and train_policy and fits(work, single_pass_tokens):
-        update, metrics = _single_pass(trainer, method, work, state, sampling_params, spec.needs)
-        return _finish(trainer, update, work, adam, critic_steps, metrics)
+        update, single = _single_pass(trainer, method, work, state, sampling_params, spec.needs)
+        return _finish(trainer, update, work, adam, critic_steps, single)
     if rescore:
         for row, logprobs in zip(work, score(trainer, work, sampling_params=sampling_params)):
             row["logprobs"] = logprobs
