@@ -52,7 +52,7 @@ def test_training_reward_rises(name: str, tmp_path: Path):
     method, extra = _methods()[name]
     for seed in (0, 1):
         run = wai.train(method=method, steps=16, rollouts_per_step=32, lag=1, seed=seed, warm_start_steps=0,
-                        eval_tasks=0, export=False, progress=False, save_every=1000,
+                        eval_tasks=0, export=False, progress=False, save_every=1000, lr_schedule="constant",
                         run_dir=str(tmp_path / f"{name}-{seed}"), **extra)
         rewards = [r["reward"] for r in run.metrics()]
         start, end = sum(rewards[:4]) / 4, sum(rewards[-4:]) / 4

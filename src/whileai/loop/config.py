@@ -52,6 +52,8 @@ class TrainConfig:
     learning_rate: float | None = None
     """policy learning rate; None: the method's declared one, else 1e-2 on a built-in model, 2e-4 with LoRA,
     1e-5 for full fine-tuning of a loaded model"""
+    lr_schedule: str = "linear"
+    """'linear': the learning rate falls linearly to 0 at the last step (TRL's default); 'constant': it stays"""
     critic_learning_rate: float | None = None
     """value head learning rate for critic methods; None: the method's declared one"""
     lora_rank: int = 0
@@ -202,12 +204,24 @@ def check_ranges(config: TrainConfig) -> list[str]:
         value = getattr(config, name)
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             problems.append(f"{name} = {value!r} must be a finite number > 0")
+    if config.lr_schedule not in SCHEDULES:
+        problems.append(f"lr_schedule = {config.lr_schedule!r} must be one of {', '.join(map(repr, SCHEDULES))}")
     if config.device not in ("cpu", "cuda") and not str(config.device).startswith("cuda:"):
         problems.append(f"device = {config.device!r} must be 'cpu' or 'cuda' (or 'cuda:N')")
     if config.taskset is None and config.rows is None:
         problems.append("neither taskset nor rows is set: give --taskset (prompts + a grader) or --rows (a JSONL "
                         "file of rows to train on)")
     return problems
+
+
+SCHEDULES = ("linear", "constant")
+
+
+def learning_rate_at(config: TrainConfig, base: float, step: int) -> float:
+    """The policy learning rate of step ``step`` (0-based) under the config's schedule."""
+    if config.lr_schedule == "linear":
+        return base * (1.0 - step / config.steps)
+    return base
 
 
 BUILTIN_WARM_START = 14  # supervised steps before RL when a built-in model meets a built-in taskset

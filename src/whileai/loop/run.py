@@ -319,7 +319,8 @@ class _Trainer:
             self.state.method_state = self.method.initial_state()  # the loop owns it and checkpoints it
         self.engine = engine
         self.metrics = Metrics(self.run_dir, self.state.step if self.resuming else None)
-        self.adam = {"learning_rate": self._learning_rate(engine)}
+        self.base_learning_rate = self._learning_rate(engine)
+        self.adam = {"learning_rate": self.base_learning_rate}
         log = Progress(self.config.steps, self.state.step, self.config.progress, self.method.name)
         try:
             with _stop_on_sigint() as stop:
@@ -352,6 +353,7 @@ class _Trainer:
         while self.state.step < self.config.steps:
             t = self.state.step
             began = time.perf_counter()
+            self.adam = {"learning_rate": config_io.learning_rate_at(self.config, self.base_learning_rate, t)}
             batch, sample_s = self._next_batch(queue, t)
             trained = time.perf_counter()
             # the first `warmup` steps train only the critic: the policy moves once its values mean something
