@@ -49,8 +49,30 @@ def test_impossible_combinations_fail_before_a_model_loads(tmp_path: Path):
     assert "warm-up" in str(info.value)
     with pytest.raises(wai.ConfigError) as info:
         wai.train(method="sft", model="./no-such-model", run_dir=str(run_dir))
-    assert "--rows" in str(info.value) and "lag = 2" in str(info.value)
+    assert "--rows" in str(info.value) and "lag" not in str(info.value)  # a rows method's lag defaults to 0
+    with pytest.raises(wai.ConfigError, match="there is no sampler to lag"):
+        wai.train(method="sft", rows=[{"prompt": "a", "completion": "b"}], lag=2, run_dir=str(run_dir))
     assert not run_dir.exists()
+
+
+def test_a_start_that_fails_leaves_no_run_behind_and_bad_rows_are_listed(tmp_path: Path):
+    run_dir = tmp_path / "run"
+    with pytest.raises(wai.ConfigError, match="does not exist"):  # the model fails to load after the dir is made
+        wai.train(model="./no-such-model", run_dir=str(run_dir), progress=False)
+    assert not run_dir.exists()
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "a", "completion": "b"}\nnot json\n[1, 2]\n')
+    with pytest.raises(wai.ConfigError) as info:
+        wai.train(method="sft", rows=str(rows), run_dir=str(run_dir))
+    assert "line 2: not JSON" in str(info.value) and "line 3: a list" in str(info.value)
+    assert not run_dir.exists()
+
+
+def test_a_toml_file_mixing_a_train_table_and_top_level_keys_is_refused(tmp_path: Path):
+    path = tmp_path / "run.toml"
+    path.write_text('steps = 3\n[train]\nlag = 0\n')
+    with pytest.raises(wai.ConfigError, match="top-level keys"):
+        build(str(path))
 
 
 def test_the_cli_prints_one_error_and_exits_2(capsys, tmp_path: Path):

@@ -75,6 +75,33 @@ def test_resume_reproduces_the_uninterrupted_run_exactly(tmp_path: Path, quick):
     assert _without_timing(resumed.metrics()) == _without_timing(whole.metrics())
 
 
+def test_resume_refuses_fewer_steps_and_a_run_with_no_checkpoint(tmp_path: Path, quick):
+    run = wai.train(**{**quick, "steps": 2}, run_dir=str(tmp_path / "two"))
+    with pytest.raises(wai.ConfigError, match="is at step 2"):
+        wai.train(resume=str(run.dir), steps=2)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "config.toml").write_text("[train]\nsteps = 2\n")
+    with pytest.raises(wai.ConfigError, match="no checkpoint yet"):
+        wai.train(resume=str(tmp_path / "empty"))
+
+
+def test_a_taskset_object_with_a_python_grader_trains(tmp_path: Path, quick):
+    from whileai.envs import load_taskset
+
+    calls = []
+
+    def vowels(task, completion):
+        calls.append(completion)
+        return sum(c in "aeiou" for c in completion) / max(len(completion), 1)
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"p{i}", "answer": "aeiou"}) + "\n" for i in range(40)))
+    tasks = load_taskset(str(path), grader=vowels, max_tokens=3)
+    run = wai.train(**quick, taskset=tasks, run_dir=str(tmp_path / "obj"))
+    assert len(calls) == (3 + 2) * 8 and len(run.metrics()) == 3  # lag 2: two batches sampled ahead
+    assert "<taskset passed in Python>" in (run.dir / "config.toml").read_text()
+
+
 def test_rae_state_lives_in_the_checkpoint(tmp_path: Path, quick):
     run = wai.train(**{**quick, "steps": 2}, method="rae", run_dir=str(tmp_path / "rae"))
     saved = next((run.dir / "checkpoint").glob("loop-*.json"))

@@ -47,11 +47,12 @@ class TrainConfig:
     """optimizer steps of the policy"""
     rollouts_per_step: int = 32
     """trajectories per step; prompts per step = rollouts_per_step // the method's rollouts per prompt"""
-    lag: int = 2
-    """the batch trained at step t was sampled with the weights of step t - lag (0 = on-policy)"""
+    lag: int | None = None
+    """the batch trained at step t was sampled with the weights of step t - lag (0 = on-policy); None: 2 for a
+    method that learns from rollouts (a lagging sampler, as production has), 0 for one that trains on rows"""
     learning_rate: float | None = None
-    """policy learning rate; None: the method's declared one, else 1e-2 on a built-in model, 2e-4 with LoRA,
-    1e-5 for full fine-tuning of a loaded model"""
+    """policy learning rate; None: the method's declared one, else 1e-2 on a built-in model (random init),
+    2e-4 with LoRA on a loaded model, 1e-5 for full fine-tuning of a loaded model"""
     lr_schedule: str = "linear"
     """'linear': the learning rate falls linearly to 0 at the last step (TRL's default); 'constant': it stays"""
     critic_learning_rate: float | None = None
@@ -91,7 +92,7 @@ class TrainConfig:
 
 # Fields whose value may be None, and the type they have otherwise.
 _OPTIONAL = {"taskset": str, "rows": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
-             "run_dir": str, "warm_start_steps": int}
+             "run_dir": str, "warm_start_steps": int, "lag": int}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
              "micro_batch_tokens": 16, "max_tokens": 1}
@@ -161,7 +162,13 @@ def load_toml(path: str) -> dict[str, Any]:
         data = tomllib.loads(file.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"--config {path!r} is not valid TOML: {err}") from None
-    return dict(data.get("train", data)) if isinstance(data.get("train", data), Mapping) else {}
+    if "train" not in data:
+        return dict(data)
+    outside = sorted(k for k in data if k != "train")
+    if outside or not isinstance(data["train"], Mapping):
+        raise ConfigError(f"--config {path!r} has a [train] table and also top-level keys {outside}; put every "
+                          "setting in one place (all under [train], or none of them)")
+    return dict(data["train"])
 
 
 def build(toml_path: str | None = None, **overrides: Any) -> TrainConfig:
@@ -225,6 +232,17 @@ def learning_rate_at(config: TrainConfig, base: float, step: int) -> float:
 
 
 BUILTIN_WARM_START = 14  # supervised steps before RL when a built-in model meets a built-in taskset
+
+
+DEFAULT_LAG = 2  # a rollout method's sampler lag when the config names none
+
+
+def with_lag(config: TrainConfig, method: Any) -> TrainConfig:
+    """The config with its lag resolved for ``method`` (see the field's doc)."""
+    if config.lag is not None:
+        return config
+    rows = method is not None and method.run_spec().source == "rows"
+    return dataclasses.replace(config, lag=0 if rows else DEFAULT_LAG)
 
 
 def warm_start_steps(config: TrainConfig) -> int:

@@ -72,8 +72,11 @@ class Progress:
         self.bar.update(1)
 
     def write(self, text: str) -> None:
+        """A line above the bar (printed plainly when the bar is off)."""
         if self.bar is not None:
             self.bar.write(text)
+        else:
+            print(text, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -97,10 +97,10 @@ def check(config: TrainConfig, method: Any, taskset: Any = None) -> list[str]:
                         "completion, or prompt_tokens and tokens)")
     if spec.source == "rollouts" and config.taskset is None:
         problems.append(f"method {method.name!r} learns from rollouts: give --taskset (prompts and a grader)")
-    if spec.source == "rows" and config.lag > 0:
+    if spec.source == "rows" and (config.lag or 0) > 0:
         problems.append(f"lag = {config.lag}: method {method.name!r} trains on pushed rows, there is no sampler to "
-                        "lag; set --lag 0")
-    if spec.max_lag is not None and config.lag > spec.max_lag:
+                        "lag; set lag to 0 (--lag 0)")
+    if spec.source == "rollouts" and spec.max_lag is not None and (config.lag or 0) > spec.max_lag:
         problems.append(f"lag = {config.lag} is beyond the {spec.max_lag} steps method {method.name!r} is built to "
                         f"correct (its off_policy_steps); lower --lag or raise the knob (--set off_policy_steps=N)")
     if spec.source == "rollouts":
@@ -143,48 +143,78 @@ def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
 
 
 # ----------------------------------------------------------------------------- the run
-def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = None, resume: str | None = None,
-          config_file: str | None = None, **overrides: Any) -> Run:
+PYTHON_ROWS = "<rows passed in Python>"
+PYTHON_TASKSET = "<taskset passed in Python>"
+
+
+def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = None, taskset: Any = "",
+          resume: str | None = None, config_file: str | None = None, **overrides: Any) -> Run:
     """Train a model; return the run. Keyword arguments override the config's fields (see ``TrainConfig``).
 
     ``method``: a name, 'auto', or a method object. ``rows``: a JSONL path or a list of row dicts (SFT, DPO,
-    RM train on them as pushed). ``resume``: a run directory to continue from its last checkpoint.
+    RM train on them as pushed; given rows, the default taskset is none). ``taskset``: a spec string, None, or a
+    ``whileai.envs.Taskset`` object (e.g. ``load_taskset(spec, grader=my_function)``). ``resume``: a run
+    directory to continue from its last checkpoint (``steps=`` may raise its step count).
     """
     if resume is not None:
         extra = sorted(set(overrides) - {"steps", "progress"})
-        if extra or config is not None or config_file is not None or method is not None or rows is not None:
+        if extra or config is not None or config_file is not None or method is not None or rows is not None \
+                or taskset != "":
             raise ConfigError(f"resume takes the run's saved config; only steps (to train longer) and progress may "
-                              f"change, not {extra or 'config/method/rows'}")
+                              f"change, not {extra or 'config/method/rows/taskset'}")
         return _resume(resume, **overrides)
     if isinstance(method, str):
         overrides["method"] = method
     if isinstance(rows, str):
         overrides["rows"] = rows
+    taskset_obj = None
+    if taskset is None or isinstance(taskset, str):
+        if taskset != "":
+            overrides["taskset"] = taskset
+    else:
+        taskset_obj, overrides["taskset"] = taskset, PYTHON_TASKSET
+    if rows is not None and "taskset" not in overrides and (config is None or config.taskset is None) \
+            and config_file is None:
+        overrides["taskset"] = None  # rows pushed: no built-in task mixed in unless one is named
     base = config_io.as_dict(config) if config is not None else {}
     config = config_io.build(config_file, **{**base, **overrides})
     method_obj = method if method is not None and not isinstance(method, str) else None
     if method_obj is not None:
         config = replace(config, method=method_obj.name)
-    return _start(config, method_obj, rows if rows is not None and not isinstance(rows, str) else None)
+    rows_data = rows if rows is not None and not isinstance(rows, str) else None
+    if rows_data is not None:
+        config = replace(config, rows=PYTHON_ROWS)
+    return _start(config, method_obj, rows_data, taskset_obj)
 
 
-def _start(config: TrainConfig, method_obj: Any, rows_data: Any) -> Run:
-    if rows_data is not None and config.rows is None:
-        config = replace(config, rows="<rows passed in Python>")
+def _start(config: TrainConfig, method_obj: Any, rows_data: Any, taskset_obj: Any = None) -> Run:
     method, problems = resolve_method(config, method_obj)
-    taskset, more = _load_taskset(config)
+    config = config_io.with_lag(config, method)
+    taskset, more = (taskset_obj, []) if taskset_obj is not None else _load_taskset(config)
     problems += more + check(config, method, taskset)
+    rows_list, more = _rows_from(config, rows_data)
+    problems += more
     if problems:
         raise ConfigError(config_io._listing(problems))
     run_dir = Path(config.run_dir or _default_dir(config))
     if (run_dir / "config.toml").exists():
         raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run: resume it with --resume {run_dir}, or "
                           "pick another --run-dir")
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     config = replace(config, run_dir=str(run_dir))
-    rows_list = _rows_from(config, rows_data, run_dir)
+    if rows_data is not None:  # saved with the run, so a resume finds them
+        (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_list or []))
     (run_dir / "config.toml").write_text(config_io.to_toml(config))
-    return _Trainer(config, method, taskset, rows_list, run_dir, None).run()
+    try:
+        return _Trainer(config, method, taskset, rows_list, run_dir, None).run()
+    except Exception:
+        if not (run_dir / "checkpoint" / "LATEST").exists():  # nothing to resume: leave no half-made run behind
+            for path in sorted(run_dir.rglob("*"), reverse=True):
+                path.unlink() if path.is_file() or path.is_symlink() else path.rmdir()
+            if created:
+                run_dir.rmdir()
+        raise
 
 
 def _resume(run_dir_text: str, **changes: Any) -> Run:
@@ -192,16 +222,27 @@ def _resume(run_dir_text: str, **changes: Any) -> Run:
     if not (run_dir / "config.toml").is_file():
         raise ConfigError(f"--resume {run_dir_text!r}: no config.toml there; give the directory of a run that "
                           "`wai train` wrote")
+    if not (run_dir / "checkpoint" / "LATEST").is_file():
+        raise ConfigError(f"--resume {run_dir_text!r}: the run has no checkpoint yet (it stopped before its first "
+                          "save), so there is nothing to resume; start it again in a new --run-dir")
     config = config_io.build(str(run_dir / "config.toml"), **changes)
-    if changes:
-        (run_dir / "config.toml").write_text(config_io.to_toml(config))
+    if PYTHON_TASKSET in (config.taskset,):
+        raise ConfigError(f"--resume {run_dir_text!r}: the run's taskset was a Python object, which a config file "
+                          "cannot hold; resume it from Python with the same taskset (not supported yet)")
+    state = _read_state(run_dir)
+    if "steps" in changes and config.steps <= state.step:
+        raise ConfigError(f"--resume {run_dir_text!r}: the run is at step {state.step}; --steps {config.steps} must "
+                          f"be more than that to train longer")
     method, problems = resolve_method(config)
+    config = config_io.with_lag(config, method)
     taskset, more = _load_taskset(config)
     problems += more + check(config, method, taskset)
+    rows_list, more = _rows_from(config, None, run_dir)
+    problems += more
     if problems:
         raise ConfigError(config_io._listing(problems))
-    state = _read_state(run_dir)
-    rows_list = _rows_from(config, None, run_dir)
+    if changes:
+        (run_dir / "config.toml").write_text(config_io.to_toml(config))
     return _Trainer(config, method, taskset, rows_list, run_dir, state).run()
 
 
@@ -209,19 +250,34 @@ def _default_dir(config: TrainConfig) -> str:
     return f"runs/{config.method}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def _rows_from(config: TrainConfig, rows_data: Any, run_dir: Path) -> list[dict[str, Any]] | None:
-    """Rows to train on as pushed: the Python list (saved with the run, for resume) or the JSONL file."""
+def _rows_from(config: TrainConfig, rows_data: Any, run_dir: Path | None = None
+               ) -> tuple[list[dict[str, Any]] | None, list[str]]:
+    """Rows to train on as pushed (the Python list, or the JSONL file: every bad line named), and problems."""
     if config.rows is None:
-        return None
-    saved = run_dir / "rows.jsonl"
+        return None, []
     if rows_data is not None:
         rows = [dict(r) for r in rows_data]
-        saved.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return rows
-    path = saved if config.rows == "<rows passed in Python>" else Path(config.rows)
+        bad = [f"rows[{i}] is not a dict of fields" for i, r in enumerate(rows_data) if not isinstance(r, Mapping)]
+        return rows, bad[:20]
+    path = (run_dir / "rows.jsonl") if config.rows == PYTHON_ROWS and run_dir is not None else Path(config.rows)
     if not path.is_file():
-        raise ConfigError(f"rows = {config.rows!r}: no such file; give a JSONL file of rows")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return None, [f"rows = {config.rows!r}: no such file; give a JSONL file of rows (one JSON object a line)"]
+    rows, bad = [], []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            bad.append(f"rows {str(path)!r} line {number}: not JSON ({err.msg})")
+            continue
+        if not isinstance(row, dict):
+            bad.append(f"rows {str(path)!r} line {number}: a {type(row).__name__}, not an object of fields")
+            continue
+        rows.append(row)
+    if not rows and not bad:
+        bad.append(f"rows {str(path)!r} holds no rows")
+    return rows, bad[:20] + ([f"... and {len(bad) - 20} more bad lines"] if len(bad) > 20 else [])
 
 
 def _read_state(run_dir: Path) -> _State:
@@ -271,6 +327,11 @@ class _Trainer:
         self.engine: Any = None
 
     # ------------------------------------------------------------------ setup
+    @property
+    def lag(self) -> int:
+        """The resolved sampler lag (``config.with_lag`` has filled a None in)."""
+        return int(self.config.lag or 0)
+
     def _engine(self) -> Any:
         from whileai.engine import TrainingEngine
 
@@ -292,7 +353,7 @@ class _Trainer:
         declared = self.method.run_spec().learning_rate
         if declared is not None:
             return declared
-        if self.config.model.startswith("builtin:") and not self.config.lora_rank:
+        if self.config.model.startswith("builtin:"):  # random init, tens of steps (adapters too)
             return 1e-2
         return 2e-4 if self.config.lora_rank else 1e-5
 
@@ -335,7 +396,10 @@ class _Trainer:
         """The supervised warm start and the held-out evaluation before training (skipped on resume)."""
         if self.resuming:
             return
-        log.write(f"{self.method!r}\nrun spec: {self.method.run_spec().describe()}\nrun dir: {self.run_dir}")
+        sampling = self._sampling() if self.taskset is not None else None
+        log.write(f"{self.method!r}\nrun spec: {self.method.run_spec().describe()}"
+                  + (f"\nsampling: temperature {sampling.temperature:g}, max_tokens {sampling.max_tokens}, lag "
+                     f"{self.lag}" if sampling is not None else "") + f"\nrun dir: {self.run_dir}")
         if self.taskset is not None and config_io.warm_start_steps(self.config) and not self.state.warm_start_done:
             loss = self._warm_start()
             log.write(f"warm start: {len(loss)} supervised steps on reference answers "
@@ -346,7 +410,7 @@ class _Trainer:
             log.write(f"held-out pass@1 before: {_eval_line(self.state.evals[-1])}")
 
     def _loop(self, log: Progress, stop: Mapping[str, bool]) -> None:
-        queue = LagQueue(self.config.lag, self.state.queue)
+        queue = LagQueue(self.lag, self.state.queue)
         spec = self.method.run_spec()
         warmup = spec.critic.warmup if spec.critic is not None else 0
         critic_steps = spec.critic.steps if spec.critic is not None else 0
@@ -367,7 +431,7 @@ class _Trainer:
             self.state.method_state = result.state
             self.state.step = t + 1
             self.state.queue = queue.state()
-            record = {"step": t + 1, **result.metrics, "lag": self.config.lag, "policy_trained": t >= warmup,
+            record = {"step": t + 1, **result.metrics, "lag": self.lag, "policy_trained": t >= warmup,
                       "sampled_at_step": int(batch[0].get("sampler_step", t)) if batch else t,
                       "learning_rate": self.adam["learning_rate"], "time/sample_s": sample_s,
                       "time/train_s": time.perf_counter() - trained, "time/step_s": time.perf_counter() - began}
@@ -394,9 +458,9 @@ class _Trainer:
         if self.rows is not None:
             return self._pushed_rows(step), 0.0
         began = time.perf_counter()
-        while len(queue.batches) < self.config.lag:  # fill the pipeline with the starting weights
+        while len(queue.batches) < self.lag:  # fill the pipeline with the starting weights
             queue.push(self._sample(len(queue.batches), step))
-        batch = queue.push(self._sample(step + self.config.lag, step))
+        batch = queue.push(self._sample(step + self.lag, step))
         if batch is None:  # cannot happen: the queue holds lag batches, so a push returns the oldest
             raise WhileaiError(f"the lag queue returned no batch at step {step}")
         return batch, time.perf_counter() - began
@@ -477,11 +541,13 @@ class _Trainer:
         if answer.config is None:
             raise ConfigError(f"--method auto: route found nothing to train with yet.\n{answer}")
         self.method = answer.config
-        problems = check(replace(self.config, method=self.method.name), self.method, self.taskset)
+        problems = check(config_io.with_lag(replace(self.config, method=self.method.name), self.method), self.method,
+                         self.taskset)
         if problems:
             raise ConfigError(f"--method auto chose {self.method.name!r} ({answer.answer}), which this config cannot "
                               "run:" + "".join(f"\n  - {p}" for p in problems))
-        self.config = replace(self.config, method=self.method.name, knobs=_knobs_of(self.method))
+        self.config = config_io.with_lag(replace(self.config, method=self.method.name, knobs=_knobs_of(self.method)),
+                                         self.method)
         (self.run_dir / "config.toml").write_text(config_io.to_toml(self.config))
         print(f"--method auto: {self.method.name} ({answer.question} {answer.answer}); see {self.run_dir}/route.txt")
         spec = self.method.run_spec()
