@@ -577,8 +577,10 @@ class _Trainer:
         records = self.metrics.read()
         if records:
             first, last = records[: max(1, len(records) // 5)], records[-max(1, len(records) // 5):]
-            for key in ("reward", "loss", "admitted_share", "drift"):
-                if key in records[0]:
+            rows_method = self.method.run_spec().source == "rows"
+            keys = ("method/mean_loss", "loss") if rows_method else ("reward", "loss", "admitted_share", "drift")
+            for key in keys:
+                if key in records[0] and not (key == "loss" and "method/mean_loss" in records[0] and rows_method):
                     summary[f"{key}_first_fifth"] = _mean(first, key)
                     summary[f"{key}_last_fifth"] = _mean(last, key)
         if self._can_eval():
@@ -630,8 +632,12 @@ def _report(summary: Mapping[str, Any]) -> str:
     if "reward_first_fifth" in summary:
         lines.append(f"  training reward {summary['reward_first_fifth']:.3f} (first fifth) -> "
                      f"{summary['reward_last_fifth']:.3f} (last fifth)")
-    if "loss_first_fifth" in summary and "reward_first_fifth" not in summary:
-        lines.append(f"  loss {summary['loss_first_fifth']:.4g} -> {summary['loss_last_fifth']:.4g}")
+    if "method/mean_loss_first_fifth" in summary:  # the method's own loss (DPO's -log sigmoid, RM's), not c's sum
+        lines.append(f"  {summary['method'].split('(')[0]} loss {summary['method/mean_loss_first_fifth']:.4g} "
+                     f"(first fifth) -> {summary['method/mean_loss_last_fifth']:.4g} (last fifth)")
+    elif "loss_first_fifth" in summary and "reward_first_fifth" not in summary:
+        lines.append(f"  loss {summary['loss_first_fifth']:.4g} (first fifth) -> {summary['loss_last_fifth']:.4g} "
+                     "(last fifth)")
     if "admitted_share_last_fifth" in summary:
         lines.append(f"  admitted share (last fifth) {summary['admitted_share_last_fifth']:.2f}, drift "
                      f"{summary.get('drift_last_fifth', 0.0):.3g}")

@@ -67,6 +67,10 @@ class RunSpec:
 
     def describe(self) -> str:
         """One line per setting, for a run's log."""
+        if self.source != "rollouts":
+            return "; ".join([f"trains on {self.source} as pushed", *(["rows need " + ", ".join(self.needs)]
+                                                                      if self.needs else [])]
+                             + ([f"trains a scalar {self.head} head"] if self.head != "policy" else []))
         parts = [f"{self.rollouts_per_prompt} rollout{'s' if self.rollouts_per_prompt != 1 else ''} per prompt",
                  f"temperature {self.temperature:g}"]
         if self.max_tokens is not None:
@@ -79,6 +83,4 @@ class RunSpec:
                          f"{self.critic.warmup}")
         if self.stateful:
             parts.append("carries state across updates")
-        if self.source != "rollouts":
-            parts.append(f"trains on {self.source} as pushed")
         return "; ".join(parts)
