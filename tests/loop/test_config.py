@@ -29,7 +29,7 @@ def test_unknown_keys_and_wrong_types_are_all_listed(tmp_path: Path):
     text = str(info.value)
     assert "4 problems" in text
     assert "unknown key 'stpes'; did you mean 'steps'?" in text
-    assert "lag = 'two' is a str; it must be a int" in text
+    assert "lag = 'two' is a string; it must be an integer or left out (None)" in text
     assert "seed = 1.5" in text and "learning_rat" in text
 
 

@@ -127,8 +127,12 @@ def _type_problem(name: str, value: Any) -> str | None:
         ok = True
     if ok:
         return None
-    return f"{name} = {value!r} is a {type(value).__name__}; it must be a {want.__name__}" + \
-        (" or empty (None)" if name in _OPTIONAL else "")
+    return f"{name} = {value!r} is {_KIND.get(type(value).__name__, 'a ' + type(value).__name__)}; it must be " \
+        f"{_KIND.get(want.__name__, 'a ' + want.__name__)}" + (" or left out (None)" if name in _OPTIONAL else "")
+
+
+_KIND = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false", "dict": "a table",
+         "list": "a list", "NoneType": "empty"}
 
 
 def from_mapping(values: Mapping[str, Any], where: str) -> tuple[dict[str, Any], list[str]]:
@@ -179,7 +183,7 @@ def build(toml_path: str | None = None, **overrides: Any) -> TrainConfig:
         good, bad = from_mapping(load_toml(toml_path), toml_path)
         values.update(good)
         problems += bad
-    good, bad = from_mapping(overrides, "argument")
+    good, bad = from_mapping(overrides, "setting")
     for key in ("knobs", "taskset_options"):  # tables merge, key by key
         if key in good and key in values:
             good[key] = {**values[key], **good[key]}
