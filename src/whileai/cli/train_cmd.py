@@ -83,5 +83,9 @@ def run(args: argparse.Namespace) -> int:
     except Interrupted as stop:
         print(f"wai train: {stop}", file=sys.stderr)
         return 130
+    except KeyboardInterrupt:  # before the run's own Ctrl-C handling began (loading), or a second Ctrl-C
+        print("wai train: interrupted; no checkpoint was written by this stop (a run directory with an earlier "
+              "checkpoint can still be resumed)", file=sys.stderr)
+        return 130
     print(json.dumps(result.summary, indent=2) if args.json else str(result))
     return 0

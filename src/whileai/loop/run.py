@@ -29,6 +29,7 @@ from whileai.loop.rollouts import LagQueue, Sampling, sample_batch, step_tasks
 from whileai.loop.step import policy_step, score_head_step
 
 DEFAULT_MAX_TOKENS = 256  # when neither the taskset nor the method caps a generation
+LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
 PROBE_TASKS, PROBE_ROLLOUTS = 16, 8  # what --method auto routes on when no rows are given
 
 
@@ -208,7 +209,7 @@ def _start(config: TrainConfig, method_obj: Any, rows_data: Any, taskset_obj: An
     (run_dir / "config.toml").write_text(config_io.to_toml(config))
     try:
         return _Trainer(config, method, taskset, rows_list, run_dir, None).run()
-    except Exception:
+    except BaseException:  # an error, or Ctrl-C before the handler was in place
         if not (run_dir / "checkpoint" / "LATEST").exists():  # nothing to resume: leave no half-made run behind
             for path in sorted(run_dir.rglob("*"), reverse=True):
                 path.unlink() if path.is_file() or path.is_symlink() else path.rmdir()
@@ -385,29 +386,40 @@ class _Trainer:
         log = Progress(self.config.steps, self.state.step, self.config.progress, self.method.name)
         try:
             with _stop_on_sigint() as stop:
-                self._before(log)
+                self._before(log, stop)
                 self._loop(log, stop)
         finally:
             log.close()
             self.metrics.close()
         return self._finish(time.perf_counter() - started)
 
-    def _before(self, log: Progress) -> None:
-        """The supervised warm start and the held-out evaluation before training (skipped on resume)."""
-        if self.resuming:
-            return
-        sampling = self._sampling() if self.taskset is not None else None
-        log.write(f"{self.method!r}\nrun spec: {self.method.run_spec().describe()}"
-                  + (f"\nsampling: temperature {sampling.temperature:g}, max_tokens {sampling.max_tokens}, lag "
-                     f"{self.lag}" if sampling is not None else "") + f"\nrun dir: {self.run_dir}")
+    def _before(self, log: Progress, stop: Mapping[str, bool]) -> None:
+        """The supervised warm start and the held-out evaluation before training, each once (a resume skips
+        what the checkpoint says is done); Ctrl-C after either writes a checkpoint and stops there."""
+        if not self.resuming:
+            sampling = self._sampling() if self.taskset is not None else None
+            log.write(f"{self.method!r}\nrun spec: {self.method.run_spec().describe()}"
+                      + (f"\nsampling: temperature {sampling.temperature:g}, max_tokens {sampling.max_tokens}, lag "
+                         f"{self.lag}" if sampling is not None else "") + f"\nrun dir: {self.run_dir}")
+            if sampling is not None and sampling.max_tokens >= LONG_CAP and self.config.max_tokens is None:
+                log.write(f"note: generations may run to {sampling.max_tokens} tokens (the method's max_tokens; the "
+                          "taskset sets none): set --max-tokens, or max_tokens in the taskset, for short answers")
         if self.taskset is not None and config_io.warm_start_steps(self.config) and not self.state.warm_start_done:
             loss = self._warm_start()
             log.write(f"warm start: {len(loss)} supervised steps on reference answers "
                       f"(loss {loss[0]:.3f} -> {loss[-1]:.3f})")
+            self._stop_if_asked(stop)
         self.state.warm_start_done = True
-        if self._can_eval():
+        if self._can_eval() and not self.state.evals:
             self.state.evals.append({"step": 0, **self._evaluate()})
             log.write(f"held-out pass@1 before: {_eval_line(self.state.evals[-1])}")
+            self._stop_if_asked(stop)
+
+    def _stop_if_asked(self, stop: Mapping[str, bool]) -> None:
+        if stop["stop"]:
+            self.state.warm_start_done = True
+            self._checkpoint()
+            raise Interrupted(self.run_dir, self.state.step)
 
     def _loop(self, log: Progress, stop: Mapping[str, bool]) -> None:
         queue = LagQueue(self.lag, self.state.queue)
@@ -574,6 +586,12 @@ class _Trainer:
         summary: dict[str, Any] = {"method": repr(self.method), "run_spec": self.method.run_spec().describe(),
                                    "steps": self.state.step, "seconds": round(seconds, 2),
                                    "run_dir": str(self.run_dir)}
+        # the values the config left to the run's rules (None in config.toml), as this run resolved them
+        summary["resolved"] = {"learning_rate": self.base_learning_rate, "lag": self.lag,
+                               "warm_start_steps": config_io.warm_start_steps(self.config) if self.taskset else 0}
+        if self.taskset is not None:
+            summary["resolved"].update(max_tokens=self._sampling().max_tokens,
+                                       temperature=self._sampling().temperature)
         records = self.metrics.read()
         if records:
             first, last = records[: max(1, len(records) // 5)], records[-max(1, len(records) // 5):]
