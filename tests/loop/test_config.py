@@ -66,6 +66,12 @@ def test_a_start_that_fails_leaves_no_run_behind_and_bad_rows_are_listed(tmp_pat
         wai.train(method="sft", rows=str(rows), run_dir=str(run_dir))
     assert "line 2: not JSON" in str(info.value) and "line 3: a list" in str(info.value)
     assert not run_dir.exists()
+    mine = tmp_path / "mine"  # a folder the user already had: a failed start removes only what it wrote
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(wai.ConfigError, match="does not exist"):
+        wai.train(model="./no-such-model", run_dir=str(mine), progress=False)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
 
 def test_a_toml_file_mixing_a_train_table_and_top_level_keys_is_refused(tmp_path: Path):

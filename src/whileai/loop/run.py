@@ -106,6 +106,10 @@ def check(config: TrainConfig, method: Any, taskset: Any = None) -> list[str]:
                         f"correct (its off_policy_steps); lower --lag or raise the knob (--set off_policy_steps=N)")
     if spec.source == "rollouts":
         problems += _rollout_problems(config, method, spec)
+        prompts = config.rollouts_per_step // spec.rollouts_per_prompt
+        if taskset is not None and prompts > len(taskset.split("train")):
+            problems.append(f"a step needs {prompts} distinct training prompts but taskset {config.taskset!r} has "
+                            f"{len(taskset.split('train'))} in its train split: lower rollouts_per_step or add tasks")
     if spec.critic is not None and config.steps <= spec.critic.warmup:
         problems.append(f"steps = {config.steps} leaves no policy step after the critic's {spec.critic.warmup} "
                         f"warm-up steps: raise --steps above {spec.critic.warmup} or lower the warm-up "
@@ -120,7 +124,8 @@ def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
                         f"{spec.rollouts_per_prompt} rollout per prompt makes every advantage 0: set "
                         f"--set generations={max(spec.min_rollouts_per_prompt, 2)} or more, or use a one-rollout "
                         "method (flash_reinforce, rae, sao, bpco)")
-    if config.rollouts_per_step < spec.rollouts_per_prompt or config.rollouts_per_step % spec.rollouts_per_prompt:
+    if config.rollouts_per_step >= 1 and (config.rollouts_per_step < spec.rollouts_per_prompt
+                                          or config.rollouts_per_step % spec.rollouts_per_prompt):
         problems.append(f"rollouts_per_step = {config.rollouts_per_step} is not a multiple of the method's "
                         f"{spec.rollouts_per_prompt} rollouts per prompt: use a multiple such as "
                         f"{max(1, config.rollouts_per_step // spec.rollouts_per_prompt) * spec.rollouts_per_prompt}")
@@ -211,11 +216,27 @@ def _start(config: TrainConfig, method_obj: Any, rows_data: Any, taskset_obj: An
         return _Trainer(config, method, taskset, rows_list, run_dir, None).run()
     except BaseException:  # an error, or Ctrl-C before the handler was in place
         if not (run_dir / "checkpoint" / "LATEST").exists():  # nothing to resume: leave no half-made run behind
-            for path in sorted(run_dir.rglob("*"), reverse=True):
-                path.unlink() if path.is_file() or path.is_symlink() else path.rmdir()
-            if created:
-                run_dir.rmdir()
+            _remove_run_files(run_dir, created)
         raise
+
+
+RUN_FILES = ("config.toml", "rows.jsonl", "route.txt", "metrics.jsonl", "summary.json", "evals.json", "curves.png",
+             "tensorboard", "checkpoint", "final")
+
+
+def _remove_run_files(run_dir: Path, created: bool) -> None:
+    """Remove what a run wrote; the directory itself only if the run made it (a user's folder keeps its files)."""
+    import shutil
+
+    if created:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for name in RUN_FILES:
+        path = run_dir / name
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists():
+            path.unlink()
 
 
 def _resume(run_dir_text: str, **changes: Any) -> Run:
