@@ -69,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "TrainConfig": "whileai.loop",
     "Run": "whileai.loop",
     "reward_model": "whileai.loop",
+    "train_with_controls": "whileai.loop.controls",
     # prime-rl config writer
     "prime_rl_config": "whileai.prime_rl",
     "PrimeRLConfig": "whileai.prime_rl",

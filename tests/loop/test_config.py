@@ -62,9 +62,9 @@ def test_a_start_that_fails_leaves_no_run_behind_and_bad_rows_are_listed(tmp_pat
     assert not run_dir.exists()
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"prompt": "a", "completion": "b"}\nnot json\n[1, 2]\n')
-    with pytest.raises(wai.ConfigError) as info:
+    with pytest.raises(wai.BatchError) as info:  # a bad row is a BatchError (DESIGN.md, "A row")
         wai.train(method="sft", rows=str(rows), run_dir=str(run_dir))
-    assert "line 2: not JSON" in str(info.value) and "line 3: a list" in str(info.value)
+    assert "line 2: not valid JSON" in str(info.value) and "line 3: a list" in str(info.value)
     assert not run_dir.exists()
     mine = tmp_path / "mine"  # a folder the user already had: a failed start removes only what it wrote
     mine.mkdir()

@@ -297,15 +297,15 @@ def test_opsd_anchor(anchor, parsed):
         with pytest.raises(wai.ConfigError, match=f"OPSD.anchor='{anchor}' is invalid: it must be 'ema:<rate>'"):
             OPSD(anchor=anchor)
     else:
-        assert OPSD(anchor=anchor).teacher_spec().weights == parsed[0]
+        assert OPSD(anchor=anchor).run_spec().teacher.weights == parsed[0]
 
 
 def test_opsd_teacher_spec_and_update():
-    spec = OPSD(privileged="feedback", anchor="ema:0.05").teacher_spec()
+    spec = OPSD(privileged="feedback", anchor="ema:0.05").run_spec().teacher
     assert (spec.weights, spec.ema_rate, spec.privileged) == ("ema", 0.05, "feedback")
     assert "theta_bar <- (1 - 0.05) theta_bar + 0.05 theta" in spec.describe()
     assert "'feedback'" in spec.describe()
-    assert "frozen" in OPSD(anchor="initial").teacher_spec().describe()
+    assert "frozen" in OPSD(anchor="initial").run_spec().teacher.describe()
     rows = random_rows(1, n=4, teacher=True)
     np.testing.assert_array_equal(OPSD().update(rows).coefficients_flat, OPD().update(rows).coefficients_flat)
     with pytest.raises(wai.ConfigError, match="OPSD.privileged='oracle'"):

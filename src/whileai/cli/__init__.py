@@ -20,6 +20,9 @@ COMMANDS: tuple[str, ...] = (
     "whileai.cli.methods_cmd",
     "whileai.cli.rows_cmd",
     "whileai.cli.prime_rl_cmd",
+    "whileai.cli.serve_cmd",
+    "whileai.cli.loop_cmd",
+    "whileai.cli.skills_cmd",
 )
 
 

@@ -49,6 +49,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--taskset-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a taskset option, e.g. --taskset-option grader=numeric (docs/tasksets.md)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+    _control_flags(p)
     docs = field_docs()
     for name, spec in TrainConfig.__dataclass_fields__.items():
         if name in ("knobs", "taskset_options"):
@@ -61,6 +62,18 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _control_flags(p: Any) -> None:
+    from whileai.loop.controls import CONTROL_SEEDS, CONTROLS
+
+    p.add_argument("--control", action="append", default=[], choices=CONTROLS, help="also train this random "
+                   "control on the same budget and compare it with the real arm on held-out pass@1 (repeatable; "
+                   "docs/train.md, 'Controls')")
+    p.add_argument("--control-seeds", type=int, default=CONTROL_SEEDS, metavar="N", help="with --control: seeds "
+                   f"per arm, counted up from --seed (default {CONTROL_SEEDS}; compare needs 2 to show a gain)")
+    p.add_argument("--select-from", metavar="POOL", help="with --control random-selection: the rows file that "
+                   "--rows was selected from")
+
+
 def run(args: argparse.Namespace) -> int:
     from whileai.loop import Interrupted, TrainConfig, train
 
@@ -71,13 +84,15 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--resume uses the run's saved config (only --steps, to train longer, and --progress "
                               f"may change); drop {', '.join('--' + g.replace('_', '-') for g in given) or '--config/--set'}")
     overrides = {f: getattr(args, f) for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None}
-    for field_name in ("rows", "taskset", "run_dir", "model", "method", "device"):  # paths and names stay strings
+    for field_name in ("rows", "taskset", "eval_taskset", "teacher", "run_dir", "model", "method", "device"):  # paths and names stay strings
         if field_name in overrides and not isinstance(overrides[field_name], str):
             overrides[field_name] = str(overrides[field_name])
     if args.set:
         overrides["knobs"] = _pairs(args.set, "--set")
     if args.taskset_option:
         overrides["taskset_options"] = _pairs(args.taskset_option, "--taskset-option")
+    if args.control or args.select_from:
+        return _controlled(args, overrides)
     try:
         result = train(resume=args.resume, config_file=args.config, **overrides)
     except Interrupted as stop:
@@ -88,4 +103,15 @@ def run(args: argparse.Namespace) -> int:
               "checkpoint can still be resumed)", file=sys.stderr)
         return 130
     print(json.dumps(result.summary, indent=2) if args.json else str(result))
+    return 0
+
+
+def _controlled(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    from whileai.loop.controls import train_with_controls
+
+    if args.resume:
+        raise ConfigError("--resume cannot take --control: a controlled run is started again, not resumed")
+    report = train_with_controls(args.control, seeds=args.control_seeds, select_from=args.select_from,
+                                 config_file=args.config, **overrides)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else str(report))
     return 0

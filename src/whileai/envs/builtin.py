@@ -115,13 +115,13 @@ BUILTIN_TASKSETS: dict[str, str] = {name: b.doc for name, b in BUILTIN.items()}
 """name -> one line saying what the task is; `load_taskset("builtin:NAME", **options)`"""
 
 MAX_OPTION = {"prompt_len": 6, "completion_len": 6, "digits": 2, "letters": 26, "test_size": 1_000_000,
-              "train_size": 1_000_000}
+              "train_size": 1_000_000, "key_len": 6, "value_len": 6}
 """largest values: prompts stay under 16 bytes and answers at most 6; a split stays a list in memory"""
 
 
-def _options(name: str, given: Mapping[str, Any]) -> dict[str, int]:
-    """The built-in's options with `given` applied; every bad one reported at once."""
-    defaults = {**SPLIT_OPTIONS, **BUILTIN[name].options}
+def _options(name: str, given: Mapping[str, Any], own: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The built-in's options (`own`, else BUILTIN[name]'s) with `given` applied; every bad one reported at once."""
+    defaults = {**SPLIT_OPTIONS, **(BUILTIN[name].options if own is None else own)}
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         raise ConfigError(f"builtin:{name}: unknown option(s) {unknown}; valid options are {sorted(defaults)}")
@@ -139,7 +139,9 @@ def _options(name: str, given: Mapping[str, Any]) -> dict[str, int]:
 def load_builtin(name: str, **given: Any) -> Taskset:
     """The built-in taskset `name` (a key of BUILTIN_TASKSETS) with its options."""
     if name not in BUILTIN:
-        raise ConfigError(f"builtin:{name!r} is not a built-in taskset; use one of {sorted(BUILTIN)}")
+        from whileai.envs.tools import TOOL_TASKSETS  # here, not at the top: tools builds on this module
+
+        raise ConfigError(f"builtin:{name!r} is not a built-in taskset; use one of {sorted([*BUILTIN, *TOOL_TASKSETS])}")
     spec, options = BUILTIN[name], _options(name, given)
     space = spec.space(options)
     if options["test_size"] >= space:

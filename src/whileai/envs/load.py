@@ -9,6 +9,7 @@ from whileai.envs.builtin import load_builtin
 from whileai.envs.core import Taskset
 from whileai.envs.files import load_hf, load_jsonl
 from whileai.envs.gym import load_reasoning_gym
+from whileai.envs.tools import TOOL_TASKSETS, load_tool_taskset
 from whileai.errors import ConfigError
 
 FORMS = ("builtin:NAME", "path/to/file.jsonl", "hf:NAME_OR_LOCAL_PATH", "reasoning_gym:NAME")
@@ -25,7 +26,7 @@ def load_taskset(spec: str | os.PathLike[str], **options: Any) -> Taskset:
         raise ConfigError(f"taskset spec {spec!r} must be a non-empty string of one of the forms {list(FORMS)}")
     kind, sep, rest = spec.partition(":")
     if sep and kind == "builtin":
-        return load_builtin(rest, **options)
+        return load_tool_taskset(rest, **options) if rest in TOOL_TASKSETS else load_builtin(rest, **options)
     if sep and kind == "hf":
         return load_hf(rest, **options)
     if sep and kind in ("reasoning_gym", "reasoning-gym"):

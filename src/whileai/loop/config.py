@@ -42,14 +42,21 @@ class TrainConfig:
     taskset_options: dict[str, Any] = field(default_factory=dict)
     """options for the taskset, e.g. {grader = "numeric"} (flag: --taskset-option grader=numeric)"""
     rows: str | None = None
-    """a JSONL file of rows to train on as pushed (SFT, DPO, RM), or the probe that --method auto routes on"""
+    """a JSONL file of rows to train on as pushed (SFT, DPO, RM) or of logged traces for an RL method (the
+    library's rows, an OpenAI-compatible server's log, or text rows: docs/traces.md); route reads it first"""
+    eval_taskset: str | None = None
+    """with --rows: a taskset (same spec forms as taskset) whose test split measures pass@1 before and after;
+    None: a traces run holds out a slice of its traces and reports their surrogate and drift, not pass@1"""
+    teacher: str | None = None
+    """the teacher model of a method that distills from one (OPD): builtin:NAME or a model directory with the
+    student's tokenizer (e.g. an earlier run's RUN_DIR/final); loaded once, frozen"""
     steps: int = 40
     """optimizer steps of the policy"""
     rollouts_per_step: int = 32
     """trajectories per step; prompts per step = rollouts_per_step // the method's rollouts per prompt"""
     lag: int | None = None
     """the batch trained at step t was sampled with the weights of step t - lag (0 = on-policy); None: 2 for a
-    method that learns from rollouts (a lagging sampler, as production has), 0 for one that trains on rows"""
+    method that learns from rollouts (a lagging sampler, as production has), 0 for rows from a file (no sampler)"""
     learning_rate: float | None = None
     """policy learning rate; None: the method's declared one, else 1e-2 on a built-in model (random init),
     2e-4 with LoRA on a loaded model, 1e-5 for full fine-tuning of a loaded model"""
@@ -91,7 +98,7 @@ class TrainConfig:
 
 
 # Fields whose value may be None, and the type they have otherwise.
-_OPTIONAL = {"taskset": str, "rows": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
+_OPTIONAL = {"taskset": str, "rows": str, "eval_taskset": str, "teacher": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
              "run_dir": str, "warm_start_steps": int, "lag": int}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
@@ -245,7 +252,7 @@ def with_lag(config: TrainConfig, method: Any) -> TrainConfig:
     """The config with its lag resolved for ``method`` (see the field's doc)."""
     if config.lag is not None:
         return config
-    rows = method is not None and method.run_spec().source == "rows"
+    rows = config.rows is not None or (method is not None and method.run_spec().source == "rows")
     return dataclasses.replace(config, lag=0 if rows else DEFAULT_LAG)
 
 

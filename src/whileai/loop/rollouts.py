@@ -1,8 +1,10 @@
-"""Rollouts: sample completions for tasks, grade them, and hand back rows; the lag queue.
+"""Rollouts: play episodes for tasks (one completion each for a plain taskset), grade them, hand back rows;
+the lag queue.
 
-A row here is the library's row (``reward``, ``behavior_logprobs``, ``tokens``, ``task_id``, ``truncated``)
-plus the loop's bookkeeping (``prompt_tokens``, ``completion``, ``sampler_step``). Sampling and grading read
-the method's run spec only: rollouts per prompt, temperature, max tokens, and an adaptive plan if it has one.
+A row here is the library's row (``reward``, ``behavior_logprobs``, ``tokens``, ``task_id``, ``truncated``, and
+``action_mask`` when an environment wrote tokens) plus the loop's bookkeeping (``prompt_tokens``,
+``completion``, ``sampler_step``). Sampling and grading read the method's run spec only: rollouts per
+prompt, temperature, max tokens, and an adaptive plan if it has one.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ class Sampling:
     cap_is_answer_length: bool
     """True when the taskset sets the cap (a reply that reaches it is complete, not truncated)"""
 
-    def params(self, seed: int) -> Any:
+    def params(self, seed: int, max_tokens: int | None = None, stop: Sequence[Sequence[int]] = ()) -> Any:
         from whileai.engine import SamplingParams
 
-        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, seed=seed)
+        return SamplingParams(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
+                              stop=[list(s) for s in stop], seed=seed)
 
     def scoring(self) -> Any:
         """The distribution the trainer must score tokens under (the sampler's temperature)."""
@@ -43,27 +46,21 @@ def completion_text(tokenizer: Any, tokens: Sequence[int]) -> str:
 
 def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], per_task: Sequence[int],
              sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
-    """``per_task[i]`` graded completions of ``tasks[i]``, sampled with the engine's current weights."""
-    rows: list[dict[str, Any]] = []
-    groups: dict[int, list[int]] = {}
-    for i, n in enumerate(per_task):
-        if n > 0:
-            groups.setdefault(n, []).append(i)
-    for n, members in sorted(groups.items()):
-        samples = engine.sample([prompts[i] for i in members], n, sampling.params(seed + n))
-        for i, sequences in zip(members, samples):
-            rows += [_row(engine.tokenizer, taskset, tasks[i], prompts[i], s, sampling, sampler_step)
-                     for s in sequences]
+    """``per_task[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights.
+
+    A plain taskset's episode is one completion; an ``EnvTaskset``'s alternates model turns and environment
+    replies (``whileai.envs.episode``), every turn one batched ``engine.sample`` call for all live episodes."""
+    from whileai.envs.episode import is_episodic, play
+
+    def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[list[int]], seed: int) -> Any:
+        return engine.sample(contexts, n, sampling.params(seed, max_tokens, stop))
+
+    rows = play(sampler, engine.tokenizer, taskset, tasks, prompts, per_task, max_tokens=sampling.max_tokens,
+                seed=seed, context=getattr(engine, "max_context", None),
+                cap_ends_turn=sampling.cap_is_answer_length and not is_episodic(taskset))
+    for row in rows:
+        row["sampler_step"] = sampler_step
     return rows
-
-
-def _row(tokenizer: Any, taskset: Any, task: Any, prompt: list[int], sample: Any, sampling: Sampling,
-         sampler_step: int) -> dict[str, Any]:
-    text = completion_text(tokenizer, sample.tokens)
-    truncated = sample.stop_reason == "length" and not sampling.cap_is_answer_length
-    return {"task_id": task.task_id, "reward": taskset.grade(task, text), "prompt_tokens": list(prompt),
-            "tokens": list(sample.tokens), "behavior_logprobs": [float(x) for x in sample.logprobs],
-            "truncated": bool(truncated), "completion": text, "sampler_step": sampler_step}
 
 
 def sample_batch(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: Any,

@@ -22,11 +22,14 @@ from typing import Any
 
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop import config as config_io
+from whileai.loop import teacher as teacher_io
+from whileai.loop import trace_run
 from whileai.loop.config import TrainConfig
 from whileai.loop.evaluate import PASS, before_after, held_out
 from whileai.loop.record import Metrics, Progress, plot, write_json
 from whileai.loop.rollouts import LagQueue, Sampling, sample_batch, step_tasks
 from whileai.loop.step import policy_step, score_head_step
+from whileai.loop.traces import RowsFile, open_rows
 
 DEFAULT_MAX_TOKENS = 256  # when neither the taskset nor the method caps a generation
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
@@ -89,25 +92,24 @@ def resolve_method(config: TrainConfig, method: Any = None) -> tuple[Any, list[s
 
 def check(config: TrainConfig, method: Any, taskset: Any = None) -> list[str]:
     """Every impossible combination of the config and the method's run spec, each with a fix."""
-    problems = config_io.check_ranges(config)
+    problems = config_io.check_ranges(config) + trace_run.rows_problems(config, method, config.rows == PYTHON_ROWS)
     if method is None:
         return problems
     spec = method.run_spec()
     if spec.source == "rows" and config.rows is None:
         problems.append(f"method {method.name!r} trains on rows as pushed: give --rows FILE (JSONL with prompt and "
                         "completion, or prompt_tokens and tokens)")
-    if spec.source == "rollouts" and config.taskset is None:
-        problems.append(f"method {method.name!r} learns from rollouts: give --taskset (prompts and a grader)")
-    if spec.source == "rows" and (config.lag or 0) > 0:
-        problems.append(f"lag = {config.lag}: method {method.name!r} trains on pushed rows, there is no sampler to "
-                        "lag; set lag to 0 (--lag 0)")
+    if spec.source == "rollouts" and config.taskset is None and config.rows is None:
+        problems.append(f"method {method.name!r} learns from rollouts: give --taskset (prompts and a grader), or "
+                        "--rows FILE of logged traces")
     if spec.source == "rollouts" and spec.max_lag is not None and (config.lag or 0) > spec.max_lag:
         problems.append(f"lag = {config.lag} is beyond the {spec.max_lag} steps method {method.name!r} is built to "
                         f"correct (its off_policy_steps); lower --lag or raise the knob (--set off_policy_steps=N)")
     if spec.source == "rollouts":
-        problems += _rollout_problems(config, method, spec)
+        problems += _rollout_problems(config, method, spec) + _reference_problems(config, method, spec)
+        problems += teacher_io.check(spec, method.name, config.teacher, taskset)
         prompts = config.rollouts_per_step // spec.rollouts_per_prompt
-        if taskset is not None and prompts > len(taskset.split("train")):
+        if taskset is not None and config.rows is None and prompts > len(taskset.split("train")):
             problems.append(f"a step needs {prompts} distinct training prompts but taskset {config.taskset!r} has "
                             f"{len(taskset.split('train'))} in its train split: lower rollouts_per_step or add tasks")
     if spec.critic is not None and config.steps <= spec.critic.warmup:
@@ -129,23 +131,34 @@ def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
         problems.append(f"rollouts_per_step = {config.rollouts_per_step} is not a multiple of the method's "
                         f"{spec.rollouts_per_prompt} rollouts per prompt: use a multiple such as "
                         f"{max(1, config.rollouts_per_step // spec.rollouts_per_prompt) * spec.rollouts_per_prompt}")
-    for need in spec.needs:
-        if need.startswith("teacher"):
-            problems.append(f"method {method.name!r} needs {need!r} from a teacher, and `wai train` has no teacher "
-                            "source yet: score rollouts with your teacher and train with engine.train_step, or pick "
-                            "a method without a teacher")
     return problems
 
 
+def _needs_reference(spec: Any) -> bool:
+    """The run keeps the model as loaded: for ref_logprobs (beta > 0) or an 'initial' teacher."""
+    return "ref_logprobs" in spec.needs or (spec.teacher is not None and spec.teacher.weights == "initial")
+
+
+def _reference_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
+    if not (_needs_reference(spec) and config.taskset is not None and config_io.warm_start_steps(config)):
+        return []
+    return [f"method {method.name!r} needs the reference policy, which is the model as loaded, and a warm start of "
+            f"{config_io.warm_start_steps(config)} steps would move the student away from it before RL begins (the "
+            "KL or the teacher would pull it back to the untrained model): set --warm-start-steps 0"]
+
+
 def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
-    if config.taskset is None:
+    """The taskset to sample from, or (a run from --rows) the one to evaluate on: eval_taskset, else taskset."""
+    name = "eval_taskset" if config.eval_taskset is not None else "taskset"
+    spec = getattr(config, name)
+    if spec is None:
         return None, []
     from whileai.envs import load_taskset
 
     try:
-        return load_taskset(config.taskset, **config.taskset_options), []
+        return load_taskset(spec, **config.taskset_options), []
     except WhileaiError as err:
-        return None, [f"taskset = {config.taskset!r}: {err}"]
+        return None, [f"{name} = {spec!r}: {err}"]
 
 
 # ----------------------------------------------------------------------------- the run
@@ -198,8 +211,7 @@ def _start(config: TrainConfig, method_obj: Any, rows_data: Any, taskset_obj: An
     config = config_io.with_lag(config, method)
     taskset, more = (taskset_obj, []) if taskset_obj is not None else _load_taskset(config)
     problems += more + check(config, method, taskset)
-    rows_list, more = _rows_from(config, rows_data)
-    problems += more
+    problems += [f"rows[{i}] is not a dict of fields" for i, r in enumerate(rows_data or []) if not isinstance(r, Mapping)]
     if problems:
         raise ConfigError(config_io._listing(problems))
     run_dir = Path(config.run_dir or _default_dir(config))
@@ -209,11 +221,12 @@ def _start(config: TrainConfig, method_obj: Any, rows_data: Any, taskset_obj: An
     created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     config = replace(config, run_dir=str(run_dir))
-    if rows_data is not None:  # saved with the run, so a resume finds them
-        (run_dir / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows_list or []))
+    if rows_data is not None:  # saved with the run, so a resume finds them (and read from there, like a file)
+        (run_dir / "rows.jsonl").write_text("".join(json.dumps(dict(r)) + "\n" for r in rows_data))
     (run_dir / "config.toml").write_text(config_io.to_toml(config))
     try:
-        return _Trainer(config, method, taskset, rows_list, run_dir, None).run()
+        rows = open_rows(config, run_dir, config.rows == PYTHON_ROWS, method) if config.rows is not None else None
+        return _Trainer(config, method, taskset, rows, run_dir, None).run()
     except BaseException:  # an error, or Ctrl-C before the handler was in place
         if not (run_dir / "checkpoint" / "LATEST").exists():  # nothing to resume: leave no half-made run behind
             _remove_run_files(run_dir, created)
@@ -221,7 +234,7 @@ def _start(config: TrainConfig, method_obj: Any, rows_data: Any, taskset_obj: An
 
 
 RUN_FILES = ("config.toml", "rows.jsonl", "route.txt", "metrics.jsonl", "summary.json", "evals.json", "curves.png",
-             "tensorboard", "checkpoint", "final")
+             "heldout.jsonl", trace_run.HELDOUT_FILE, "tensorboard", "checkpoint", "final")
 
 
 def _remove_run_files(run_dir: Path, created: bool) -> None:
@@ -259,47 +272,16 @@ def _resume(run_dir_text: str, **changes: Any) -> Run:
     config = config_io.with_lag(config, method)
     taskset, more = _load_taskset(config)
     problems += more + check(config, method, taskset)
-    rows_list, more = _rows_from(config, None, run_dir)
-    problems += more
     if problems:
         raise ConfigError(config_io._listing(problems))
+    rows = open_rows(config, run_dir, config.rows == PYTHON_ROWS, method) if config.rows is not None else None
     if changes:
         (run_dir / "config.toml").write_text(config_io.to_toml(config))
-    return _Trainer(config, method, taskset, rows_list, run_dir, state).run()
+    return _Trainer(config, method, taskset, rows, run_dir, state).run()
 
 
 def _default_dir(config: TrainConfig) -> str:
     return f"runs/{config.method}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _rows_from(config: TrainConfig, rows_data: Any, run_dir: Path | None = None
-               ) -> tuple[list[dict[str, Any]] | None, list[str]]:
-    """Rows to train on as pushed (the Python list, or the JSONL file: every bad line named), and problems."""
-    if config.rows is None:
-        return None, []
-    if rows_data is not None:
-        rows = [dict(r) for r in rows_data]
-        bad = [f"rows[{i}] is not a dict of fields" for i, r in enumerate(rows_data) if not isinstance(r, Mapping)]
-        return rows, bad[:20]
-    path = (run_dir / "rows.jsonl") if config.rows == PYTHON_ROWS and run_dir is not None else Path(config.rows)
-    if not path.is_file():
-        return None, [f"rows = {config.rows!r}: no such file; give a JSONL file of rows (one JSON object a line)"]
-    rows, bad = [], []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            bad.append(f"rows {str(path)!r} line {number}: not JSON ({err.msg})")
-            continue
-        if not isinstance(row, dict):
-            bad.append(f"rows {str(path)!r} line {number}: a {type(row).__name__}, not an object of fields")
-            continue
-        rows.append(row)
-    if not rows and not bad:
-        bad.append(f"rows {str(path)!r} holds no rows")
-    return rows, bad[:20] + ([f"... and {len(bad) - 20} more bad lines"] if len(bad) > 20 else [])
 
 
 def _read_state(run_dir: Path) -> _State:
@@ -340,13 +322,15 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
 class _Trainer:
     """The state of one run while it trains. Methods are the phases; ``run`` reads top to bottom."""
 
-    def __init__(self, config: TrainConfig, method: Any, taskset: Any, rows: list[dict[str, Any]] | None,
+    def __init__(self, config: TrainConfig, method: Any, taskset: Any, rows: RowsFile | None,
                  run_dir: Path, resumed: _State | None) -> None:
         self.config, self.method, self.taskset, self.rows = config, method, taskset, rows
+        self.batch_lines: list[int] = []  # the file lines of the batch in hand (a run from --rows)
         self.run_dir = run_dir
         self.state = resumed or _State()
         self.resuming = resumed is not None
         self.engine: Any = None
+        self.teacher: Any = None  # the run spec's teacher (OPD, OPSD), built after the warm start
 
     # ------------------------------------------------------------------ setup
     @property
@@ -358,16 +342,19 @@ class _Trainer:
         from whileai.engine import TrainingEngine
 
         spec = self.method.run_spec() if self.method is not None else None
-        needs_reference = spec is not None and "ref_logprobs" in spec.needs
+        needs_reference = spec is not None and _needs_reference(spec)
         engine = TrainingEngine(self.config.model, lora_rank=self.config.lora_rank, device=self.config.device,
                                 seed=self.config.seed, reference=needs_reference or None,
                                 micro_batch_tokens=self.config.micro_batch_tokens, keep_sampler_versions=1)
         if spec is not None and spec.critic is not None:
-            rate = self.config.critic_learning_rate or spec.critic.learning_rate
-            engine.add_critic(rate, reward_range=spec.critic.reward_range)
+            engine.add_critic(self._critic_rate(), reward_range=spec.critic.reward_range)
         if spec is not None and spec.head == "score":  # a reward model: the value head is the scalar head
             engine.add_critic(self.config.critic_learning_rate or self.config.learning_rate or 1e-3)
         return engine
+
+    def _critic_rate(self) -> float:
+        """The critic's learning rate: --critic-learning-rate, else the method's own (its run spec's critic)."""
+        return self.config.critic_learning_rate or self.method.run_spec().critic.learning_rate
 
     def _learning_rate(self, engine: Any) -> float:
         if self.config.learning_rate is not None:
@@ -391,6 +378,17 @@ class _Trainer:
 
         return [render_prompt(engine.tokenizer, t) for t in tasks]
 
+    def _build_teacher(self) -> None:
+        """The run spec's teacher, once the weights RL starts from are in place (an EMA starts from them); a
+        resume restores an EMA teacher's average from the checkpoint."""
+        spec = self.method.run_spec().teacher
+        if spec is None or self.teacher is not None:
+            return
+        self.teacher = teacher_io.build(spec, self.config, self.engine, self.taskset)
+        saved = self.run_dir / "checkpoint" / f"teacher-{self.engine.step:08d}.pt"
+        if self.resuming and self.state.step > 0:
+            self.teacher.load(saved)
+
     # ------------------------------------------------------------------ the run
     def run(self) -> Run:
         started = time.perf_counter()
@@ -408,6 +406,7 @@ class _Trainer:
         try:
             with _stop_on_sigint() as stop:
                 self._before(log, stop)
+                self._build_teacher()
                 self._loop(log, stop)
         finally:
             log.close()
@@ -422,6 +421,9 @@ class _Trainer:
             log.write(f"{self.method!r}\nrun spec: {self.method.run_spec().describe()}"
                       + (f"\nsampling: temperature {sampling.temperature:g}, max_tokens {sampling.max_tokens}, lag "
                          f"{self.lag}" if sampling is not None else "") + f"\nrun dir: {self.run_dir}")
+            if self.method.run_spec().critic is not None:
+                log.write(f"critic learning rate {self._critic_rate():g} (" + ("--critic-learning-rate"
+                          if self.config.critic_learning_rate else "the method's") + ")")
             if sampling is not None and sampling.max_tokens >= LONG_CAP and self.config.max_tokens is None:
                 log.write(f"note: generations may run to {sampling.max_tokens} tokens (the method's max_tokens; the "
                           "taskset sets none): set --max-tokens, or max_tokens in the taskset, for short answers")
@@ -435,6 +437,9 @@ class _Trainer:
             self.state.evals.append({"step": 0, **self._evaluate()})
             log.write(f"held-out pass@1 before: {_eval_line(self.state.evals[-1])}")
             self._stop_if_asked(stop)
+        if self.rows is not None:  # what the file holds, route's verdict, the held-out traces
+            trace_run.start(self.rows, self.method, self.config, self.run_dir, self.engine,
+                            self._sampling().scoring(), self.state.method_state, log.write)
 
     def _stop_if_asked(self, stop: Mapping[str, bool]) -> None:
         if stop["stop"]:
@@ -460,7 +465,9 @@ class _Trainer:
                 result = policy_step(self.engine, self.method, batch, adam=self.adam, state=self.state.method_state,
                                      sampling_params=self._sampling().scoring(), rescore=self._rescore(batch, t),
                                      critic_steps=critic_steps, train_policy=t >= warmup,
-                                     single_pass_tokens=self.config.micro_batch_tokens)
+                                     single_pass_tokens=self.config.micro_batch_tokens, teacher=self.teacher)
+                if self.teacher is not None:  # an EMA teacher follows the weights after every optimizer step
+                    self.teacher.after_step(self.engine)
             self.state.method_state = result.state
             self.state.step = t + 1
             self.state.queue = queue.state()
@@ -472,10 +479,14 @@ class _Trainer:
                     and self._can_eval():
                 self.state.evals.append({"step": t + 1, **self._evaluate()})
                 record["eval/pass_at_1"] = self.state.evals[-1]["pass_at_1"]
+            if self.rows is not None:  # which lines of the file the method dropped, and its notes saying why
+                record.update(trace_run.step_record(result.update, self.batch_lines))
             self.metrics.write(record)
             log.update(record)
             for note in result.update.notes[:2] if (t + 1) % 10 == 0 else ():
                 log.write(f"step {t + 1} note: {note}")
+            if self.rows is not None and (t + 1) % 10 == 0 and trace_run.dropped_note(record):
+                log.write(str(trace_run.dropped_note(record)))
             if (t + 1) % self.config.save_every == 0 or t + 1 == self.config.steps or stop["stop"]:
                 self._checkpoint()
             if stop["stop"] and t + 1 < self.config.steps:
@@ -507,32 +518,27 @@ class _Trainer:
                             self._sampling(), self.config.seed * 1_000_003 + draw * 101, sampler_step)
 
     def _pushed_rows(self, step: int) -> list[dict[str, Any]]:
-        """Rows as pushed, in whole groups (a task's rows, a pair) cycling through the file in a seeded order."""
-        from whileai.loop.pushed import batch_of
-
-        return batch_of(self.rows or [], self.engine.tokenizer, self.config.rollouts_per_step, self.config.seed, step)
+        """Rows read from the file, whole groups together where the method takes them, in a seeded order."""
+        assert self.rows is not None  # only called for a run from --rows
+        rows, self.batch_lines = self.rows.batch(step, self.config.rollouts_per_step, self.config.seed,
+                                                 trace_run.grouped(self.method))
+        return rows
 
     # ------------------------------------------------------------------ phases
     def _warm_start(self) -> list[float]:
+        """Supervised steps on reference episodes: the model's turns weighted 1/count, the environment's 0."""
         from whileai.engine.datums import make_datum
+        from whileai.envs.episode import reference_episode
 
         losses = []
         tasks_all = self.taskset.split("train")
-        eos = self.engine.tokenizer.eos_token_id
         for k in range(config_io.warm_start_steps(self.config)):
             tasks = step_tasks(tasks_all, min(self.config.warm_start_batch, len(tasks_all)), self.config.seed,
                                10_000_000 + k)
-            data = []
-            for task, prompt in zip(tasks, self._prompts(self.engine, tasks)):
-                if task.answer is None:
-                    raise ConfigError(f"warm_start_steps: task_id={task.task_id!r} has no reference answer to "
-                                      "imitate; set --warm-start-steps 0 or give the taskset answers")
-                answer = self.engine.tokenizer.encode(str(task.answer), add_special_tokens=False)
-                if self.taskset.max_tokens is None and eos is not None:
-                    answer = answer + [eos]
-                data.append((prompt, answer))
-            count = sum(len(a) for _, a in data)
-            datums = [make_datum(p, a, weights=[1.0 / count] * len(a)) for p, a in data]
+            data = [(prompt, *reference_episode(self.taskset, task, self.engine.tokenizer))
+                    for task, prompt in zip(tasks, self._prompts(self.engine, tasks))]
+            count = sum(sum(mask) for _, _, mask in data)
+            datums = [make_datum(p, a, weights=[float(m) / count for m in mask]) for p, a, mask in data]
             out = self.engine.forward_backward(datums, "cross_entropy")
             self.engine.optim_step({"learning_rate": self.config.warm_start_learning_rate})
             losses.append(float(out.metrics["loss:sum"]))
@@ -558,17 +564,15 @@ class _Trainer:
         if self.taskset is not None and config_io.warm_start_steps(self.config):
             self._warm_start()
         self.state.warm_start_done = True
-        if self.rows is not None:
-            probe = self.rows
-        else:
+        ask: Any
+        if self.rows is not None:  # the file's tasks, rewards and models (which model wrote them, or none)
+            ask = self.rows.graded()
+        else:  # probe rollouts come from the model being trained
             tasks = self.taskset.split("train")[:PROBE_TASKS]
             probe = rollouts(engine, self.taskset, tasks, self._prompts(engine, tasks),
                              [PROBE_ROLLOUTS] * len(tasks), self._sampling(), self.config.seed, -1)
-        # probe rollouts come from the model being trained; pushed rows say which model wrote them (or not)
-        keep = ("task_id", "reward", "truncated", "model")
-        ask = [{k: r[k] for k in keep if k in r} for r in probe]
-        for row in ask if self.rows is None else ():
-            row["model"] = self.config.model
+            ask = [{"task_id": r["task_id"], "reward": r["reward"], "truncated": r["truncated"],
+                    "model": self.config.model} for r in probe]
         answer = wai.route(ask, model=self.config.model, threshold=PASS)
         (self.run_dir / "route.txt").write_text(str(answer) + "\n")
         if answer.config is None:
@@ -579,14 +583,15 @@ class _Trainer:
         if problems:
             raise ConfigError(f"--method auto chose {self.method.name!r} ({answer.answer}), which this config cannot "
                               "run:" + "".join(f"\n  - {p}" for p in problems))
+        if self.rows is not None:  # an RL method needs a reward and behavior log-probabilities on every trace
+            self.rows.require(self.method.run_spec().source == "rollouts")
         self.config = config_io.with_lag(replace(self.config, method=self.method.name, knobs=_knobs_of(self.method)),
                                          self.method)
         (self.run_dir / "config.toml").write_text(config_io.to_toml(self.config))
         print(f"--method auto: {self.method.name} ({answer.question} {answer.answer}); see {self.run_dir}/route.txt")
         spec = self.method.run_spec()
         if spec.critic is not None:
-            engine.add_critic(self.config.critic_learning_rate or spec.critic.learning_rate,
-                              reward_range=spec.critic.reward_range)
+            engine.add_critic(self._critic_rate(), reward_range=spec.critic.reward_range)
         if "ref_logprobs" in spec.needs and engine.reference is None:
             raise ConfigError(f"--method auto chose {self.method.name!r}, which needs a reference policy; run it "
                               f"by name: --method {self.method.name}")
@@ -598,9 +603,14 @@ class _Trainer:
         folder.mkdir(exist_ok=True)
         self.state.engine_step = self.engine.step
         write_json(folder / f"loop-{self.engine.step:08d}.json", self.state.__dict__)
+        if self.teacher is not None:
+            self.teacher.save(folder / f"teacher-{self.engine.step:08d}.pt")
         self.engine.save_state(str(folder))
         for old in folder.glob("loop-*.json"):
             if old.name != f"loop-{self.engine.step:08d}.json":
+                old.unlink()
+        for old in folder.glob("teacher-*.pt"):
+            if old.name != f"teacher-{self.engine.step:08d}.pt":
                 old.unlink()
 
     def _finish(self, seconds: float) -> Run:
@@ -610,6 +620,8 @@ class _Trainer:
         # the values the config left to the run's rules (None in config.toml), as this run resolved them
         summary["resolved"] = {"learning_rate": self.base_learning_rate, "lag": self.lag,
                                "warm_start_steps": config_io.warm_start_steps(self.config) if self.taskset else 0}
+        if self.method.run_spec().critic is not None:
+            summary["resolved"]["critic_learning_rate"] = self._critic_rate()
         if self.taskset is not None:
             summary["resolved"].update(max_tokens=self._sampling().max_tokens,
                                        temperature=self._sampling().temperature)
@@ -628,6 +640,9 @@ class _Trainer:
             summary["eval_before"] = {k: v for k, v in before.items() if k != "rows"}
             summary["eval_after"] = {k: v for k, v in after.items() if k != "rows"}
             summary["compare"] = before_after(before, after)
+        if self.rows is not None:  # a traces run without an eval taskset: its held-out traces, never a pass rate
+            summary.update(trace_run.finish(self.rows, self.method, self.config, self.run_dir, self.engine,
+                                            self._sampling().scoring(), self.state.method_state))
         weights = None
         if self.config.export:
             weights = Path(self.engine.export(str(self.run_dir / "final"), merged=not self.config.lora_rank,
@@ -639,6 +654,9 @@ class _Trainer:
         summary["report"] = _report(summary)
         write_json(self.run_dir / "summary.json", summary)
         write_json(self.run_dir / "evals.json", evals)
+        if self.state.evals:  # the last held-out evaluation as graded rows: `wai compare` pairs two runs on it
+            last = self.state.evals[-1]["rows"]
+            (self.run_dir / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in last))
         return Run(self.run_dir, self.config, summary, weights)
 
 
@@ -684,6 +702,7 @@ def _report(summary: Mapping[str, Any]) -> str:
         lines.append(f"  before: {_eval_line(summary['eval_before'])}")
         lines.append(f"  after:  {_eval_line(summary['eval_after'])}")
         lines.append(f"  {summary['compare']['text']}")
+    lines += trace_run.report_lines(summary)
     if "weights" in summary:
         lines.append(f"  weights: {summary['weights']}")
     lines.append(f"  curves: {summary['plot']}")

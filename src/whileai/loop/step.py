@@ -68,36 +68,69 @@ def critic_values(trainer: Any, rows: Sequence[Mapping[str, Any]]) -> list[list[
     return [completion_part(o["values"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, rows)]
 
 
+def topk_datum(row: Mapping[str, Any], slots: Any, **completion_fields: Any) -> dict[str, Any]:
+    """A datum whose completion positions target K tokens each (``slots``, (T, K)); the prompt positions
+    target their next token K times, with weight 0 (``completion_fields`` are (T, K) too)."""
+    slots_TK = np.asarray(slots, dtype=np.int64)
+    full = list(row["prompt_tokens"]) + list(row["tokens"])
+    prompt_targets = np.repeat(np.asarray(full[1:len(row["prompt_tokens"])], dtype=np.int64)[:, None],
+                               slots_TK.shape[1], axis=1)
+    inputs: dict[str, Any] = {"target_tokens": np.concatenate([prompt_targets, slots_TK]).tolist()}
+    fields = {"weights": np.ones(slots_TK.shape), **completion_fields}
+    for name, values in fields.items():
+        inputs[name] = np.concatenate([np.zeros(prompt_targets.shape), np.asarray(values, dtype=np.float64)]).tolist()
+    return {"model_input": full[:-1], "loss_fn_inputs": inputs}
+
+
+def student_topk(trainer: Any, rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[list[list[float]]]:
+    """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), in one call."""
+    out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in rows], "cross_entropy",
+                          sampling_params=sampling_params)
+    return [np.asarray(o["logprobs"], dtype=np.float64)[-len(r["tokens"]):].tolist()
+            for o, r in zip(out.loss_fn_outputs, rows)]
+
+
 def fill(trainer: Any, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Any) -> None:
-    """Fill the per-token fields the method's run spec asks for, where a row lacks them."""
-    missing = [n for n in needs if any(n not in r for r in rows)]
+    """Fill the per-token fields the method's run spec asks for, where a row lacks them (a teacher's fields
+    come from the run's teacher, before this: ``policy_step(..., teacher=)``)."""
+    missing = [n for n in needs if any(FILLED_AS.get(n, n) not in r for r in rows)]
     for name in missing:
         if name == "values":
-            filled = critic_values(trainer, rows)
+            filled: Sequence[Any] = critic_values(trainer, rows)
         elif name == "ref_logprobs":
             filled = score(trainer, rows, sampling_params=sampling_params, reference=True)
+        elif name == "teacher_topk" and all("teacher_topk_tokens" in r for r in rows):
+            filled = student_topk(trainer, rows, sampling_params)
         else:
             raise ConfigError(f"the method needs {name!r} on every row and this loop has no source for it: give "
-                              f"rows that carry {name!r} (a teacher's scores), or pick a method that does not "
-                              "need it")
+                              f"rows that carry {name!r} (a teacher's scores), or a teacher (wai train --teacher), "
+                              "or pick a method that does not need it")
         for row, values in zip(rows, filled):
-            row.setdefault(name, values)
+            row.setdefault(FILLED_AS.get(name, name), values)
+
+
+# A need whose last filled field has another name: the student's side of the teacher's top-k slots.
+FILLED_AS = {"teacher_topk": "topk_logprobs"}
 
 
 def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
                 sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
-                critic_steps: int = 0, single_pass_tokens: int = 0) -> StepResult:
-    """One step: score, update, weighted cross-entropy, critic steps, optimizer step.
+                critic_steps: int = 0, single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
+    """One step: (teacher,) score, update, weighted cross-entropy, critic steps, optimizer step.
 
     ``rescore=False`` skips the scoring forward when its answer is known: on-policy rows whose sampler
     log-probabilities (``behavior_logprobs``) are the policy's at the same temperature and truncation.
     ``train_policy=False`` (a critic warm-up) computes the update and trains only the critic.
     ``single_pass_tokens``: when the padded batch fits in this many tokens, score and train in one forward
     (``forward_backward_custom``); otherwise score, then ``forward_backward`` in micro-batches.
+    ``teacher``: fills the teacher's fields on the rows first (``whileai.loop.teacher.RunTeacher``).
     """
     work = [dict(r) for r in rows]
     spec = method.run_spec()
-    if rescore and train_policy and fits(work, single_pass_tokens):
+    if teacher is not None:  # first: the teacher reads no student score
+        teacher.fill(work, sampling_params)
+    # the single pass trains the sampled tokens only; a top-k form trains the teacher's slots
+    if rescore and train_policy and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs:
         update, single = _single_pass(trainer, method, work, state, sampling_params, spec.needs)
         return _finish(trainer, update, work, adam, critic_steps, single)
     if rescore:
@@ -114,11 +147,19 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     update = method.update(for_method, state=state) if state is not None else method.update(for_method)
     metrics: dict[str, float] = {}
     if train_policy:
-        weighted = [datum(r, weights=c) for r, c in zip(work, update.coefficients) if np.any(c)]
+        weighted = [kernel_datum(r, c) for r, c in zip(work, update.coefficients) if np.any(c)]
         if weighted:
             out = trainer.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params)
             metrics["loss"] = float(out.metrics.get("loss:sum", 0.0))
     return _finish(trainer, update, work, adam, critic_steps, metrics)
+
+
+def kernel_datum(row: Mapping[str, Any], coefficients: Any) -> dict[str, Any]:
+    """The kernel's datum: weights c on the sampled tokens, or (T, K) weights on the teacher's top-k slots."""
+    c = np.asarray(coefficients, dtype=np.float64)
+    if c.ndim == 2:
+        return topk_datum(row, row["teacher_topk_tokens"], weights=c)
+    return datum(row, weights=c.tolist())
 
 
 def fits(rows: Sequence[Mapping[str, Any]], single_pass_tokens: int) -> bool:
@@ -192,8 +233,15 @@ def score_head_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]]
 
 
 def _critic_backward(trainer: Any, rows: Sequence[Mapping[str, Any]], targets: Sequence[Any]) -> float:
-    """Accumulate the value head's gradient: 1/2 (V - target)^2 summed over completion tokens."""
-    data = [value_datum(r, r["values"], np.asarray(t, dtype=np.float64).tolist()) for r, t in zip(rows, targets)]
+    """Accumulate the value head's gradient: 1/2 (V - target)^2 summed over the action tokens (the methods
+    reference: the critic trains toward R at every action token; a tool's tokens are not fitted)."""
+    data = []
+    for row, target in zip(rows, targets):
+        out = value_datum(row, row["values"], np.asarray(target, dtype=np.float64).tolist())
+        if "action_mask" in row:
+            mask = np.asarray(row["action_mask"], dtype=np.float64)
+            out["loss_fn_inputs"]["weights"] = [0.0] * (len(row["prompt_tokens"]) - 1) + mask.tolist()
+        data.append(out)
     out = trainer.forward_backward(data, "ppo_critic", {"value_clip": None})
     tokens = max(float(out.metrics.get("num_tokens:sum", 1.0)), 1.0)
     return float(out.metrics.get("loss:sum", 0.0)) / tokens
@@ -214,12 +262,14 @@ def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, floa
 
 
 def _drift(rows: Sequence[Mapping[str, Any]]) -> float:
-    """Mean per-token KL estimate between sampler and policy on the sampled tokens (k3), 0 when on-policy."""
+    """Mean per-token KL estimate between sampler and policy on the sampled tokens (k3), 0 when on-policy.
+    Action tokens only: the environment's tokens were not sampled (their behavior log-probability is 0.0)."""
     total, count = 0.0, 0
     for row in rows:
         if "behavior_logprobs" not in row:
             continue
         log_ratio = np.asarray(row["logprobs"]) - np.asarray(row["behavior_logprobs"])
+        log_ratio = log_ratio[np.asarray(row.get("action_mask", [True] * log_ratio.size), dtype=bool)]
         total += float(np.sum(np.expm1(log_ratio) - log_ratio))
         count += log_ratio.size
     return total / count if count else 0.0

@@ -55,9 +55,13 @@ import numpy as np
 from whileai.endpoints import Endpoint
 from whileai.methods._ops import agree
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
-from whileai.methods.run_spec import RunSpec
+from whileai.methods.run_spec import RunSpec, TeacherSpec
 from whileai.methods.supervised import mean_ratio
 from whileai.rows.batch import TOPK_FIELDS, Batch
+
+# What a loop fills for both methods: the teacher's score of each sampled token (the gap the stats report) and
+# its top-k slots with the student's log-probabilities on them (the top-k form the update then uses).
+TEACHER_NEEDS = ("teacher_logprobs", "teacher_topk")
 
 # What the top-k form reads from every row, each of shape (tokens, K) (validated by the batch contract).
 TOPK_NEEDS: dict[str, str] = {
@@ -219,8 +223,10 @@ class OPD(_Distill):
     """On-policy distillation from a frozen teacher (Agarwal et al. 2023, arXiv:2306.13649; Thinking
     Machines 2025; top-k reverse KL: Li et al. 2026, arXiv:2604.13016, Fu et al. 2026, arXiv:2603.25562).
 
-    ``teacher`` is the ``Endpoint`` the loop asks for the teacher's log-probabilities; the update itself
-    reads them from the rows (``teacher_logprobs`` or the top-k fields). Coefficients: module docstring.
+    ``teacher`` is the served ``Endpoint`` that ``prime_rl_config`` writes into its config; ``wai train``
+    loads its teacher from its own ``teacher`` setting (``--teacher``), the model ``run_spec().teacher``
+    asks for. The update itself reads the teacher's scores from the rows (``teacher_logprobs`` or the
+    top-k fields). Coefficients: module docstring.
     """
 
     name = "opd"
@@ -234,7 +240,8 @@ class OPD(_Distill):
     max_tokens: int = knob("opd", "max_tokens")
 
     def run_spec(self) -> RunSpec:
-        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=("teacher_logprobs",))
+        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=TEACHER_NEEDS,
+                       teacher=TeacherSpec("model", top_k=self.top_k))
 
     def _check(self) -> list[str]:
         if self.teacher is not None and not isinstance(self.teacher, Endpoint):
@@ -258,37 +265,14 @@ def parse_anchor(anchor: Any) -> tuple[str, float | None] | None:
 
 
 @dataclass(frozen=True)
-class TeacherSpec:
-    """What teacher the loop must build for OPSD: which weights, which context, which divergence."""
-
-    weights: str          # "ema", "initial" or "live"
-    ema_rate: float | None
-    privileged: str       # what is appended to the teacher's context
-    divergence: str
-    top_k: int
-    temperature: float
-
-    def describe(self) -> str:
-        if self.weights == "ema":
-            weights = (f"a moving average of the student's weights, theta_bar <- (1 - {self.ema_rate:g}) theta_bar "
-                       f"+ {self.ema_rate:g} theta after every optimizer step")
-        elif self.weights == "initial":
-            weights = "the student's starting weights, frozen"
-        else:
-            weights = "the student's current weights (no anchor)"
-        return (f"teacher = {weights}, shown the prompt plus the row's privileged {self.privileged!r} text that "
-                f"the student never sees; it scores the student's tokens (top {self.top_k}, temperature "
-                f"{self.temperature:g}) and the update applies {self.divergence}")
-
-
-@dataclass(frozen=True)
 class OPSD(_Distill):
     """On-policy self-distillation: the student's own weights, shown privileged context, as the teacher.
 
     SDFT (Shenfeld et al. 2026, arXiv:2601.19897: a demonstration in context, EMA teacher), SDPO
     (Huebotter et al. 2026, arXiv:2601.20802: the environment's feedback), Zhao et al. 2026
     (arXiv:2601.18734: the reference answer, a frozen initial teacher, forward KL). The update is OPD's;
-    ``teacher_spec()`` says which teacher the loop must build. Differs from the papers: one divergence
+    ``run_spec().teacher`` says which teacher the loop must build (weights per ``anchor``, context per
+    ``privileged``). Differs from the papers: one divergence
     default (reverse KL) for every ``privileged`` choice; Zhao et al. use forward KL with ``"initial"``.
     """
 
@@ -304,14 +288,13 @@ class OPSD(_Distill):
     max_tokens: int = knob("opsd", "max_tokens")
 
     def run_spec(self) -> RunSpec:
-        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=("teacher_logprobs",))
+        weights, rate = parse_anchor(self.anchor) or ("live", None)
+        teacher = TeacherSpec(weights, rate, self.privileged, self.top_k)
+        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=TEACHER_NEEDS,
+                       teacher=teacher)
 
     def _check(self) -> list[str]:
         if parse_anchor(self.anchor) is None:
             return [f"OPSD.anchor={self.anchor!r} is invalid: it must be 'ema:<rate>' with 0 < rate <= 1 (e.g. "
                     "'ema:0.01'), 'initial' (frozen starting weights) or 'live' (the current student)"]
         return []
-
-    def teacher_spec(self) -> TeacherSpec:
-        weights, rate = parse_anchor(self.anchor) or ("live", None)
-        return TeacherSpec(weights, rate, self.privileged, self.divergence, self.top_k, self.temperature)

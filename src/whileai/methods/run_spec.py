@@ -20,6 +20,41 @@ FILLABLE: dict[str, str] = {
     "teacher_topk": "a teacher model's top-k tokens and log-probabilities at every position",
 }
 
+# Where a teacher's weights come from: a separate model the run names, or the student's own weights.
+TEACHER_WEIGHTS: dict[str, str] = {
+    "model": "a separate frozen model the run names (wai train --teacher builtin:NAME | PATH)",
+    "ema": "a moving average of the student's weights, updated after every optimizer step",
+    "initial": "the student's starting weights, frozen (the reference policy)",
+    "live": "the student's current weights",
+}
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """The teacher a loop must build to fill ``teacher_logprobs`` (and the top-k fields)."""
+
+    weights: str
+    """a key of ``TEACHER_WEIGHTS``"""
+    ema_rate: float | None = None
+    """'ema' only: theta_bar <- (1 - rate) theta_bar + rate theta after every optimizer step"""
+    privileged: str | None = None
+    """what the teacher sees after the prompt that the student never does ('reference', 'demonstration',
+    'hint', 'feedback'); None: the same prompt as the student"""
+    top_k: int = 0
+    """the teacher's top-k tokens per position the loop also fills (0: only the sampled token's)"""
+
+    def describe(self) -> str:
+        """One sentence: which weights, which context, how many slots."""
+        if self.weights == "ema":
+            weights = (f"a moving average of the student's weights, theta_bar <- (1 - {self.ema_rate:g}) theta_bar "
+                       f"+ {self.ema_rate:g} theta after every optimizer step")
+        else:
+            weights = TEACHER_WEIGHTS[self.weights]
+        context = (f"shown the prompt plus the privileged {self.privileged!r} text the student never sees"
+                   if self.privileged else "shown the student's prompt")
+        slots = f"; top {self.top_k} tokens per position" if self.top_k else ""
+        return f"teacher = {weights}, {context}{slots}"
+
 
 @dataclass(frozen=True)
 class CriticSpec:
@@ -61,6 +96,8 @@ class RunSpec:
     """'rollouts': the loop samples and grades; 'rows': the method trains on rows as pushed (SFT, DPO, RM)"""
     head: str = "policy"
     """'policy': the coefficients weight log-probabilities; 'score': a scalar head's output (RM)"""
+    teacher: TeacherSpec | None = None
+    """the teacher that fills ``teacher_logprobs`` / ``teacher_topk`` (None: the method needs none)"""
     plan: Callable[[Iterable[Mapping[str, Any]], Iterable[Hashable]], Any] | None = None
     """adaptive sampling: ``plan(rows_so_far, task_ids)`` returns an object whose ``resample`` maps
     task_id -> more rollouts to draw (empty when done); None: one round of ``rollouts_per_prompt``"""
@@ -81,6 +118,8 @@ class RunSpec:
         if self.critic is not None:
             parts.append(f"critic lr {self.critic.learning_rate:g}, {self.critic.steps} step(s), warm-up "
                          f"{self.critic.warmup}")
+        if self.teacher is not None:
+            parts.append(self.teacher.describe())
         if self.stateful:
             parts.append("carries state across updates")
         return "; ".join(parts)

@@ -1,0 +1,78 @@
+"""`wai serve`: the training service (FastAPI on uvicorn), bound to 127.0.0.1 unless told otherwise.
+
+Sessions, runs, operation answers and saved states are kept under ``--data-dir`` (SQLite + the runs'
+state folders), so a restart on the same folder lets clients reattach. See docs/service.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import ConfigError
+
+DEFAULT_PORT = 8321
+
+
+def register(subparsers: Any) -> None:
+    serve = subparsers.add_parser(
+        "serve", help="run the training service: sessions, runs, ordered operations over HTTP",
+        description="Serve the engine's operations over HTTP (JSON, bearer token). One process serves "
+                    "several runs; each run's model is loaded once and stays warm.")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--data-dir", type=Path, default=Path("wai-service"),
+                       help="folder for the database, saved states and exports (default ./wai-service)")
+    serve.add_argument("--model", action="append", default=None, metavar="M", dest="models",
+                       help="a model runs may use: builtin:tiny, builtin:mini, builtin:small, a local directory "
+                            "or a hub id (repeatable; default builtin:tiny and builtin:mini)")
+    serve.add_argument("--token-file", type=Path, default=None,
+                       help="accepted bearer tokens, one per line, each its own owner (default: $WAI_TOKEN, "
+                            "else a token generated and printed at start)")
+    serve.add_argument("--order-timeout", type=float, default=30.0,
+                       help="seconds an early operation waits for a missing earlier seq_id before a 408 "
+                            "naming it (default 30)")
+    serve.add_argument("--respond-within", type=float, default=10.0,
+                       help="seconds a request waits for its answer before getting a request id to poll "
+                            "(default 10)")
+    serve.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body in MiB (default 64)")
+    serve.add_argument("--max-datums", type=int, default=4096, help="most datums per request (default 4096)")
+    serve.add_argument("--threads", type=int, default=0,
+                       help="torch CPU threads (default 0: torch's own choice; 1 is fastest for tiny models)")
+    serve.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from whileai.service.app import ServeConfig, create_app
+    from whileai.service.auth import TOKEN_ENV, read_tokens
+
+    if not 0 <= args.port < 65536:
+        raise ConfigError(f"--port {args.port} must be in [0, 65535]")
+    if args.order_timeout <= 0 or args.respond_within <= 0 or args.max_body_mb <= 0 or args.max_datums < 1:
+        raise ConfigError("--order-timeout, --respond-within and --max-body-mb must be > 0, --max-datums >= 1")
+    tokens, generated = read_tokens(args.token_file)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    config = ServeConfig(data_dir=args.data_dir, tokens=tokens, models=args.models or ["builtin:tiny", "builtin:mini"],
+                         order_timeout=args.order_timeout, respond_within=args.respond_within,
+                         max_body_bytes=int(args.max_body_mb * 2**20), max_datums=args.max_datums)
+    app = create_app(config)
+    where = f"http://{args.host}:{args.port}"
+    print(f"wai serve: {where}, models {', '.join(config.models)}, data in {args.data_dir}", flush=True)
+    if generated:
+        print(f"wai serve: token {tokens[0]} (generated; set {TOKEN_ENV} or --token-file to choose one)", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    from whileai.cli import main
+
+    sys.exit(main(["serve", *sys.argv[1:]]))

@@ -1,0 +1,179 @@
+"""The run's teacher: built from the run spec's ``teacher`` (which weights, which context, how many top-k
+slots) and the config's ``teacher`` setting (OPD's model), it fills ``teacher_logprobs``,
+``teacher_topk_tokens`` and ``teacher_topk_logprobs`` on the student's own rows.
+
+The teacher's context is the row's prompt, or, for a privileged teacher (OPSD), the task's prompt with the
+privileged text added (``teacher_prompt``): the student's rows keep their own ``prompt_tokens`` and never
+see it. The teacher scores every completion token, environment tokens included (the method gives those
+c = 0), at the temperature the student sampled with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import ConfigError
+
+# What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
+PRIVILEGED: dict[str, str] = {
+    "reference": "Reference answer: {text}",
+    "demonstration": "A passing solution: {text}",
+    "hint": "Hint: {text}",
+    "feedback": "An earlier attempt: {completion}\nFeedback: {text}",
+}
+
+
+def check(spec: Any, method_name: str, teacher: str | None, taskset: Any) -> list[str]:
+    """Problems with the run's teacher, found before any model loads (each with a fix)."""
+    if spec is None or spec.teacher is None:
+        return [f"teacher = {teacher!r}: method {method_name!r} distills from no teacher (its run spec names "
+                "none); drop --teacher"] if teacher is not None else []
+    if spec.teacher.weights != "model":
+        problems = [f"teacher = {teacher!r}: method {method_name!r}'s teacher is the student's own weights (anchor "
+                    f"{spec.teacher.weights!r}); drop --teacher"] if teacher is not None else []
+        return problems + _privileged_problems(spec.teacher.privileged, taskset)
+    if teacher is None:
+        return [f"method {method_name!r} distills from a teacher model: give --teacher builtin:NAME or the directory "
+                "of a model with the student's tokenizer (e.g. an earlier run's RUN_DIR/final)"]
+    return _source_problems(teacher)
+
+
+def _source_problems(teacher: str) -> list[str]:
+    from whileai.engine.models import BUILTINS
+
+    if teacher.startswith("builtin:"):
+        if teacher.removeprefix("builtin:") in BUILTINS:
+            return []
+        return [f"teacher = {teacher!r} is not a built-in model: use one of "
+                f"{', '.join('builtin:' + n for n in BUILTINS)}, or a model directory"]
+    path = Path(teacher).expanduser()
+    if not path.is_dir():
+        return [f"teacher = {teacher!r}: no such directory; give builtin:NAME or the directory of a Hugging Face "
+                "model (config.json + weights), e.g. an earlier run's RUN_DIR/final"]
+    if not (path / "config.json").is_file():
+        return [f"teacher = {teacher!r} has no config.json: it is not a model directory; give a directory that "
+                "transformers can load (an earlier run's RUN_DIR/final is one; a LoRA adapter folder is not, "
+                "export it merged)"]
+    return []
+
+
+def _privileged_problems(kind: str | None, taskset: Any) -> list[str]:
+    if kind not in ("reference", "hint") or taskset is None:
+        return []
+    tasks = taskset.split("train")
+    lacking = [t.task_id for t in tasks if (t.answer if kind == "reference" else t.info.get("hint")) is None]
+    if not lacking:
+        return []
+    where = "a reference answer (Task.answer)" if kind == "reference" else "a hint (Task.info['hint'])"
+    return [f"privileged = {kind!r} shows the teacher {where}, and {len(lacking)} of {len(tasks)} training tasks "
+            f"have none (e.g. task_id={lacking[0]!r}): add it to the taskset, or pick another privileged= "
+            "(--set privileged=feedback needs nothing from the taskset)"]
+
+
+def privileged_text(kind: str, task: Any, row: Mapping[str, Any]) -> str:
+    """The text a privileged teacher sees for ``row`` (a rollout of ``task``)."""
+    if kind == "reference":
+        text = task.answer
+    elif kind == "demonstration":  # a passing solution; the built-ins' answer is one
+        text = task.info.get("demonstration", task.answer)
+    elif kind == "hint":
+        text = task.info.get("hint")
+    else:  # SDPO: the environment's feedback on this very attempt, or its grade
+        text = row.get("feedback") or f"it scored {float(row['reward']):g} (a pass is 1)"
+    if text is None:
+        raise ConfigError(f"privileged = {kind!r}: task_id={task.task_id!r} has no text to show the teacher; "
+                          "add it to the taskset, or pick another privileged=")
+    return PRIVILEGED[kind].format(text=text, completion=row.get("completion", ""))
+
+
+def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
+    """The task's prompt with ``text`` added: before a plain-text prompt (which the completion continues), at
+    the end of the last message of a chat prompt."""
+    from whileai.envs import render_prompt
+
+    if isinstance(task.prompt, str):
+        prompt: Any = f"{text}\n{task.prompt}"
+    else:
+        messages = [dict(m) for m in task.prompt]
+        messages[-1]["content"] = f"{messages[-1].get('content', '')}\n\n{text}"
+        prompt = messages
+    return render_prompt(tokenizer, dataclasses.replace(task, prompt=prompt))
+
+
+class RunTeacher:
+    """The teacher of one run: fills the teacher fields of rows, follows the student (EMA), checkpoints."""
+
+    def __init__(self, spec: Any, scorer: Any, tokenizer: Any, tasks: Sequence[Any]) -> None:
+        self.spec, self.scorer, self.tokenizer = spec, scorer, tokenizer
+        self.tasks = {t.task_id: t for t in tasks}
+
+    def context(self, row: Mapping[str, Any]) -> list[int]:
+        """The teacher's prompt for ``row``: the student's, or the task's with the privileged text."""
+        if self.spec.privileged is None:
+            return list(row["prompt_tokens"])
+        task = self.tasks.get(str(row.get("task_id")))
+        if task is None:
+            raise ConfigError(f"privileged = {self.spec.privileged!r}: row of task_id={row.get('task_id')!r} is "
+                              "not a task of the taskset's train split, so there is no privileged text for it")
+        return teacher_prompt(self.tokenizer, task, privileged_text(self.spec.privileged, task, row))
+
+    def fill(self, rows: list[dict[str, Any]], sampling_params: Any) -> None:
+        """Set ``teacher_logprobs`` (and the top-k fields) on every row that lacks them."""
+        from whileai.engine.logprobs import scoring
+
+        todo = [r for r in rows if "teacher_logprobs" not in r]
+        if not todo:
+            return
+        sequences = [(self.context(r), r["tokens"]) for r in todo]
+        for row, scores in zip(todo, self.scorer.score(sequences, scoring(sampling_params), self.spec.top_k)):
+            row["teacher_logprobs"] = scores.logprobs.tolist()
+            if scores.topk_tokens is not None:
+                row["teacher_topk_tokens"] = scores.topk_tokens.tolist()
+                row["teacher_topk_logprobs"] = scores.topk_logprobs.tolist()
+
+    def after_step(self, engine: Any) -> None:
+        self.scorer.after_step(engine.named_params)
+
+    def save(self, path: Path) -> bool:
+        """Write what a resume needs (an EMA teacher's average); False when there is nothing to save."""
+        if self.scorer.ema is None:
+            return False
+        import torch
+
+        torch.save(self.scorer.ema.state_dict(), path)
+        return True
+
+    def load(self, path: Path) -> None:
+        if self.scorer.ema is None:
+            return
+        if not path.is_file():
+            raise ConfigError(f"the checkpoint has no {path.name}: the EMA teacher's average was not saved with it, "
+                              "so the run cannot resume as it was; start it again in a new --run-dir")
+        import torch
+
+        self.scorer.ema.load_state_dict(torch.load(path, weights_only=True))
+
+
+def build(spec: Any, config: Any, engine: Any, taskset: Any) -> RunTeacher:
+    """Load or make the run's teacher (the student's weights as they are now, for an EMA)."""
+    from whileai.engine.teacher import model_teacher, policy_teacher, tokenizer_mismatch
+
+    options = {"micro_batch_tokens": config.micro_batch_tokens}
+    if spec.weights == "model":
+        from whileai.engine.models import load_model
+
+        loaded = load_model(config.teacher, device=config.device, seed=config.seed)
+        problem = tokenizer_mismatch(engine.tokenizer, loaded.tokenizer, engine.vocab_size)
+        if loaded.vocab_size < engine.vocab_size:
+            problem = (f"the teacher's output layer scores {loaded.vocab_size} token ids and the student's "
+                       f"{engine.vocab_size}")
+        if problem:
+            raise ConfigError(f"teacher = {config.teacher!r} cannot score the student's tokens: {problem}. OPD needs "
+                              f"one tokenizer on both sides: pick a teacher of {config.model!r}'s family")
+        scorer = model_teacher(loaded, **options)
+    else:
+        scorer = policy_teacher(engine, spec.weights, spec.ema_rate, **options)
+    return RunTeacher(spec, scorer, engine.tokenizer, taskset.split("train") if taskset is not None else [])

@@ -1,0 +1,182 @@
+"""What a run does differently when it trains from a rows / traces file instead of sampling a taskset.
+
+No environment and no sampler: the batch is read from the file, the policy scores the logged tokens
+(``rescore``) and ``policy_step`` runs as for rollouts. Lag does not apply (the log's staleness is whatever it
+is, and is measured per batch as drift). Before training, ``route`` reads the file and its verdict is saved.
+Without ``--eval-taskset`` nothing can measure pass@1, so a slice of whole tasks is held out and its surrogate
+and drift are reported before and after, under names that cannot be mistaken for a pass rate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from whileai.errors import WhileaiError
+from whileai.loop.step import BOOKKEEPING, fill, score, step_stats
+from whileai.loop.traces import RowsFile
+
+HELDOUT_FILE = "heldout_traces.json"
+NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed and no --eval-taskset was given, "
+           "so there is no pass@1 to report. Give --eval-taskset SPEC (prompts and a grader of the same task) to "
+           "measure one")
+
+
+def rows_problems(config: Any, method: Any, python_rows: bool) -> list[str]:
+    """The config rules of a run from a rows / traces file (``check`` adds them to the rest)."""
+    problems = []
+    if config.rows is not None and not python_rows and not Path(config.rows).is_file():
+        problems.append(f"rows = {config.rows!r}: no such file; give a JSONL file of rows or traces (one JSON "
+                        "object a line, docs/traces.md)")
+    if config.eval_taskset is not None and config.rows is None:
+        problems.append(f"eval_taskset = {config.eval_taskset!r} is for runs from --rows; a taskset run evaluates "
+                        "on its own test split: drop --eval-taskset")
+    if config.rows is None:
+        return problems
+    if (config.lag or 0) > 0:
+        problems.append(f"lag = {config.lag}: lag does not apply to rows from a file (there is no sampler to lag; "
+                        "the log's own staleness is measured per batch as drift): set --lag 0 or leave it out")
+    if method is not None and method.run_spec().source == "rollouts" and config.taskset is not None:
+        problems.append(f"taskset = {config.taskset!r} with --rows: method {method.name!r} trains from the traces, "
+                        "not from new rollouts; to measure pass@1 on a taskset give it as --eval-taskset instead")
+    return problems
+
+
+def grouped(method: Any) -> bool:
+    """Whether a batch keeps a task's traces (or a pair) together: rows methods and group methods do."""
+    spec = method.run_spec()
+    return spec.source == "rows" or spec.rollouts_per_prompt > 1
+
+
+def step_record(update: Any, lines: Sequence[int]) -> dict[str, Any]:
+    """What a step adds to metrics.jsonl from a file: the lines the method dropped, and its notes (why)."""
+    admitted = np.asarray(update.admitted, dtype=bool)
+    dropped = [int(line) for line, kept in zip(lines, admitted) if not kept]
+    record: dict[str, Any] = {"traces/dropped": len(dropped), "traces/dropped_lines": dropped,
+                              "traces/notes": list(update.notes)}
+    return record
+
+
+def dropped_note(record: Mapping[str, Any]) -> str | None:
+    """A sentence naming the file lines a step dropped, for the run's log."""
+    lines = record.get("traces/dropped_lines") or []
+    if not lines:
+        return None
+    shown = ", ".join(map(str, lines[:12])) + (f" and {len(lines) - 12} more" if len(lines) > 12 else "")
+    return f"step {record['step']}: dropped {len(lines)} trace(s), file lines {shown}"
+
+
+# ----------------------------------------------------------------------------- before training
+def route_file(source: RowsFile, model: str, run_dir: Path) -> Any:
+    """``route`` on the file's tasks and rewards; the verdict goes to RUN_DIR/route.txt. None when route
+    could not answer (the reason is saved instead)."""
+    import whileai as wai
+    from whileai.loop.evaluate import PASS
+
+    try:
+        answer = wai.route(source.graded(), model=model, threshold=PASS)
+    except WhileaiError as err:
+        (run_dir / "route.txt").write_text(f"route could not read these rows: {err}\n")
+        return None
+    (run_dir / "route.txt").write_text(str(answer) + "\n")
+    return answer
+
+
+def announce(source: RowsFile, method: Any, config: Any, run_dir: Path, write: Callable[[str], None]) -> None:
+    """Say what the file holds, what route makes of it, and how this run will be evaluated."""
+    write(source.describe())
+    for note in source.notes:
+        write(f"rows note: {note}")
+    answer = route_file(source, config.model, run_dir)
+    if answer is not None:
+        verdict = f"route: {answer.method or 'nothing to train yet'} ({answer.question} {answer.answer})"
+        if answer.method is not None and answer.method != method.name:
+            verdict += f"; training {method.name} as asked"
+        write(f"{verdict}; see {run_dir / 'route.txt'}")
+    if method.run_spec().source != "rollouts":
+        return
+    write("lag: does not apply (no sampler); the log's staleness is measured per batch as drift")
+    if config.eval_taskset is None:
+        write(NO_EVAL)
+        write(source.hold_out(config.seed))
+
+
+# ----------------------------------------------------------------------------- held-out traces
+def heldout_measure(engine: Any, method: Any, source: RowsFile, sampling_params: Any,
+                    state: Any) -> dict[str, Any] | None:
+    """The held-out traces under the current policy: the method's surrogate (the sum of c * log pi that its
+    step would raise), the drift from the logged log-probabilities and the share the method admits."""
+    indices = source.heldout()
+    if not len(indices):
+        return None
+    rows = source.read(indices.tolist())
+    for row, logprobs in zip(rows, score(engine, rows, sampling_params=sampling_params)):
+        row["logprobs"] = logprobs
+    fill(engine, rows, method.run_spec().needs, sampling_params)
+    for_method = [{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in rows]
+    update = method.update(for_method, state=state) if state is not None else method.update(for_method)
+    surrogate = sum(float(np.dot(c, r["logprobs"])) for c, r in zip(update.coefficients, rows))
+    stats = step_stats(update, rows)
+    return {"traces": len(rows), "surrogate": surrogate, "drift": stats["drift"],
+            "admitted_share": stats["admitted_share"]}
+
+
+def save_heldout(run_dir: Path, key: str, measured: dict[str, Any] | None) -> None:
+    path = run_dir / HELDOUT_FILE
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[key] = measured
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def heldout_summary(run_dir: Path) -> dict[str, Any]:
+    """What the summary says about evaluation in a traces run without an eval taskset."""
+    path = run_dir / HELDOUT_FILE
+    data = json.loads(path.read_text()) if path.exists() else {}
+    return {"no_heldout_evaluation": NO_EVAL, "heldout_traces": data}
+
+
+def report_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The report's lines for held-out traces: surrogate and drift, never a pass rate."""
+    if "no_heldout_evaluation" not in summary:
+        return []
+    lines = [f"  {summary['no_heldout_evaluation']}"]
+    data = summary.get("heldout_traces") or {}
+    before, after = data.get("before"), data.get("after")
+    if before and after:
+        lines.append(f"  held-out traces ({before['traces']}, never trained on): surrogate sum(c * log pi) "
+                     f"{before['surrogate']:.4g} -> {after['surrogate']:.4g}; drift {before['drift']:.3g} -> "
+                     f"{after['drift']:.3g}; admitted share {before['admitted_share']:.2f} -> "
+                     f"{after['admitted_share']:.2f}")
+    else:
+        lines.append("  no traces were held out (see the log), so nothing was measured off the training batches")
+    return lines
+
+
+# ----------------------------------------------------------------------------- the run's two hooks
+def start(source: RowsFile, method: Any, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
+          state: Any, write: Callable[[str], None]) -> None:
+    """Before the first step (and again on resume: the held-out slice is a fixed function of the seed)."""
+    announce(source, method, config, run_dir, write)
+    if method.run_spec().source != "rollouts" or config.eval_taskset is not None:
+        return
+    path = run_dir / HELDOUT_FILE
+    if path.exists() and "before" in json.loads(path.read_text()):
+        return
+    measured = heldout_measure(engine, method, source, sampling_params, state)
+    save_heldout(run_dir, "before", measured)
+    if measured is not None:
+        write(f"held-out traces before: surrogate {measured['surrogate']:.4g}, drift {measured['drift']:.3g}, "
+              f"admitted share {measured['admitted_share']:.2f} over {measured['traces']} traces")
+
+
+def finish(source: RowsFile, method: Any, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
+           state: Any) -> dict[str, Any]:
+    """What the summary adds for a traces run without an eval taskset: the held-out traces after training."""
+    if method.run_spec().source != "rollouts" or config.eval_taskset is not None:
+        return {}
+    save_heldout(run_dir, "after", heldout_measure(engine, method, source, sampling_params, state))
+    return heldout_summary(run_dir)

@@ -1,0 +1,325 @@
+"""Rows and traces from a file, streamed: one validating pass, then each step's batch read by seeking.
+
+    source = scan(path, vocab, trace=True)     # every bad line listed at once (the first 20, then a count)
+    rows, lines = source.batch(step, size=32, seed=0, grouped=False)
+
+The pass keeps about 40 bytes a trace (where its line starts, its task, reward, model and a few flags), never
+the token lists, so a file of any length trains in the memory of one batch (benchmarks/traces_memory.py).
+A ``trace`` scan (an RL method) also demands a reward and the sampler's log-probabilities on every trace;
+without them there is no advantage and no ratio. The formats are in ``whileai.loop.trace_formats``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from whileai.errors import BatchError, ConfigError
+from whileai.loop.trace_formats import FORMATS, READ, Vocab, detect, read_line
+from whileai.rows.io import MAX_LISTED, GradedRows, Problems, plural
+
+HELDOUT_SHARE = 0.05  # traces held out (whole tasks, never trained on) when there is no --eval-taskset
+HELDOUT_MAX = 256  # at most this many: each evaluation scores them all under the policy
+TRACE_FIELDS = ("prompt_tokens", "tokens", "behavior_logprobs", "action_mask", "reward", "task_id", "truncated",
+                "model", "pair", "chosen")  # what a trace hands the loop
+
+
+def load_vocab(model: str) -> Vocab:
+    """The tokenizer and vocabulary size of ``model`` without loading its weights (a built-in, or a directory)."""
+    if model.startswith("builtin:"):
+        from whileai.engine.models import byte_tokenizer
+
+        tokenizer = byte_tokenizer()
+        return Vocab(tokenizer, len(tokenizer))
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
+        config = AutoConfig.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"model = {model!r}: could not load its tokenizer to read the rows ({err}). Fix: give a "
+                          "local model directory (config.json and tokenizer files) or a built-in model.") from None
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return Vocab(tokenizer, int(getattr(text, "vocab_size", None) or len(tokenizer)))
+
+
+@dataclass
+class _Columns:
+    """What the pass keeps per trace, as compact typed arrays."""
+
+    offset: array = field(default_factory=lambda: array("q"))
+    line: array = field(default_factory=lambda: array("i"))
+    choice: array = field(default_factory=lambda: array("h"))
+    task: array = field(default_factory=lambda: array("i"))
+    pair: array = field(default_factory=lambda: array("i"))
+    reward: array = field(default_factory=lambda: array("d"))
+    truncated: array = field(default_factory=lambda: array("b"))
+    model: array = field(default_factory=lambda: array("i"))
+    behavior: array = field(default_factory=lambda: array("b"))
+    labels: dict[str, dict[str, int]] = field(default_factory=lambda: {"task": {}, "pair": {}, "model": {}})
+
+    def code(self, kind: str, label: str | None) -> int:
+        if label is None:
+            return -1
+        codes = self.labels[kind]
+        return codes.setdefault(label, len(codes))
+
+    def add(self, offset: int, line: int, k: int, trace: Mapping[str, Any]) -> None:
+        self.offset.append(offset)
+        self.line.append(line)
+        self.choice.append(k)
+        self.task.append(self.code("task", trace.get("task_id", f"<line {line}>")))
+        self.pair.append(self.code("pair", trace.get("pair")))
+        self.reward.append(float(trace.get("reward", float("nan"))))
+        self.truncated.append(bool(trace.get("truncated", False)))
+        self.model.append(self.code("model", trace.get("model")))
+        self.behavior.append("behavior_logprobs" in trace)
+
+
+class RowsFile:
+    """A validated rows / traces file: per-trace columns (``_T``) and batches read back by seeking."""
+
+    def __init__(self, path: Path, label: str, fmt: str, vocab: Vocab, columns: _Columns, notes: list[str]) -> None:
+        self.path, self.label, self.fmt, self.vocab, self.notes = path, label, fmt, vocab, notes
+        self.offset_T = np.frombuffer(columns.offset, dtype=np.int64)
+        self.line_T = np.frombuffer(columns.line, dtype=np.int32)
+        self.choice_T = np.frombuffer(columns.choice, dtype=np.int16)
+        self.task_T = np.frombuffer(columns.task, dtype=np.int32)
+        self.pair_T = np.frombuffer(columns.pair, dtype=np.int32)
+        self.reward_T = np.frombuffer(columns.reward, dtype=np.float64)
+        self.truncated_T = np.frombuffer(columns.truncated, dtype=np.int8).astype(bool)
+        self.model_T = np.frombuffer(columns.model, dtype=np.int32)
+        self.behavior_T = np.frombuffer(columns.behavior, dtype=np.int8).astype(bool)
+        self.task_ids = tuple(columns.labels["task"])
+        self.models = tuple(columns.labels["model"])
+        self.heldout_T = np.zeros(len(self.offset_T), bool)
+        self.stamp = _stamp(path)
+        self._epochs: dict[tuple[int, int, bool], list[np.ndarray]] = {}
+
+    @property
+    def n(self) -> int:
+        return len(self.offset_T)
+
+    def where(self, i: int) -> str:
+        return where(self.path, self.label, int(self.line_T[i]))
+
+    def describe(self) -> str:
+        """One line for the run's log: the file, what it holds, the format it was read as."""
+        lines = len(np.unique(self.line_T))
+        per_line = f" on {plural(lines, 'line')}" if lines != self.n else ""
+        return (f"rows: {self.label}: {plural(self.n, 'trace')}{per_line}, {plural(len(self.task_ids), 'task')}; "
+                f"format: {FORMATS[self.fmt]}")
+
+    # ------------------------------------------------------------------ checks that depend on the method
+    def require(self, trace: bool) -> None:
+        """Refuse, listing the lines, traces an RL method cannot learn from: no reward, no behavior log-probs."""
+        if not trace:
+            return
+        problems = Problems(self.label)
+        for i in np.flatnonzero(np.isnan(self.reward_T) | ~self.behavior_T):
+            problems.add(BatchError(lacking(self.where(int(i)), self.fmt, bool(np.isnan(self.reward_T[i])))))
+        problems.raise_if_any()
+
+    # ------------------------------------------------------------------ reading
+    def read(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """The traces at ``indices`` (in that order), parsed again from their lines."""
+        if _stamp(self.path) != self.stamp:
+            raise BatchError(f"{self.label}: the file changed after it was checked (size or time differs); a run "
+                             "reads it again every step. Fix: leave the file alone while training, or start again.")
+        found: dict[int, dict[str, Any]] = {}
+        with open(self.path, "rb") as handle:
+            for i in sorted(set(int(i) for i in indices), key=lambda i: int(self.offset_T[i])):
+                handle.seek(int(self.offset_T[i]))
+                row = json.loads(handle.readline())
+                trace = read_line(self.fmt, self.where(i), row, self.vocab)[int(self.choice_T[i])]
+                trace.setdefault("task_id", self.task_ids[self.task_T[i]])
+                trace.setdefault("reward", 1.0)  # a row without a score is a demonstration (SFT)
+                found[i] = {k: trace[k] for k in TRACE_FIELDS if k in trace}
+        return [found[int(i)] for i in indices]
+
+    def graded(self) -> GradedRows:
+        """Task, reward, truncation and model per trace, for ``route`` (a missing reward reads as 1.0)."""
+        n = self.n
+        return GradedRows(self.task_T.astype(np.int64), self.task_ids, np.nan_to_num(self.reward_T, nan=1.0),
+                          self.truncated_T, self.model_T.astype(np.int64), self.models, np.full(n, -1, np.int64), (),
+                          source=self.label)
+
+    # ------------------------------------------------------------------ held out, batches
+    def hold_out(self, seed: int) -> str:
+        """Set aside whole tasks (about ``HELDOUT_SHARE`` of the traces, at most ``HELDOUT_MAX``), never trained
+        on; return a sentence saying what was held out."""
+        want = min(HELDOUT_MAX, int(np.ceil(HELDOUT_SHARE * self.n)))
+        counts = np.bincount(self.task_T, minlength=len(self.task_ids))
+        if len(self.task_ids) < 2:
+            return "no traces held out: the file has one task, and holding it out would leave nothing to train on"
+        held: list[int] = []
+        total = 0
+        for task in np.random.default_rng([seed, 7]).permutation(len(self.task_ids)):
+            if total >= want or len(held) == len(self.task_ids) - 1:
+                break
+            held.append(int(task))
+            total += int(counts[task])
+        self.heldout_T = np.isin(self.task_T, held)
+        self._epochs.clear()
+        return (f"held out {plural(total, 'trace')} of {plural(len(held), 'task')} ({total / self.n:.1%}), never "
+                "trained on: their surrogate and drift are measured before and after")
+
+    def heldout(self) -> np.ndarray:
+        return np.flatnonzero(self.heldout_T)
+
+    def batch(self, step: int, size: int, seed: int, grouped: bool) -> tuple[list[dict[str, Any]], list[int]]:
+        """Step ``step``'s traces and their line numbers: about ``size`` traces, whole groups together when
+        ``grouped`` (a task's traces; a DPO pair), walking the file in a seeded order reshuffled each pass.
+        A fixed function of (seed, step), so a resumed run reads the same batches."""
+        if not np.any(~self.heldout_T):
+            raise BatchError(f"{self.label}: no rows to train on")
+        epoch, index = 0, step
+        while index >= len(self._epoch(epoch, size, seed, grouped)):
+            index -= len(self._epoch(epoch, size, seed, grouped))
+            epoch += 1
+        picked = self._epoch(epoch, size, seed, grouped)[index]
+        return self.read(picked.tolist()), [int(self.line_T[i]) for i in picked]
+
+    def _epoch(self, epoch: int, size: int, seed: int, grouped: bool) -> list[np.ndarray]:
+        key = (epoch, size, grouped)
+        if key not in self._epochs:
+            if len(self._epochs) > 4:
+                self._epochs.clear()
+            self._epochs[key] = _cut(self._units(grouped), size, np.random.default_rng([seed, epoch]))
+        return self._epochs[key]
+
+    def _units(self, grouped: bool) -> tuple[np.ndarray, np.ndarray]:
+        """The training traces sorted by unit (a group, or each trace alone) and where each unit starts."""
+        train = np.flatnonzero(~self.heldout_T)
+        if not grouped:
+            return train, np.arange(len(train) + 1)
+        keys = np.where(self.pair_T >= 0, self.pair_T, self.pair_T.max(initial=-1) + 1 + self.task_T)[train]
+        order = np.argsort(keys, kind="stable")
+        starts = np.flatnonzero(np.r_[True, keys[order][1:] != keys[order][:-1], True])
+        return train[order], starts
+
+
+def _cut(units: tuple[np.ndarray, np.ndarray], size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One pass: units in a random order, cut into batches of at least ``size`` traces (the last may be short)."""
+    members, starts = units
+    batches, current, count = [], [], 0
+    for u in rng.permutation(len(starts) - 1):
+        current.append(members[starts[u]:starts[u + 1]])
+        count += int(starts[u + 1] - starts[u])
+        if count >= size:
+            batches.append(np.concatenate(current))
+            current, count = [], 0
+    if current:
+        batches.append(np.concatenate(current))
+    return batches
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    stat = os.stat(path)
+    return stat.st_size, stat.st_mtime_ns
+
+
+def where(path: Path, label: str, line: int) -> str:
+    """A line as errors name it: "FILE, line N", or "rows[i]" for rows passed in Python (saved one a line)."""
+    return f"rows[{line - 1}]" if label == "rows" else f"{path}, line {line}"
+
+
+def lacking(where_: str, fmt: str, no_reward: bool) -> str:
+    """Why a trace cannot train an RL method, and the fix for its format."""
+    if no_reward:
+        return (f"{where_}: field 'reward' is missing. Fix: join the late score to the trace (a number), or leave "
+                "the trace out of the file until it is scored.")
+    how = {"whileai": "write the sampler's log-probabilities as 'behavior_logprobs' (a 'logprobs' field is read "
+                      "as the trained model's, which the loop scores itself)",
+           "openai": "request logprobs from the server (chat: logprobs=true; completions: logprobs=1)",
+           "text": "log one log-probability per completion token as 'behavior_logprobs'"}[fmt]
+    return (f"{where_}: no behavior log-probabilities (the sampler's log-probability of each token), so there is no "
+            f"ratio to correct the trace's staleness with. Fix: {how}; if the serving stack did not log them, turn "
+            "that on and train on the traces logged after.")
+
+
+# ----------------------------------------------------------------------------- the pass
+def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> RowsFile:
+    """Read and check every line once, keeping only per-trace columns; list every bad line in one BatchError."""
+    label = label or str(path)
+    problems = Problems(label)
+    columns = _Columns()
+    fmt: str | None = None
+    first = 0
+    unread: dict[str, int] = {}
+    for offset, line, row in _lines(path, label, problems):
+        at = where(path, label, line)
+        try:
+            kind = detect(row)
+            if kind is None:
+                raise BatchError(f"{at}: not a trace: it has none of 'tokens', 'completion' or 'response' (fields: "
+                                 f"{sorted(row)[:8]}). Fix: write the line in one of the three formats (docs/traces.md).")
+            if fmt is not None and kind != fmt:
+                raise BatchError(f"{at}: a {kind} line in a file read as {fmt} (from line {first}). Fix: one format "
+                                 "per file; split the file.")
+            fmt, first = kind, first or line
+            traces = read_line(kind, at, row, vocab)
+        except BatchError as err:
+            problems.add(err)
+            continue
+        for key in set(row).difference(READ[kind]):
+            unread[key] = unread.get(key, 0) + 1
+        for k, one in enumerate(traces):
+            if trace and ("reward" not in one or "behavior_logprobs" not in one):
+                problems.add(BatchError(lacking(at, kind, "reward" not in one)))
+            columns.add(offset, line, k, one)
+    if fmt is None and not problems.count:
+        problems.add(BatchError(f"{label}: holds no rows. Fix: give a JSONL file with one trace a line."))
+    problems.raise_if_any()
+    assert fmt is not None  # the lines above raised otherwise
+    return RowsFile(path, label, fmt, vocab, columns, _notes(columns, unread))
+
+
+def _lines(path: Path, label: str, problems: Problems) -> Iterator[tuple[int, int, dict[str, Any]]]:
+    """(byte offset, line number, parsed object) for each non-blank line; bad JSON goes to ``problems``."""
+    offset = 0
+    with open(path, "rb") as handle:
+        for line, raw in enumerate(handle, start=1):
+            start, offset = offset, offset + len(raw)
+            if not raw.strip():
+                continue
+            at = where(path, label, line)
+            try:
+                row = json.loads(raw)
+            except UnicodeDecodeError:
+                problems.add(BatchError(f"{at}: not UTF-8 text. Fix: write the file as UTF-8 JSON."))
+                continue
+            except json.JSONDecodeError as err:
+                problems.add(BatchError(f"{at}: not valid JSON ({err.msg} at column {err.colno}). Fix: one JSON "
+                                        "object per line."))
+                continue
+            if not isinstance(row, dict):
+                problems.add(BatchError(f"{at}: a {type(row).__name__} where a JSON object was expected. Fix: one "
+                                        "object per line."))
+                continue
+            yield start, line, row
+
+
+def _notes(columns: _Columns, unread: Mapping[str, int]) -> list[str]:
+    notes = []
+    defaulted = sum(1 for label in columns.labels["task"] if label.startswith("<line "))
+    if defaulted:
+        notes.append(f"{plural(defaulted, 'line')} without a task_id: each is its own task (one try per ask)")
+    if unread:
+        shown = ", ".join(f"{k!r} ({n})" for k, n in sorted(unread.items())[:MAX_LISTED])
+        notes.append(f"fields this reader does not use, left as they are: {shown}")
+    return notes
+
+
+def open_rows(config: Any, run_dir: Path, python_rows: bool, method: Any) -> RowsFile:
+    """The run's rows file, scanned: ``config.rows`` (or the run's copy of rows given in Python)."""
+    path = run_dir / "rows.jsonl" if python_rows else Path(config.rows)
+    trace = method is not None and method.run_spec().source == "rollouts"
+    return scan(path, load_vocab(config.model), trace, label="rows" if python_rows else None)
