@@ -116,7 +116,7 @@ class Failure(Exception):
     """A block failed: it raised, exited wrongly, or printed something other than what the skill shows."""
 
 
-def run_python(block: Block, namespace: dict, where: str) -> None:
+def run_python(block: Block, namespace: dict, where: str) -> str:
     buffer = io.StringIO()
     try:
         with contextlib.redirect_stdout(buffer):
@@ -126,9 +126,11 @@ def run_python(block: Block, namespace: dict, where: str) -> None:
         raise Failure(f"{where} raised:\n{traceback.format_exc(limit=-3)}\nprinted:\n{buffer.getvalue()}") from None
     if block.shown is not None and not matches(block.shown, buffer.getvalue()):
         raise Failure(_differs(where, block.shown, buffer.getvalue()))
+    return buffer.getvalue()
 
 
-def run_console(block: Block, where: str) -> None:
+def run_console(block: Block, where: str) -> str:
+    printed = ""
     for command, shown in console_commands(block.body):
         code, actual = _wai(command) if _plain_wai(command) else _shell(command)
         error = shown.startswith("wai ") and ":" in shown.split("\n")[0]
@@ -136,6 +138,8 @@ def run_console(block: Block, where: str) -> None:
             raise Failure(f"{where}: `{command}` exited {code} (expected {2 if error else 0}):\n{actual}")
         if shown.strip() and not matches(shown, actual):
             raise Failure(_differs(f"{where}: `{command}`", shown, actual))
+        printed += f"$ {command}\n{actual}"
+    return printed
 
 
 def _plain_wai(command: str) -> bool:
@@ -165,7 +169,7 @@ def _differs(where: str, shown: str, actual: str) -> str:
     return f"{where}: the output differs from the one the skill shows.\n--- shown\n{shown}\n--- printed\n{actual}"
 
 
-def check(path: Path, slow: bool = False) -> list[str]:
+def check(path: Path, slow: bool = False, verbose: bool = False) -> list[str]:
     """Run every block of one markdown file in a fresh folder with the skill's files; what ran, in order.
     Raises ``Failure`` at the first block that fails."""
     ran: list[str] = []
@@ -180,8 +184,10 @@ def check(path: Path, slow: bool = False) -> list[str]:
                 if block.skip or (block.slow and not slow):
                     continue
                 began = time.perf_counter()
-                (run_python(block, namespace, where) if block.lang == "python" else run_console(block, where))
+                printed = run_python(block, namespace, where) if block.lang == "python" else run_console(block, where)
                 ran.append(f"{where} ({block.lang}, {time.perf_counter() - began:.1f} s)")
+                if verbose:
+                    print(f"--- {where} printed:\n{printed}", flush=True)
         finally:
             os.chdir(previous)
     return ran
@@ -196,12 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="skill folder names (default: all, and skills/README.md)")
     parser.add_argument("--slow", action="store_true", help="also run the blocks marked slow")
+    parser.add_argument("--verbose", action="store_true", help="print what every block printed")
     args = parser.parse_args(argv)
     files = [SKILLS / n / "SKILL.md" for n in args.names] if args.names else skill_files()
     failed = 0
     for path in files:
         try:
-            for line in check(path, slow=args.slow):
+            for line in check(path, slow=args.slow, verbose=args.verbose):
                 print(f"ok  {line}")
         except (Failure, ValueError) as err:
             failed += 1

@@ -138,7 +138,7 @@ def test_bad_options_all_reported():
     with pytest.raises(wai.ConfigError) as err:
         load_taskset("builtin:case", prompt_len=0, completion_len=9, test_size=2.5)
     assert all(s in str(err.value) for s in ("prompt_len=0", "completion_len=9", "test_size=2.5"))
-    with pytest.raises(wai.ConfigError, match=r"use one of \['add', 'case', 'copy', 'reverse'\]"):
+    with pytest.raises(wai.ConfigError, match=r"use one of \['add', 'case', 'copy', 'lookup', 'reverse'\]"):
         load_taskset("builtin:nope")
 
 

@@ -70,7 +70,7 @@ def test_random_selection_refuses_pairs_and_a_pool_smaller_than_the_selection(tm
     with pytest.raises(wai.ConfigError, match="preference pairs"):
         train_with_controls(["random-selection"], rows=pairs, select_from=kept, method="dpo",
                             taskset="builtin:case", run_dir=str(tmp_path / "c"), **SHORT)
-    with pytest.raises(wai.ConfigError, match="rows alone have none"):
+    with pytest.raises(wai.ConfigError, match="--eval-taskset with --rows"):
         train_with_controls(["random-selection"], rows=kept, select_from=kept, method="sft",
                             run_dir=str(tmp_path / "c"), **SHORT)
     assert not (tmp_path / "c").exists()

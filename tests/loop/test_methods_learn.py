@@ -43,7 +43,7 @@ def test_the_list_covers_every_rollout_method():
         spec = wai.method(name).run_spec()
         if spec.source == "rollouts" and not any(n.startswith("teacher") for n in spec.needs):
             rollout_methods.add(name)
-    assert rollout_methods == set(_methods())  # OPD / OPSD need a teacher: refused by the loop (see docs/train.md)
+    assert rollout_methods == set(_methods())  # OPD / OPSD learn from a teacher: tests/loop/test_needs_learn.py
 
 
 @pytest.mark.slow

@@ -217,3 +217,89 @@ def test_the_kl_to_the_reference_is_0_at_the_first_step_and_positive_after(tmp_p
 def test_a_reference_with_a_warm_start_is_refused(tmp_path: Path):
     with pytest.raises(wai.ConfigError, match="needs the reference policy, which is the model as loaded"):
         wai.train(method=wai.GRPO(generations=4, beta=0.04), run_dir=str(tmp_path / "r"))
+
+
+def _without_timing(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in records]
+
+
+@pytest.mark.slow
+def test_an_ema_teacher_resumes_from_its_checkpointed_average(tmp_path: Path, quick):
+    """A resumed OPSD run continues with the average it saved: its metrics equal the uninterrupted run's. With a
+    fresh average (the weights at the resume) the teacher's scores, and so the gap, would differ."""
+    settings = {**quick, "method": "opsd", "knobs": {"anchor": "ema:0.5", "top_k": 8}, "steps": 4, "save_every": 2,
+                "lag": 0, "learning_rate": 3e-2, "warm_start_steps": 0}
+    whole = wai.train(**settings, run_dir=str(tmp_path / "whole"))
+    half = wai.train(**{**settings, "steps": 2}, run_dir=str(tmp_path / "half"))
+    assert [p.name for p in (half.dir / "checkpoint").glob("teacher-*.pt")] == ["teacher-00000002.pt"]
+    resumed = wai.train(resume=str(half.dir), steps=4, progress=False)
+    assert _without_timing(resumed.metrics()) == _without_timing(whole.metrics())
+    again = wai.train(**{**settings, "steps": 2}, run_dir=str(tmp_path / "again"))
+    (again.dir / "checkpoint" / "teacher-00000002.pt").unlink()
+    with pytest.raises(wai.ConfigError, match="the checkpoint has no teacher-00000002.pt"):
+        wai.train(resume=str(again.dir), steps=4, progress=False)
+
+
+def test_the_critic_fits_action_tokens_only():
+    """The value loss skips a tool's tokens (action_mask false): their targets never reach the head's gradient."""
+    from whileai.loop.step import _critic_backward
+
+    engine = TrainingEngine("builtin:tiny", seed=5)
+    engine.add_critic(1e-2)
+    rows = [{"prompt_tokens": [1, 70, 71], "tokens": [72, 73, 74, 75], "values": [0.1, 0.2, 0.3, 0.4],
+             "action_mask": [True, False, False, True]}]
+    grads = []
+    for tool_target in (0.0, 100.0):
+        _critic_backward(engine, rows, [np.array([1.0, tool_target, tool_target, 1.0])])
+        grads.append([p.grad.clone() for p in engine.critic.head.parameters()])
+        engine.critic.optimizer.zero_grad(set_to_none=True)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    assert any(bool(g.abs().sum() > 0) for g in grads[0])
+
+
+def test_groupwise_grading_from_the_cli_says_how_to_give_it_a_grader(capsys):
+    assert main(["train", "--method", "groupwise_grading"]) != 0
+    err = capsys.readouterr().err
+    assert "not from `wai update` or `wai train`" in err
+    assert "wai.train(method=wai.GroupwiseGrading(grader=my_grader, method=wai.GRPO(generations=4)))" in err
+
+
+def test_the_teacher_scores_tool_tokens_and_the_update_gives_them_nothing():
+    """A multi-turn row (a tool's tokens inside the completion, action_mask false): the teacher scores every token,
+    the top-k coefficients are 0 on the tool's positions and nonzero on the model's."""
+    engine = TrainingEngine("builtin:tiny", seed=6)
+    rows = _with_teacher(engine, _rows(engine))
+    for row in rows:
+        row["action_mask"] = [True] + [False] * (len(row["tokens"]) - 2) + [True]
+        assert len(row["teacher_logprobs"]) == len(row["tokens"]) == len(row["teacher_topk_tokens"])
+    result = policy_step(engine, wai.OPD(top_k=8), rows, adam={"learning_rate": 0.01}, sampling_params=SAMPLING)
+    for row, c in zip(rows, result.update.coefficients):
+        mask = np.asarray(row["action_mask"])
+        assert c.shape == (len(row["tokens"]), 8)
+        assert np.all(c[~mask] == 0) and np.all(np.abs(c[mask]).sum(axis=1) > 0)
+
+
+def test_reinforce_ada_samples_its_extra_rounds_inside_the_step(tmp_path: Path, quick):
+    """A random-init model almost never passes, so every task keeps its round open: 4 tasks x 4 per round x 3
+    rounds = 48 rows in the step, where a method without a plan trains on rollouts_per_step = 16."""
+    run = wai.train(method=wai.methods.ReinforceAda(round_size=4, max_rounds=3), run_dir=str(tmp_path / "r"),
+                    **{**quick, "steps": 1, "rollouts_per_step": 16})
+    assert run.metrics()[0]["rollouts"] == 48
+    plain = wai.train(method=wai.GRPO(generations=4), run_dir=str(tmp_path / "g"),
+                      **{**quick, "steps": 1, "rollouts_per_step": 16})
+    assert plain.metrics()[0]["rollouts"] == 16
+
+
+def test_feedback_on_a_row_without_a_task_goes_before_its_own_prompt():
+    """A row from a file has no task: the teacher sees BOS, the feedback text, then the row's prompt after BOS."""
+    engine = TrainingEngine("builtin:tiny", seed=7)
+    tok = engine.tokenizer
+    spec = TeacherSpec("live", privileged="feedback")
+    teacher = RunTeacher(spec, policy_teacher(engine, "live"), tok, [])
+    row = {"prompt_tokens": [tok.bos_token_id] + tok.encode("abc", add_special_tokens=False),
+           "tokens": tok.encode("def", add_special_tokens=False), "reward": 0.5, "task_id": "from-a-file"}
+    want = tok.encode("An earlier attempt: def\nFeedback: it scored 0.5 (a pass is 1)\nabc", add_special_tokens=False)
+    assert teacher.context(row) == [tok.bos_token_id] + want
+    row["feedback"] = "the tool said: no such key"
+    assert _contains(teacher.context(row), tok.encode("Feedback: the tool said: no such key", add_special_tokens=False))

@@ -40,12 +40,20 @@ def test_opd_closes_the_gap_to_a_better_teacher_and_the_reward_rises(teacher: st
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", [wai.SAO(critic_warmup=2, critic_steps=2), wai.BPCO(critic_warmup=2)])
-def test_the_critic_loss_falls(tmp_path: Path, method: wai.Method):
-    """The value head fits R at every action token: its squared error per token falls over the run, with the
-    critic's learning rate the run spec gives (overridden here, as --critic-learning-rate does)."""
-    run = wai.train(method=method, steps=12, critic_learning_rate=3e-2, learning_rate=1e-2,
-                    run_dir=str(tmp_path / "critic"), **RUN)
-    losses = [m["critic_loss"] for m in run.metrics()]
-    assert _mean(losses[-3:]) < 0.5 * _mean(losses[:3]), losses
-    assert [m["policy_trained"] for m in run.metrics()][:3] == [False, False, True]
+@pytest.mark.parametrize("method, warm_start", [(wai.SAO(critic_warmup=10, critic_steps=2), 14),
+                                                (wai.BPCO(critic_warmup=10), 0)])
+def test_the_critic_loss_falls(tmp_path: Path, method: wai.Method, warm_start: int):
+    """Ten critic-only steps (the method's warm-up) on fresh rollouts of a fixed policy: the value head's squared
+    error per token on each new batch (measured before that batch's update) falls as it learns E[R | state].
+
+    Each head starts away from the rewards: SAO's at 0 against rewards near 0.5 after a warm start, BPCO's
+    bounded head at the middle of its range, 0.5, against a random-init model's rewards near 0.1. The critic's
+    learning rate is the override, as --critic-learning-rate gives it (the papers' 5e-6 / 1e-5 barely move a
+    head in ten steps)."""
+    run = wai.train(method=method, steps=11, critic_learning_rate=1e-2, run_dir=str(tmp_path / "critic"),
+                    **{**RUN, "warm_start_steps": warm_start, "lag": 0})
+    metrics = run.metrics()
+    losses = [m["critic_loss"] for m in metrics]
+    assert _mean(losses[-3:]) < 0.6 * _mean(losses[:3]), losses
+    assert [m["policy_trained"] for m in metrics] == [False] * 10 + [True]
+    assert run.summary["resolved"]["critic_learning_rate"] == 1e-2

@@ -106,20 +106,23 @@ def test_eight_clients_out_of_order_with_duplicates_and_retries(tmp_path: Path):
         rng.shuffle(sends)
         answers: dict[tuple[str, int], set[str]] = {}
         lock = threading.Lock()
-        with _http(server) as http:
-            def send(key: tuple[str, int]) -> httpx.Response:
-                return _send(http, key[0], *plan[key[0]][key[1]], key[1])
+        https = {run.id: _http(server) for run in runs}  # one HTTP client per run, used from many threads
 
-            with ThreadPoolExecutor(16) as pool:  # submit everything first: none waits on an unsent one
-                first = list(zip(sends, pool.map(send, sends)))
-            with ThreadPoolExecutor(16) as pool:
-                done = list(pool.map(lambda kr: (kr[0], _answer(http, kr[1])), first))
-            retries = rng.sample(sorted(set(sends)), len(plan) * n_ops // 10)
-            done += [(key, _answer(http, send(key))) for key in retries]
-            for key, response in done:
-                assert response.status_code == 200, response.text
-                with lock:
-                    answers.setdefault(key, set()).add(response.text)
+        def send(key: tuple[str, int]) -> httpx.Response:
+            return _send(https[key[0]], key[0], *plan[key[0]][key[1]], key[1])
+
+        with ThreadPoolExecutor(16) as pool:  # submit everything first: none waits on an unsent one
+            first = list(zip(sends, pool.map(send, sends)))
+        with ThreadPoolExecutor(16) as pool:
+            done = list(pool.map(lambda kr: (kr[0], _answer(https[kr[0][0]], kr[1])), first))
+        retries = rng.sample(sorted(set(sends)), len(plan) * n_ops // 10)
+        done += [(key, _answer(https[key[0]], send(key))) for key in retries]
+        for key, response in done:
+            assert response.status_code == 200, response.text
+            with lock:
+                answers.setdefault(key, set()).add(response.text)
+        for http in https.values():
+            http.close()
         assert all(len(texts) == 1 for texts in answers.values())  # a duplicate got the very same answer
         assert sum(1 for _, r in first if r.status_code == 202) > 0  # the polling path was taken
         for run in runs:

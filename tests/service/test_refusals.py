@@ -82,6 +82,8 @@ def test_a_malformed_body_gets_422_naming_the_field(service: LocalServer, run):
         assert f"{field}:" in _error(response), _error(response)
     response = _post(service, f"/runs/{run.id}/forward", None, service.token, raw=b"{not json")
     assert response.status_code == 422 and "malformed" in _error(response)
+    response = _post(service, f"/runs/{run.id}/train", {"seq_id": run.next_seq}, service.token)
+    assert response.status_code == 404 and "no operation 'train'; the operations are forward_backward" in _error(response)
     _still_serves(run)
 
 

@@ -14,6 +14,7 @@ from whileai.algorithms.core import (
     ForwardRequest,
     Group,
     LossContext,
+    NoOptions,
     Options,
     Sample,
     SampleRequest,
@@ -27,7 +28,7 @@ from whileai.algorithms.core import (
 from whileai.algorithms.loops import LoopResult, rl_loop, teacher_loop
 from whileai.algorithms.registry import ALGORITHMS, Algorithm, algorithm, algorithm_names
 
-__all__ = ["ALGORITHMS", "Algorithm", "Completion", "ForwardRequest", "Group", "LoopResult", "LossContext", "Options",
+__all__ = ["ALGORITHMS", "Algorithm", "Completion", "ForwardRequest", "Group", "LoopResult", "LossContext", "NoOptions", "Options",
            "Sample", "SampleRequest", "Teacher", "algorithm", "algorithm_names", "clip_fields",
            "group_mean_advantages", "leave_one_out_baseline", "require_advertised_loss", "rl_datum", "rl_loop",
            "teacher_loop"]

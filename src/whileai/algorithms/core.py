@@ -122,6 +122,11 @@ class Options:
         return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class NoOptions(Options):
+    """No settings: the algorithm's objective is fixed."""
+
+
 def option(knob: Knob) -> Any:
     """A dataclass field declared by its ``Knob`` (default, doc, rule, source): the one place it is set."""
     return field(default=knob.value, metadata={"knob": knob})
@@ -232,16 +237,16 @@ def clip_fields(ctx: LossContext, loss_fn: str, low: float | None, high: float |
 
 
 # ----------------------------------------------------------------------------- caller-side math
-def group_mean_advantages(rewards_G: Sequence[float], normalize_std: bool = False, eps: float = 1e-6) -> np.ndarray:
+def group_mean_advantages(rewards: Any, normalize_std: bool = False, eps: float = 1e-6) -> np.ndarray:
     """``R - mean(R)`` over the group, divided by the group's std (+ eps) when ``normalize_std``."""
-    rewards_G = np.asarray(rewards_G, dtype=np.float64)
+    rewards_G = np.asarray(rewards, dtype=np.float64)
     centred = rewards_G - rewards_G.mean()
     return centred / (rewards_G.std() + eps) if normalize_std else centred
 
 
-def leave_one_out_baseline(rewards_G: Sequence[float]) -> np.ndarray:
+def leave_one_out_baseline(rewards: Any) -> np.ndarray:
     """RLOO: ``R_i - mean_{j != i} R_j`` (0 for a group of one)."""
-    rewards_G = np.asarray(rewards_G, dtype=np.float64)
+    rewards_G = np.asarray(rewards, dtype=np.float64)
     n = rewards_G.size
     if n < 2:
         return np.zeros(n)

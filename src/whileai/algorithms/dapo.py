@@ -20,8 +20,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from whileai.algorithms.core import ForwardRequest, Group, LossContext, Options, Sample, SampleRequest
-from whileai.algorithms.core import group_mean_advantages, grouped_request, option
+from whileai.algorithms.core import (
+    ForwardRequest,
+    Group,
+    LossContext,
+    Options,
+    Sample,
+    SampleRequest,
+    group_mean_advantages,
+    grouped_request,
+    option,
+)
 from whileai.knobs import Knob, integer, number, one_of
 
 LOSS = "ppo"

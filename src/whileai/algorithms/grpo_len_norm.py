@@ -9,17 +9,17 @@ The kernel sums, so the 1/T_i lives in the advantage:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from whileai.algorithms.core import ForwardRequest, LossContext, Options, Sample, SampleRequest
-from whileai.algorithms.core import group_mean_advantages, grouped_request
+from whileai.algorithms.core import (
+    ForwardRequest,
+    LossContext,
+    Sample,
+    SampleRequest,
+    group_mean_advantages,
+    grouped_request,
+)
 
 LOSS = "importance_sampling"
 
-
-@dataclass(frozen=True)
-class GRPOLenNormOptions(Options):
-    """No settings: the objective is fixed."""
 
 
 def build_loss(sample: Sample, cycle: int, request: SampleRequest, ctx: LossContext) -> ForwardRequest:

@@ -9,17 +9,17 @@ arXiv:2503.20783) argues and the Tinker cookbook does by default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from whileai.algorithms.core import ForwardRequest, LossContext, Options, Sample, SampleRequest
-from whileai.algorithms.core import group_mean_advantages, grouped_request
+from whileai.algorithms.core import (
+    ForwardRequest,
+    LossContext,
+    Sample,
+    SampleRequest,
+    group_mean_advantages,
+    grouped_request,
+)
 
 LOSS = "importance_sampling"
 
-
-@dataclass(frozen=True)
-class GRPONoStdOptions(Options):
-    """No settings: the objective is fixed."""
 
 
 def build_loss(sample: Sample, cycle: int, request: SampleRequest, ctx: LossContext) -> ForwardRequest:

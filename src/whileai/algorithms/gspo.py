@@ -14,8 +14,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from whileai.algorithms.core import ForwardRequest, LossContext, Options, Sample, SampleRequest
-from whileai.algorithms.core import group_mean_advantages, grouped_request, option
+from whileai.algorithms.core import (
+    ForwardRequest,
+    LossContext,
+    Options,
+    Sample,
+    SampleRequest,
+    group_mean_advantages,
+    grouped_request,
+    option,
+)
 from whileai.algorithms.ppo import clip_knob
 
 LOSS = "gspo"

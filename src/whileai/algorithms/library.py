@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from whileai.algorithms.core import Completion, Group, LossContext, Sample, SampleRequest
-from whileai.algorithms.registry import CycleResult, LoopNeeds
 import numpy as np
 
+from whileai.algorithms.core import Completion, Group, LossContext, Sample, SampleRequest
+from whileai.algorithms.registry import CycleResult, LoopNeeds
 from whileai.errors import ConfigError
 
 PREFIX = "method:"
@@ -60,7 +60,7 @@ class LibraryAlgorithm:
         """The method's run spec: rollouts per prompt, temperature, cap, and the frozen run its teacher is."""
         spec = options.run_spec()
         second = None if spec.teacher is None else SECOND_RUN[spec.teacher.weights]
-        return LoopNeeds(spec.rollouts_per_prompt, spec.temperature, spec.max_tokens, second)
+        return LoopNeeds(spec.rollouts_per_prompt, spec.temperature, spec.max_tokens, second, spec.learning_rate)
 
     @property
     def summary(self) -> str:

@@ -113,7 +113,8 @@ class LoopSettings:
     max_tokens: int | None = None
     """generation cap (None: the taskset's, else the method's, else DEFAULT_MAX_TOKENS)"""
     learning_rate: float | None = None
-    """AdamW step (None: 1e-2 on a random-init built-in model, 1e-5 otherwise, as ``wai train``)"""
+    """AdamW step (None: the method's declared rate, else as ``wai train``: 1e-2 on a random-init built-in
+    model, 2e-4 for LoRA, 1e-5 otherwise)"""
     seed: int = 0
     """seeds the model, the task draw and the sampler"""
 
@@ -127,10 +128,14 @@ class LoopSettings:
         if bad:
             raise ConfigError("loop settings: " + "; ".join(bad))
 
-    def rate(self, model: str) -> float:
+    def rate(self, model: str, lora_rank: int, declared: float | None) -> float:
         if self.learning_rate is not None:
             return self.learning_rate
-        return 1e-2 if model.startswith("builtin:") else 1e-5
+        if declared is not None:
+            return declared
+        if model.startswith("builtin:"):
+            return 1e-2
+        return 2e-4 if lora_rank else 1e-5
 
 
 # ----------------------------------------------------------------------------- the loops
@@ -142,9 +147,12 @@ def rl_loop(target: Any, algorithm: Any, taskset: Any, *, model: str = "builtin:
     (``wai loop --list`` shows them); ``settings`` are ``LoopSettings`` fields. Returns a ``LoopResult``."""
     algo = algorithm_named(algorithm) if isinstance(algorithm, str) else algorithm
     loop = LoopSettings(**settings)
+    opts = algo.make_options(options)
     provider, student = provider_for(target)
+    preflight(provider.capabilities(), algo, opts, teacher is not None)
     student = student if student is not None else provider.create_run(model, seed=loop.seed, lora_rank=lora_rank)
-    return _run(provider, student, algo, algo.make_options(options), _taskset(taskset), loop, model, teacher, log)
+    return _run(provider, student, algo, opts, _taskset(taskset), loop, (model, lora_rank),
+                teacher, log)
 
 
 def teacher_loop(target: Any, algorithm: Any, taskset: Any, *, model: str = "builtin:tiny", lora_rank: int = 0,
@@ -164,10 +172,31 @@ def teacher_loop(target: Any, algorithm: Any, taskset: Any, *, model: str = "bui
                           "weights (nothing to learn): pass teacher_model= (--teacher-model), or teacher_seed= "
                           "(--teacher-seed) for a differently initialised built-in")
     provider, student = provider_for(target)
+    preflight(provider.capabilities(), algo, opts, True)
     student = student if student is not None else provider.create_run(model, seed=loop.seed, lora_rank=lora_rank)
     frozen = provider.create_run(teacher_model, seed=teacher_seed, lora_rank=0)
     log(f"teacher: a frozen run of {teacher_model} (seed {teacher_seed}), never trained")
-    return _run(provider, student, algo, opts, _taskset(taskset), loop, model, Teacher(frozen), log)
+    return _run(provider, student, algo, opts, _taskset(taskset), loop, (model, lora_rank), Teacher(frozen), log)
+
+
+LOOP_OPERATIONS = ("save_weights_for_sampler", "sample", "forward_backward", "optim_step")
+TEACHER_OPERATIONS = ("forward", "logprobs")
+
+
+def preflight(capabilities: Mapping[str, Any], algo: Any, options: Any, teacher: bool) -> None:
+    """Before any run is created: the provider advertises the loss the algorithm sends and every operation
+    the loop (and a teacher run) will call; otherwise a ``ConfigError`` and no work (spec 004: fail closed)."""
+    from whileai.algorithms.core import require_advertised_loss
+
+    require_advertised_loss(LossContext(None, capabilities, None, None, options), algo.loss)
+    advertised = capabilities.get("operations")
+    if advertised is None:  # the in-process engine has every operation
+        return
+    needed = LOOP_OPERATIONS + (TEACHER_OPERATIONS if teacher else ())
+    missing = [op for op in needed if op not in advertised]
+    if missing:
+        raise ConfigError(f"provider {capabilities.get('provider', '?')!r} does not advertise the operations "
+                          f"{missing}, which {algo.name} needs (it advertises {', '.join(advertised)})")
 
 
 def _taskset(taskset: Any) -> Any:
@@ -176,17 +205,17 @@ def _taskset(taskset: Any) -> Any:
     return load_taskset(taskset) if isinstance(taskset, str) else taskset
 
 
-def _run(provider: Any, student: Any, algo: Any, options: Any, taskset: Any, loop: LoopSettings, model: str,
-         teacher: Teacher | None, log: Callable[[str], None]) -> LoopResult:
+def _run(provider: Any, student: Any, algo: Any, options: Any, taskset: Any, loop: LoopSettings,
+         model: tuple[str, int], teacher: Teacher | None, log: Callable[[str], None]) -> LoopResult:
     needs = algo.loop_needs(options)
     if needs.second_run is not None and teacher is None:
         raise ConfigError(f"{algo.name} needs a frozen {needs.second_run} run: use teacher_loop (wai loop does)")
     ctx = LossContext(student, provider.capabilities(), student.tokenizer, taskset, options, teacher)
-    adam = {"learning_rate": loop.rate(model)}
+    adam = {"learning_rate": loop.rate(*model, needs.learning_rate)}
     algo.prepare(student, options, adam["learning_rate"])
     group = loop.rollouts_per_prompt or needs.rollouts_per_prompt
     cap = loop.max_tokens or taskset.max_tokens or needs.max_tokens or DEFAULT_MAX_TOKENS
-    log(f"{algo.name} on {taskset.name} with {model} ({provider.where}): loss {algo.loss}, {loop.tasks_per_cycle} "
+    log(f"{algo.name} on {taskset.name} with {model[0]} ({provider.where}): loss {algo.loss}, {loop.tasks_per_cycle} "
         f"prompts x {group} rollouts per cycle, max_tokens {cap}, learning rate {adam['learning_rate']:g}")
     history: list[dict[str, Any]] = []
     state = None

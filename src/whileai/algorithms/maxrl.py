@@ -17,8 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whileai.algorithms.core import ForwardRequest, LossContext, Options, Sample, SampleRequest
-from whileai.algorithms.core import grouped_request, option
+from whileai.algorithms.core import (
+    ForwardRequest,
+    LossContext,
+    Options,
+    Sample,
+    SampleRequest,
+    grouped_request,
+    option,
+)
 from whileai.knobs import Knob, one_of
 
 LOSS = "importance_sampling"

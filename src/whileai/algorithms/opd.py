@@ -16,8 +16,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whileai.algorithms.core import ForwardRequest, LossContext, Options, Sample, SampleRequest
-from whileai.algorithms.core import grouped_request, option
+from whileai.algorithms.core import (
+    ForwardRequest,
+    LossContext,
+    Options,
+    Sample,
+    SampleRequest,
+    grouped_request,
+    option,
+)
 from whileai.errors import ConfigError
 from whileai.knobs import Knob, number
 

@@ -8,14 +8,31 @@ library as ``method:NAME`` (``whileai.algorithms.library``). The loop reads thes
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from whileai.algorithms.core import ForwardRequest, LossContext, Options, Sample, SampleRequest
+from whileai.algorithms import (
+    cispo,
+    dapo,
+    dppo,
+    drgrpo,
+    grpo_len_norm,
+    grpo_nostd,
+    gspo,
+    maxrl,
+    opd,
+    opsd,
+    ppo,
+    reinforce_pp,
+    rloo,
+    sapo,
+    sdpo,
+)
+from whileai.algorithms.core import ForwardRequest, LossContext, NoOptions, Options, Sample, SampleRequest
 from whileai.errors import ConfigError
 
 BuildLoss = Callable[[Sample, int, SampleRequest, LossContext], ForwardRequest]
@@ -33,6 +50,8 @@ class LoopNeeds:
     """its own generation cap (None: the taskset's, or the loop's)"""
     second_run: str | None = None
     """None; 'reference' (a frozen copy of the student's base model); 'teacher' (a frozen model that should differ)"""
+    learning_rate: float | None = None
+    """the rate the method's paper declares (None: the loop's default)"""
 
 
 @dataclass
@@ -50,35 +69,31 @@ class Algorithm:
 
     name: str
     """what ``wai loop --algorithm`` takes"""
-    module: str
-    """the module under ``whileai.algorithms`` holding ``build_loss`` and the options class"""
-    options_class: str
-    """the name of its ``Options`` dataclass"""
+    build_loss: BuildLoss
+    """``build_loss(sample, cycle, request, ctx) -> ForwardRequest``"""
+    options: type[Options]
+    """its options dataclass (``NoOptions`` when it has none)"""
     loss: str
-    """the loss name it sends (for the table; the module's ``LOSS``)"""
+    """the loss name it sends (for the listing; the module's ``LOSS``)"""
     rollouts_per_prompt: int = 4
     """completions sampled per prompt each cycle"""
     second_run: str | None = None
     """None; 'reference' (a frozen copy of the student's base model); 'teacher' (a frozen model that should differ)"""
 
     @property
-    def build_loss(self) -> BuildLoss:
-        return importlib.import_module(f"whileai.algorithms.{self.module}").build_loss  # type: ignore[no-any-return]
-
-    @property
     def summary(self) -> str:
-        doc = importlib.import_module(f"whileai.algorithms.{self.module}").__doc__ or ""
-        return doc.strip().splitlines()[0]
+        """The first line of the module's docstring (or the function's)."""
+        doc = sys.modules[self.build_loss.__module__].__doc__ or self.build_loss.__doc__ or ""
+        return (doc.strip().splitlines() or [""])[0]
 
     def make_options(self, given: Mapping[str, Any] | None = None) -> Options:
         """The algorithm's options with ``given`` applied; an unknown key lists the valid ones."""
-        cls = getattr(importlib.import_module(f"whileai.algorithms.{self.module}"), self.options_class)
-        valid = [f.name for f in dataclasses.fields(cls)]
+        valid = [f.name for f in dataclasses.fields(self.options)]  # type: ignore[arg-type]
         unknown = sorted(set(given or {}) - set(valid))
         if unknown:
             raise ConfigError(f"algorithm {self.name!r} has no option {unknown[0]!r}; its options are "
                               f"{', '.join(valid) or 'none'}")
-        return cls(**(given or {}))  # type: ignore[no-any-return]
+        return self.options(**(given or {}))
 
     def loop_needs(self, options: Any) -> LoopNeeds:
         """How the loop must sample for this algorithm, and which second run it needs."""
@@ -105,21 +120,22 @@ class Algorithm:
 GROUP = 4  # rollouts per prompt of the group algorithms: small enough for three CPU cycles on builtin:tiny
 
 ALGORITHMS: dict[str, Algorithm] = {a.name: a for a in (
-    Algorithm("grpo_nostd", "grpo_nostd", "GRPONoStdOptions", "importance_sampling", GROUP),
-    Algorithm("grpo_len_norm", "grpo_len_norm", "GRPOLenNormOptions", "importance_sampling", GROUP),
-    Algorithm("drgrpo", "drgrpo", "DrGRPOOptions", "importance_sampling", GROUP),
-    Algorithm("ppo", "ppo", "PPOOptions", "ppo", GROUP),
-    Algorithm("cispo", "cispo", "CISPOOptions", "cispo", GROUP),
-    Algorithm("gspo", "gspo", "GSPOOptions", "gspo", GROUP),
-    Algorithm("dppo", "dppo", "DPPOOptions", "dppo", GROUP),
-    Algorithm("dapo", "dapo", "DAPOOptions", "ppo", GROUP),
-    Algorithm("sapo", "sapo", "SAPOOptions", "sapo", GROUP),
-    Algorithm("rloo", "rloo", "RLOOOptions", "importance_sampling", GROUP),
-    Algorithm("reinforce_pp", "reinforce_pp", "ReinforcePPOptions", "importance_sampling", GROUP, "reference"),
-    Algorithm("maxrl", "maxrl", "MaxRLOptions", "importance_sampling", GROUP),
-    Algorithm("opd", "opd", "DistillOptions", "importance_sampling", GROUP, "teacher"),
-    Algorithm("opsd", "opsd", "OPSDOptions", "importance_sampling", 1, "reference"),
-    Algorithm("sdpo", "sdpo", "SDPOOptions", "importance_sampling", 1, "reference"),
+    Algorithm("grpo_nostd", grpo_nostd.build_loss, NoOptions, grpo_nostd.LOSS, GROUP),
+    Algorithm("grpo_len_norm", grpo_len_norm.build_loss, NoOptions, grpo_len_norm.LOSS, GROUP),
+    Algorithm("drgrpo", drgrpo.build_loss, drgrpo.DrGRPOOptions, drgrpo.LOSS, GROUP),
+    Algorithm("ppo", ppo.build_loss, ppo.PPOOptions, ppo.LOSS, GROUP),
+    Algorithm("cispo", cispo.build_loss, cispo.CISPOOptions, cispo.LOSS, GROUP),
+    Algorithm("gspo", gspo.build_loss, gspo.GSPOOptions, gspo.LOSS, GROUP),
+    Algorithm("dppo", dppo.build_loss, dppo.DPPOOptions, dppo.LOSS, GROUP),
+    Algorithm("dapo", dapo.build_loss, dapo.DAPOOptions, dapo.LOSS, GROUP),
+    Algorithm("sapo", sapo.build_loss, sapo.SAPOOptions, sapo.LOSS, GROUP),
+    Algorithm("rloo", rloo.build_loss, NoOptions, rloo.LOSS, GROUP),
+    Algorithm("reinforce_pp", reinforce_pp.build_loss, reinforce_pp.ReinforcePPOptions, reinforce_pp.LOSS, GROUP,
+              "reference"),
+    Algorithm("maxrl", maxrl.build_loss, maxrl.MaxRLOptions, maxrl.LOSS, GROUP),
+    Algorithm("opd", opd.build_loss, opd.DistillOptions, opd.LOSS, GROUP, "teacher"),
+    Algorithm("opsd", opsd.build_loss, opsd.OPSDOptions, opd.LOSS, 1, "reference"),
+    Algorithm("sdpo", sdpo.build_loss, sdpo.SDPOOptions, opd.LOSS, 1, "reference"),
 )}
 
 

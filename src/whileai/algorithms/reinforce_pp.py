@@ -23,8 +23,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from whileai.algorithms.core import ForwardRequest, LossContext, Options, Sample, SampleRequest
-from whileai.algorithms.core import group_mean_advantages, grouped_request, option
+from whileai.algorithms.core import (
+    ForwardRequest,
+    LossContext,
+    Options,
+    Sample,
+    SampleRequest,
+    group_mean_advantages,
+    grouped_request,
+    option,
+)
 from whileai.errors import ConfigError
 from whileai.knobs import Knob, number, one_of
 

@@ -10,17 +10,17 @@ As the spec's file, no reference-KL term (REINFORCE++ shows that pattern with a 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from whileai.algorithms.core import ForwardRequest, LossContext, Options, Sample, SampleRequest
-from whileai.algorithms.core import grouped_request, leave_one_out_baseline
+from whileai.algorithms.core import (
+    ForwardRequest,
+    LossContext,
+    Sample,
+    SampleRequest,
+    grouped_request,
+    leave_one_out_baseline,
+)
 
 LOSS = "importance_sampling"
 
-
-@dataclass(frozen=True)
-class RLOOOptions(Options):
-    """No settings: the objective is fixed."""
 
 
 def build_loss(sample: Sample, cycle: int, request: SampleRequest, ctx: LossContext) -> ForwardRequest:

@@ -83,8 +83,10 @@ def cmd_loop(args: argparse.Namespace) -> int:
                                   teacher_seed=args.teacher_seed, **common)
         stack.callback(result.close)
         first, last = result.history[0], result.history[-1]
-        print(f"done: {len(result.history)} cycles on {result.where}; reward {first['reward']:.3f} (cycle 0) -> "
-              f"{last['reward']:.3f} (cycle {last['cycle']})")
+        rewards = f"{first['reward']:.3f}" if first is last else \
+            f"{first['reward']:.3f} (cycle 0) -> {last['reward']:.3f} (cycle {last['cycle']})"
+        print(f"done: {len(result.history)} cycle{'s' if len(result.history) > 1 else ''} on {result.where}; "
+              f"reward {rewards}")
         if args.json:
             print(json.dumps(result.history))
     return 0

@@ -7,6 +7,7 @@ state folders), so a restart on the same folder lets clients reattach. See docs/
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ def register(subparsers: Any) -> None:
                             "(default 10)")
     serve.add_argument("--max-body-mb", type=float, default=64.0, help="largest request body in MiB (default 64)")
     serve.add_argument("--max-datums", type=int, default=4096, help="most datums per request (default 4096)")
+    serve.add_argument("--max-samples", type=int, default=4096,
+                       help="most sequences per sample request, prompts x num_samples (default 4096)")
     serve.add_argument("--threads", type=int, default=0,
                        help="torch CPU threads (default 0: torch's own choice; 1 is fastest for tiny models)")
     serve.set_defaults(func=cmd_serve)
@@ -53,8 +56,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if not 0 <= args.port < 65536:
         raise ConfigError(f"--port {args.port} must be in [0, 65535]")
-    if args.order_timeout <= 0 or args.respond_within <= 0 or args.max_body_mb <= 0 or args.max_datums < 1:
-        raise ConfigError("--order-timeout, --respond-within and --max-body-mb must be > 0, --max-datums >= 1")
+    if min(args.order_timeout, args.respond_within, args.max_body_mb) <= 0 or min(args.max_datums,
+                                                                                   args.max_samples) < 1:
+        raise ConfigError("--order-timeout, --respond-within and --max-body-mb must be > 0, --max-datums and "
+                          "--max-samples >= 1")
     tokens, generated = read_tokens(args.token_file)
     if args.threads:
         import torch
@@ -62,7 +67,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     config = ServeConfig(data_dir=args.data_dir, tokens=tokens, models=args.models or ["builtin:tiny", "builtin:mini"],
                          order_timeout=args.order_timeout, respond_within=args.respond_within,
-                         max_body_bytes=int(args.max_body_mb * 2**20), max_datums=args.max_datums)
+                         max_body_bytes=int(args.max_body_mb * 2**20), max_datums=args.max_datums,
+                         max_samples=args.max_samples)
+    _check_free(args.host, args.port)
     app = create_app(config)
     where = f"http://{args.host}:{args.port}"
     print(f"wai serve: {where}, models {', '.join(config.models)}, data in {args.data_dir}", flush=True)
@@ -70,6 +77,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"wai serve: token {tokens[0]} (generated; set {TOKEN_ENV} or --token-file to choose one)", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def _check_free(host: str, port: int) -> None:
+    """Refuse a port another process holds, in one line, before loading anything."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a TIME_WAIT port is free
+        try:
+            probe.bind((host, port))
+        except OSError as err:
+            raise ConfigError(f"cannot listen on {host}:{port}: {err.strerror}; pick another --port, or stop the "
+                              "server that holds it") from None
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ EXAMPLES = """examples:
   wai train --method grpo --taskset builtin:add --steps 100
   wai train --config run.toml --lag 0               a TOML file, one field overridden by a flag
   wai train --method sft --rows passes.jsonl --model ./my-model --lora-rank 16
+  wai train --rows traces.jsonl --method flash_reinforce --model ./my-model   logged traces (docs/traces.md)
   wai train --resume runs/flash_reinforce-20261201-120000
 """
 

@@ -1,10 +1,10 @@
 """Built-in tasksets with a real tool, played as episodes (``whileai.envs.episode``).
 
-``builtin:lookup``: the prompt names a key (``kqz?``); the answer is the key's value in a key-value store
-the model cannot see. The model must call the tool, ``get kqz``, read the value the store answers
-(``=mwa``), then write it::
+``builtin:lookup``: the prompt names a key (``vcu?``); the answer is the key's value in a key-value store
+the model cannot see. The model must call the tool, ``get vcu``, read the value the store answers
+(``=qob``), then write it::
 
-    kqz?get kqz\\n=mwa\\nmwa\\n          model: "get kqz\\n" and "mwa\\n"; environment: "=mwa\\n" (masked)
+    vcu?get vcu\\n=qob\\nqob\\n          model: "get vcu\\n" and "qob\\n"; environment: "=qob\\n" (masked)
 
 A model turn ends at a newline (or EOS). A turn that starts with ``get`` is a tool call: a malformed one
 gets an error message turn, and so does a key that is not in the store; any other turn is the final
@@ -32,8 +32,8 @@ LOOKUP_MAX_TOKENS = 48
 """the cap on an episode's tokens after the prompt: a call, an error and a retry, the value and the answer fit"""
 
 TOOL_TASKSETS: dict[str, str] = {
-    "lookup": "a key-value store behind a tool: the prompt names a key ('kqz?'), the model calls 'get kqz', "
-              "the store answers '=mwa', the model writes 'mwa'; reward = share of the value's characters right",
+    "lookup": "a key-value store behind a tool: the prompt names a key ('vcu?'), the model calls 'get vcu', "
+              "the store answers '=qob', the model writes 'qob'; reward = share of the value's characters right",
 }
 """name -> one line saying what the task is; `load_taskset("builtin:NAME", **options)`"""
 

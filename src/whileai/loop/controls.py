@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError, WhileaiError
+from whileai.loop.evaluate import PASS
 
 CONTROLS: tuple[str, ...] = ("random-reward", "random-selection")
 CONTROL_SEEDS = 2  # training seeds per arm: `compare` shows a gain only with two or more seeds per arm
@@ -46,7 +47,9 @@ class RandomRewardTaskset:
         self._rng = random.Random(seed)
         self._earned: deque[float] = deque(maxlen=memory)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # everything but grade and name is the wrapped taskset's
+        if name == "taskset":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.taskset, name)
 
     def grade(self, task: Any, completion: str) -> float:
@@ -134,8 +137,8 @@ def train_with_controls(controls: Sequence[str], *, seeds: int | Sequence[int] =
                             progress=progress)
             _same_budget(real, run, name)
             runs.setdefault(name, []).append(run)
-    real_rows = _pooled(runs["real"])
-    comparisons = {name: wai.compare(_pooled(runs[name]), real_rows, threshold=1.0, name=name,
+    real_rows, method_name = _pooled(runs["real"]), runs["real"][0].config.method  # the name the run resolved
+    comparisons = {name: wai.compare(_pooled(runs[name]), real_rows, threshold=PASS, name=name,
                                      baseline_name=name, treatment_name=method_name) for name in controls}
     report = Controls(base, method_name, tuple(seed_list), runs, comparisons)
     (base / "controls.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
@@ -181,20 +184,20 @@ def _control_arm(name: str, train: Mapping[str, Any], taskset: Any, select_from:
     arm = dict(train)
     if name == "random-selection":
         arm["rows"] = _random_subset(_rows(train["rows"], "rows"), _rows(select_from, "select_from"), seed)
-        return arm
-    if taskset is not None:
-        arm["taskset"] = RandomRewardTaskset(taskset, seed)
-        arm.pop("taskset_options", None)  # already applied to the loaded taskset
-    if train.get("rows") is not None:
+    elif train.get("rows") is not None:  # the rewards to train on are in the rows: permute them
         rows = _rows(train["rows"], "rows")
         rewards = [r.get("reward", 1.0) for r in rows]
         random.Random(seed).shuffle(rewards)
         arm["rows"] = [{**r, "reward": w} for r, w in zip(rows, rewards)]
+    else:  # rollouts graded by the taskset: draw their rewards at random
+        arm["taskset"] = RandomRewardTaskset(taskset, seed)
+        arm.pop("taskset_options", None)  # already applied to the loaded taskset
     return arm
 
 
 def _taskset(train: Mapping[str, Any]) -> Any:
-    """The taskset the real arm trains on, loaded; refused when the run would hold no held-out evaluation."""
+    """The taskset the real arm samples from, loaded (None for a run on rows); refused when the run would hold
+    no held-out evaluation to compare the arms on."""
     from whileai.loop import config as config_io
 
     given = train.get("taskset", "")
@@ -205,9 +208,12 @@ def _taskset(train: Mapping[str, Any]) -> Any:
         fields["taskset"] = None
     base = config_io.as_dict(train["config"]) if train.get("config") is not None else {}
     resolved = config_io.build(train.get("config_file"), **{**base, **fields})
-    if resolved.taskset is None or resolved.eval_tasks == 0:
+    if (resolved.taskset is None and getattr(resolved, "eval_taskset", None) is None) or resolved.eval_tasks == 0:
         raise ConfigError("controls compare the arms on held-out pass@1, and this run has no held-out evaluation: "
-                          "give a taskset with a test split (--taskset; rows alone have none) and eval_tasks > 0")
+                          "give a taskset with a test split (--taskset, or --eval-taskset with --rows) and "
+                          "eval_tasks > 0")
+    if train.get("rows") is not None or resolved.taskset is None:
+        return None
     if given is not None and not isinstance(given, str):
         return given
     from whileai.envs import load_taskset

@@ -1,5 +1,6 @@
 """Held-out evaluation: pass@1 on the taskset's test split with the library's interval, and the paired
-before/after comparison from ``compare``."""
+before/after comparison from ``compare``. An episode's reward is graded like a completion's (a multi-turn
+taskset's episodes are played by ``rollouts``, so pass@1 is on whole episodes)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ PASS = 1.0  # a pass is reward >= 1.0 (the taskset contract)
 
 def held_out(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], samples: int,
              sampling: Sampling, seed: int) -> dict[str, Any]:
-    """``samples`` completions per held-out task at the method's temperature; pass@1 with its 95% interval."""
+    """``samples`` episodes (completions) per held-out task at the method's temperature; pass@1 with its 95% interval."""
     import whileai as wai
 
     rows = rollouts(engine, taskset, tasks, prompts, [samples] * len(tasks), sampling, seed + EVAL_SEED, -1)

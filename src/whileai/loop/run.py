@@ -107,11 +107,11 @@ def check(config: TrainConfig, method: Any, taskset: Any = None) -> list[str]:
                         f"correct (its off_policy_steps); lower --lag or raise the knob (--set off_policy_steps=N)")
     if spec.source == "rollouts":
         problems += _rollout_problems(config, method, spec) + _reference_problems(config, method, spec)
-        problems += teacher_io.check(spec, method.name, config.teacher, taskset)
         prompts = config.rollouts_per_step // spec.rollouts_per_prompt
         if taskset is not None and config.rows is None and prompts > len(taskset.split("train")):
             problems.append(f"a step needs {prompts} distinct training prompts but taskset {config.taskset!r} has "
                             f"{len(taskset.split('train'))} in its train split: lower rollouts_per_step or add tasks")
+    problems += teacher_io.check(spec, method.name, config.teacher, taskset, no_tasks=config.taskset is None)
     if spec.critic is not None and config.steps <= spec.critic.warmup:
         problems.append(f"steps = {config.steps} leaves no policy step after the critic's {spec.critic.warmup} "
                         f"warm-up steps: raise --steps above {spec.critic.warmup} or lower the warm-up "
@@ -260,7 +260,9 @@ def _resume(run_dir_text: str, **changes: Any) -> Run:
     if not (run_dir / "checkpoint" / "LATEST").is_file():
         raise ConfigError(f"--resume {run_dir_text!r}: the run has no checkpoint yet (it stopped before its first "
                           "save), so there is nothing to resume; start it again in a new --run-dir")
-    config = config_io.build(str(run_dir / "config.toml"), **changes)
+    # TOML has no null: a run saved without a taskset (rows only) must not get the default one back
+    unset = {} if "taskset" in config_io.load_toml(str(run_dir / "config.toml")) else {"taskset": None}
+    config = config_io.build(str(run_dir / "config.toml"), **changes, **unset)
     if PYTHON_TASKSET in (config.taskset,):
         raise ConfigError(f"--resume {run_dir_text!r}: the run's taskset was a Python object, which a config file "
                           "cannot hold; resume it from Python with the same taskset (not supported yet)")
@@ -421,6 +423,8 @@ class _Trainer:
             log.write(f"{self.method!r}\nrun spec: {self.method.run_spec().describe()}"
                       + (f"\nsampling: temperature {sampling.temperature:g}, max_tokens {sampling.max_tokens}, lag "
                          f"{self.lag}" if sampling is not None else "") + f"\nrun dir: {self.run_dir}")
+            if self.config.teacher is not None:
+                log.write(f"teacher: {self.config.teacher} (loaded once, frozen)")
             if self.method.run_spec().critic is not None:
                 log.write(f"critic learning rate {self._critic_rate():g} (" + ("--critic-learning-rate"
                           if self.config.critic_learning_rate else "the method's") + ")")
@@ -630,6 +634,8 @@ class _Trainer:
             first, last = records[: max(1, len(records) // 5)], records[-max(1, len(records) // 5):]
             rows_method = self.method.run_spec().source == "rows"
             keys = ("method/mean_loss", "loss") if rows_method else ("reward", "loss", "admitted_share", "drift")
+            if self.rows is not None and not rows_method:  # a log's rewards (and c's sum) say nothing of the model
+                keys = ("admitted_share", "drift")
             for key in keys:
                 if key in records[0] and not (key == "loss" and "method/mean_loss" in records[0] and rows_method):
                     summary[f"{key}_first_fifth"] = _mean(first, key)

@@ -248,9 +248,11 @@ def _critic_backward(trainer: Any, rows: Sequence[Mapping[str, Any]], targets: S
 
 
 def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Reward, pass rate, admitted share, ratio and drift of one step, as flat numbers."""
+    """Rows trained on (more than rollouts_per_step when a method samples more rounds), reward, pass rate,
+    admitted share, ratio and drift of one step, as flat numbers."""
     rewards = np.asarray([float(r["reward"]) for r in rows])
-    stats = {"reward": float(rewards.mean()), "pass_rate": float(np.mean(rewards >= 1.0)),
+    stats = {"rollouts": float(len(rows)), "reward": float(rewards.mean()),
+             "pass_rate": float(np.mean(rewards >= 1.0)),
              "admitted_share": float(np.mean(update.admitted)) if len(update.admitted) else 0.0}
     for key, value in update.stats.items():
         if isinstance(value, (int, float)) and np.isfinite(value):

@@ -26,14 +26,19 @@ PRIVILEGED: dict[str, str] = {
 }
 
 
-def check(spec: Any, method_name: str, teacher: str | None, taskset: Any) -> list[str]:
-    """Problems with the run's teacher, found before any model loads (each with a fix)."""
+def check(spec: Any, method_name: str, teacher: str | None, taskset: Any, no_tasks: bool = False) -> list[str]:
+    """Problems with the run's teacher, found before any model loads (each with a fix). ``no_tasks``: the run
+    has no taskset (it trains from a rows file), so no task can give privileged text."""
     if spec is None or spec.teacher is None:
         return [f"teacher = {teacher!r}: method {method_name!r} distills from no teacher (its run spec names "
                 "none); drop --teacher"] if teacher is not None else []
     if spec.teacher.weights != "model":
         problems = [f"teacher = {teacher!r}: method {method_name!r}'s teacher is the student's own weights (anchor "
                     f"{spec.teacher.weights!r}); drop --teacher"] if teacher is not None else []
+        if no_tasks and spec.teacher.privileged not in (None, "feedback"):
+            problems.append(f"privileged = {spec.teacher.privileged!r} takes its text from the taskset's tasks, and "
+                            "this run trains from rows without one: use --set privileged=feedback (the row's own "
+                            "grade), or train on a taskset")
         return problems + _privileged_problems(spec.teacher.privileged, taskset)
     if teacher is None:
         return [f"method {method_name!r} distills from a teacher model: give --teacher builtin:NAME or the directory "
@@ -73,20 +78,21 @@ def _privileged_problems(kind: str | None, taskset: Any) -> list[str]:
             "(--set privileged=feedback needs nothing from the taskset)"]
 
 
-def privileged_text(kind: str, task: Any, row: Mapping[str, Any]) -> str:
-    """The text a privileged teacher sees for ``row`` (a rollout of ``task``)."""
+def privileged_text(kind: str, task: Any, row: Mapping[str, Any], completion: str = "") -> str:
+    """The text a privileged teacher sees for ``row`` (a rollout of ``task``, whose text is ``completion``)."""
+    if kind == "feedback":  # SDPO: the environment's feedback on this very attempt, or its grade
+        text = row.get("feedback") or f"it scored {float(row['reward']):g} (a pass is 1)"
+        return PRIVILEGED[kind].format(text=text, completion=completion)
     if kind == "reference":
         text = task.answer
     elif kind == "demonstration":  # a passing solution; the built-ins' answer is one
         text = task.info.get("demonstration", task.answer)
-    elif kind == "hint":
+    else:
         text = task.info.get("hint")
-    else:  # SDPO: the environment's feedback on this very attempt, or its grade
-        text = row.get("feedback") or f"it scored {float(row['reward']):g} (a pass is 1)"
     if text is None:
         raise ConfigError(f"privileged = {kind!r}: task_id={task.task_id!r} has no text to show the teacher; "
                           "add it to the taskset, or pick another privileged=")
-    return PRIVILEGED[kind].format(text=text, completion=row.get("completion", ""))
+    return PRIVILEGED[kind].format(text=text)
 
 
 def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
@@ -103,6 +109,13 @@ def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
     return render_prompt(tokenizer, dataclasses.replace(task, prompt=prompt))
 
 
+def _before_tokens(tokenizer: Any, prompt_tokens: Sequence[int], text: str) -> list[int]:
+    """A row's own prompt tokens with ``text`` before them (after BOS): rows with no task (from a file)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    head = [int(bos)] if bos is not None and prompt_tokens and prompt_tokens[0] == bos else []
+    return head + tokenizer.encode(text + "\n", add_special_tokens=False) + list(prompt_tokens)[len(head):]
+
+
 class RunTeacher:
     """The teacher of one run: fills the teacher fields of rows, follows the student (EMA), checkpoints."""
 
@@ -112,13 +125,17 @@ class RunTeacher:
 
     def context(self, row: Mapping[str, Any]) -> list[int]:
         """The teacher's prompt for ``row``: the student's, or the task's with the privileged text."""
-        if self.spec.privileged is None:
+        kind = self.spec.privileged
+        if kind is None:
             return list(row["prompt_tokens"])
         task = self.tasks.get(str(row.get("task_id")))
+        completion = row.get("completion") or self.tokenizer.decode(list(row["tokens"]), skip_special_tokens=True)
+        if task is None and kind == "feedback":  # a row from a file: its own prompt, the text before it
+            return _before_tokens(self.tokenizer, row["prompt_tokens"], privileged_text(kind, None, row, completion))
         if task is None:
-            raise ConfigError(f"privileged = {self.spec.privileged!r}: row of task_id={row.get('task_id')!r} is "
-                              "not a task of the taskset's train split, so there is no privileged text for it")
-        return teacher_prompt(self.tokenizer, task, privileged_text(self.spec.privileged, task, row))
+            raise ConfigError(f"privileged = {kind!r}: row of task_id={row.get('task_id')!r} is not a task of the "
+                              "taskset's train split, so there is no privileged text for it")
+        return teacher_prompt(self.tokenizer, task, privileged_text(kind, task, row, completion))
 
     def fill(self, rows: list[dict[str, Any]], sampling_params: Any) -> None:
         """Set ``teacher_logprobs`` (and the top-k fields) on every row that lacks them."""

@@ -30,11 +30,11 @@ from whileai.rows.io import check_label, check_reward, check_truncated
 FORMATS = {"whileai": "the library's rows (token ids)", "openai": "an OpenAI-compatible server's log (vLLM)",
            "text": "text rows (prompt and completion as text), tokenized with the model's tokenizer"}
 # Fields each format reads at the top of a line; any other key is reported once in the run's log.
-READ = {"whileai": ("prompt_tokens", "tokens", "behavior_logprobs", "logprobs", "action_mask", "reward", "task_id",
-                    "truncated", "model", "pair", "chosen"),
-        "openai": ("request", "response", "reward", "task_id", "action_mask", "prompt_token_ids"),
-        "text": ("prompt", "completion", "behavior_logprobs", "token_logprobs", "logprobs", "action_mask", "reward",
-                 "task_id", "truncated", "model", "pair", "chosen")}
+PER_TOKEN = ("ref_logprobs", "teacher_logprobs", "values")  # given on a line, they reach the method as they are
+COMMON = ("action_mask", "reward", "task_id", "truncated", "model", "pair", "chosen", *PER_TOKEN)
+READ = {"whileai": ("prompt_tokens", "tokens", "behavior_logprobs", "logprobs", *COMMON),
+        "openai": ("request", "response", "prompt_token_ids", *COMMON),
+        "text": ("prompt", "completion", "behavior_logprobs", "token_logprobs", "logprobs", *COMMON)}
 LABELS = ("task_id", "model", "pair")
 TOKEN_ID = "token_id:"  # vLLM's --return-tokens-as-token-ids form of a token
 
@@ -45,17 +45,19 @@ class Vocab:
 
     tokenizer: Any
     size: int
+    context: int = 2**31
+    """the model's context (max_position_embeddings): a trace must fit in it"""
 
 
 def detect(row: Mapping[str, Any]) -> str | None:
     """The format a parsed line is written in, or None when it is none of the three."""
     if "response" in row or "choices" in row:
         return "openai"
-    if "tokens" in row or "prompt_tokens" in row:
+    if "prompt_tokens" in row:
         return "whileai"
     if "completion" in row or "prompt" in row:
         return "text"
-    return None
+    return "whileai" if "tokens" in row else None
 
 
 def read_line(fmt: str, where: str, row: Mapping[str, Any], vocab: Vocab) -> list[dict[str, Any]]:
@@ -63,7 +65,7 @@ def read_line(fmt: str, where: str, row: Mapping[str, Any], vocab: Vocab) -> lis
     traces = _openai(where, row, vocab) if fmt == "openai" else [_text(where, row, vocab) if fmt == "text"
                                                                   else _library(where, row, vocab)]
     for trace in traces:
-        _common(where, row, trace)
+        _common(where, row, trace, vocab)
     return traces
 
 
@@ -204,7 +206,7 @@ def _openai_prompt(where: str, row: Mapping[str, Any], request: Mapping[str, Any
 
 
 # ----------------------------------------------------------------------------- per-field checks
-def _common(where: str, row: Mapping[str, Any], trace: dict[str, Any]) -> None:
+def _common(where: str, row: Mapping[str, Any], trace: dict[str, Any], vocab: Vocab) -> None:
     """The fields every format reads from the top of the line."""
     if "reward" in row:
         trace["reward"] = check_reward(where, row["reward"])
@@ -220,17 +222,29 @@ def _common(where: str, row: Mapping[str, Any], trace: dict[str, Any]) -> None:
         trace["chosen"] = row["chosen"]
     if "action_mask" in row:
         trace["action_mask"] = action_mask(where, row["action_mask"], len(trace["tokens"]))
+    if not trace["prompt_tokens"]:
+        raise BatchError(f"{where}: the prompt has no tokens, so the first generated token has no context to be "
+                         "scored in. Fix: log the prompt's token ids (they begin with BOS where the model uses one).")
+    positions = len(trace["prompt_tokens"]) + len(trace["tokens"]) - 1  # the last token is only predicted
+    if positions > vocab.context:
+        raise BatchError(f"{where}: {len(trace['prompt_tokens'])} prompt + {len(trace['tokens'])} completion tokens "
+                         f"need {positions} positions, past the model's context of {vocab.context}. Fix: leave out "
+                         "traces longer than the context, or train a model with a longer one.")
+    for name in PER_TOKEN:
+        if name in row:
+            trace[name] = logprobs(where, name, row[name], len(trace["tokens"]), upper=math.inf if name == "values"
+                                   else 0.0)
 
 
 def token_ids(where: str, name: str, value: Any, size: int, empty_ok: bool = False) -> list[int]:
     """A list of token ids, each in [0, size)."""
-    if not isinstance(value, list) or any(type(v) is not int for v in value):
+    if not isinstance(value, list) or not set(map(type, value)) <= {int}:
         raise BatchError(f"{where}: field {name!r} must be a list of integer token ids; got {_short(value)}. Fix: "
                          "log the ids the tokenizer produced (integers), not text.")
     if not value and not empty_ok:
         raise BatchError(f"{where}: field {name!r} is empty; a trace needs at least one generated token. Fix: "
                          "leave out exchanges whose reply was empty.")
-    bad = [v for v in value if not 0 <= v < size]
+    bad = [v for v in value if not 0 <= v < size] if value and (min(value) < 0 or max(value) >= size) else []
     if bad:
         raise BatchError(f"{where}: field {name!r} holds token id {bad[0]}, outside this model's vocabulary of "
                          f"{size} ids (0..{size - 1}). Fix: train the model that wrote the traces (or one with its "
@@ -238,18 +252,20 @@ def token_ids(where: str, name: str, value: Any, size: int, empty_ok: bool = Fal
     return list(value)
 
 
-def logprobs(where: str, name: str, value: Any, n: int) -> list[float]:
-    """One finite log-probability <= 0 per token."""
+def logprobs(where: str, name: str, value: Any, n: int, upper: float = 0.0) -> list[float]:
+    """One finite log-probability <= 0 per token (``upper=math.inf``: any finite number, e.g. values)."""
     if not isinstance(value, list) or len(value) != n:
         count = len(value) if isinstance(value, list) else _short(value)
         raise BatchError(f"{where}: field {name!r} has {count} entries for {n} tokens. Fix: log one sampler "
                          "log-probability per generated token.")
+    if set(map(type, value)) <= {float, int} and math.isfinite(sum(value)) and max(value) <= upper:
+        return value if set(map(type, value)) <= {float} else [float(v) for v in value]  # the usual case, fast
     for j, v in enumerate(value):
         if type(v) not in (int, float) or not math.isfinite(v):
-            raise BatchError(f"{where}: field {name!r} entry {j} is {v!r}; it must be a finite number. Fix: log "
-                             "the sampler's log-probability of every token (a NaN or null means it was not "
-                             "recorded: leave such traces out).")
-        if v > 0:
+            raise BatchError(f"{where}: field {name!r} entry {j} is {v!r}; it must be a finite number. Fix: give "
+                             "a number for every token (a NaN or null means it was not recorded: leave such traces "
+                             "out, or log it).")
+        if v > upper:
             raise BatchError(f"{where}: field {name!r} entry {j} is {v!r}, above 0, which no log-probability can "
                              "be. Fix: log log-probabilities (natural log, <= 0), not probabilities or logits (vLLM: "
                              "--logprobs-mode processed_logprobs or raw_logprobs).")

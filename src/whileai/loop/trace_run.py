@@ -19,6 +19,7 @@ import numpy as np
 from whileai.errors import WhileaiError
 from whileai.loop.step import BOOKKEEPING, fill, score, step_stats
 from whileai.loop.traces import RowsFile
+from whileai.rows.io import plural
 
 HELDOUT_FILE = "heldout_traces.json"
 NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed and no --eval-taskset was given, "
@@ -56,9 +57,9 @@ def step_record(update: Any, lines: Sequence[int]) -> dict[str, Any]:
     """What a step adds to metrics.jsonl from a file: the lines the method dropped, and its notes (why)."""
     admitted = np.asarray(update.admitted, dtype=bool)
     dropped = [int(line) for line, kept in zip(lines, admitted) if not kept]
-    record: dict[str, Any] = {"traces/dropped": len(dropped), "traces/dropped_lines": dropped,
-                              "traces/notes": list(update.notes)}
-    return record
+    # the notes name trajectories by their index in the batch: traces/lines[i] is trajectory i's file line
+    return {"traces/dropped": len(dropped), "traces/dropped_lines": dropped, "traces/notes": list(update.notes),
+            "traces/lines": [int(line) for line in lines]}
 
 
 def dropped_note(record: Mapping[str, Any]) -> str | None:
@@ -100,6 +101,13 @@ def announce(source: RowsFile, method: Any, config: Any, run_dir: Path, write: C
     if method.run_spec().source != "rollouts":
         return
     write("lag: does not apply (no sampler); the log's staleness is measured per batch as drift")
+    temperature = method.run_spec().temperature
+    other = {t: n for t, n in source.temperatures.items() if t != temperature}
+    if other:
+        shown = ", ".join(f"{t:g} ({plural(n, 'line')})" for t, n in sorted(other.items()))
+        write(f"note: the log's requests were sampled at temperature {shown}, and the policy is scored at the "
+              f"method's {temperature:g}: unless the server logged raw log-probabilities (vLLM's default, before "
+              "temperature), set the method's temperature to the server's (--set temperature=T)")
     if config.eval_taskset is None:
         write(NO_EVAL)
         write(source.hold_out(config.seed))

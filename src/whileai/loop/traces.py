@@ -22,22 +22,23 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
-from whileai.loop.trace_formats import FORMATS, READ, Vocab, detect, read_line
+from whileai.loop.trace_formats import FORMATS, PER_TOKEN, READ, Vocab, detect, read_line
 from whileai.rows.io import MAX_LISTED, GradedRows, Problems, plural
 
 HELDOUT_SHARE = 0.05  # traces held out (whole tasks, never trained on) when there is no --eval-taskset
 HELDOUT_MAX = 256  # at most this many: each evaluation scores them all under the policy
 TRACE_FIELDS = ("prompt_tokens", "tokens", "behavior_logprobs", "action_mask", "reward", "task_id", "truncated",
-                "model", "pair", "chosen")  # what a trace hands the loop
+                "model", "pair", "chosen", *PER_TOKEN)  # what a trace hands the loop
 
 
 def load_vocab(model: str) -> Vocab:
     """The tokenizer and vocabulary size of ``model`` without loading its weights (a built-in, or a directory)."""
     if model.startswith("builtin:"):
-        from whileai.engine.models import byte_tokenizer
+        from whileai.engine.models import BUILTINS, byte_tokenizer
 
         tokenizer = byte_tokenizer()
-        return Vocab(tokenizer, len(tokenizer))
+        size = BUILTINS.get(model.split(":", 1)[1], {})  # an unknown name is the engine's to refuse
+        return Vocab(tokenizer, len(tokenizer), size.get("max_position_embeddings", 2**31))
     from transformers import AutoConfig, AutoTokenizer
 
     try:
@@ -47,7 +48,8 @@ def load_vocab(model: str) -> Vocab:
         raise ConfigError(f"model = {model!r}: could not load its tokenizer to read the rows ({err}). Fix: give a "
                           "local model directory (config.json and tokenizer files) or a built-in model.") from None
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return Vocab(tokenizer, int(getattr(text, "vocab_size", None) or len(tokenizer)))
+    return Vocab(tokenizer, int(getattr(text, "vocab_size", None) or len(tokenizer)),
+                 int(getattr(text, "max_position_embeddings", None) or 2**31))
 
 
 @dataclass
@@ -88,6 +90,7 @@ class RowsFile:
 
     def __init__(self, path: Path, label: str, fmt: str, vocab: Vocab, columns: _Columns, notes: list[str]) -> None:
         self.path, self.label, self.fmt, self.vocab, self.notes = path, label, fmt, vocab, notes
+        self.temperatures: dict[float, int] = {}  # request temperature -> lines (a server log that says it)
         self.offset_T = np.frombuffer(columns.offset, dtype=np.int64)
         self.line_T = np.frombuffer(columns.line, dtype=np.int32)
         self.choice_T = np.frombuffer(columns.choice, dtype=np.int16)
@@ -101,7 +104,8 @@ class RowsFile:
         self.models = tuple(columns.labels["model"])
         self.heldout_T = np.zeros(len(self.offset_T), bool)
         self.stamp = _stamp(path)
-        self._epochs: dict[tuple[int, int, bool], list[np.ndarray]] = {}
+        self._counts: dict[tuple[int, int, int, bool], int] = {}
+        self._last: tuple[Any, list[np.ndarray]] = (None, [])
 
     @property
     def n(self) -> int:
@@ -167,7 +171,7 @@ class RowsFile:
             held.append(int(task))
             total += int(counts[task])
         self.heldout_T = np.isin(self.task_T, held)
-        self._epochs.clear()
+        self._counts, self._last = {}, (None, [])
         return (f"held out {plural(total, 'trace')} of {plural(len(held), 'task')} ({total / self.n:.1%}), never "
                 "trained on: their surrogate and drift are measured before and after")
 
@@ -181,19 +185,25 @@ class RowsFile:
         if not np.any(~self.heldout_T):
             raise BatchError(f"{self.label}: no rows to train on")
         epoch, index = 0, step
-        while index >= len(self._epoch(epoch, size, seed, grouped)):
-            index -= len(self._epoch(epoch, size, seed, grouped))
+        while index >= self._count(epoch, size, seed, grouped):
+            index -= self._count(epoch, size, seed, grouped)
             epoch += 1
         picked = self._epoch(epoch, size, seed, grouped)[index]
         return self.read(picked.tolist()), [int(self.line_T[i]) for i in picked]
 
+    def _count(self, epoch: int, size: int, seed: int, grouped: bool) -> int:
+        """Batches in pass ``epoch`` (kept for every pass seen: one integer each)."""
+        key = (epoch, size, seed, grouped)
+        if key not in self._counts:
+            self._counts[key] = len(self._epoch(epoch, size, seed, grouped))
+        return self._counts[key]
+
     def _epoch(self, epoch: int, size: int, seed: int, grouped: bool) -> list[np.ndarray]:
-        key = (epoch, size, grouped)
-        if key not in self._epochs:
-            if len(self._epochs) > 4:
-                self._epochs.clear()
-            self._epochs[key] = _cut(self._units(grouped), size, np.random.default_rng([seed, epoch]))
-        return self._epochs[key]
+        """The batches of pass ``epoch``; only the latest pass's are kept."""
+        key = (epoch, size, seed, grouped)
+        if self._last[0] != key:
+            self._last = (key, _cut(self._units(grouped), size, np.random.default_rng([seed, epoch])))
+        return self._last[1]
 
     def _units(self, grouped: bool) -> tuple[np.ndarray, np.ndarray]:
         """The training traces sorted by unit (a group, or each trace alone) and where each unit starts."""
@@ -254,6 +264,7 @@ def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> Row
     fmt: str | None = None
     first = 0
     unread: dict[str, int] = {}
+    temperatures: dict[float, int] = {}  # a server log's request temperatures: the policy must be scored at them
     for offset, line, row in _lines(path, label, problems):
         at = where(path, label, line)
         try:
@@ -271,6 +282,9 @@ def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> Row
             continue
         for key in set(row).difference(READ[kind]):
             unread[key] = unread.get(key, 0) + 1
+        request = row.get("request")
+        if kind == "openai" and isinstance(request, Mapping) and isinstance(request.get("temperature"), (int, float)):
+            temperatures[float(request["temperature"])] = temperatures.get(float(request["temperature"]), 0) + 1
         for k, one in enumerate(traces):
             if trace and ("reward" not in one or "behavior_logprobs" not in one):
                 problems.add(BatchError(lacking(at, kind, "reward" not in one)))
@@ -279,7 +293,9 @@ def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> Row
         problems.add(BatchError(f"{label}: holds no rows. Fix: give a JSONL file with one trace a line."))
     problems.raise_if_any()
     assert fmt is not None  # the lines above raised otherwise
-    return RowsFile(path, label, fmt, vocab, columns, _notes(columns, unread))
+    source = RowsFile(path, label, fmt, vocab, columns, _notes(columns, unread))
+    source.temperatures = temperatures
+    return source
 
 
 def _lines(path: Path, label: str, problems: Problems) -> Iterator[tuple[int, int, dict[str, Any]]]:

@@ -216,7 +216,8 @@ class BPCO(Method):
 
     def _check_values(self, batch: Batch, values_N: np.ndarray) -> None:
         low, high = self.reward_range
-        outside = np.flatnonzero((values_N < low) | (values_N > high))
+        # action tokens only: the value at an environment token is never read (GAE bootstraps past it)
+        outside = np.flatnonzero(((values_N < low) | (values_N > high)) & batch.action_mask_N)
         if outside.size:
             token = int(outside[0])
             raise BatchError(

@@ -179,7 +179,7 @@ def create_app(config: ServeConfig, provider: Provider | None = None) -> FastAPI
     return app
 
 
-def _routes(app: FastAPI, service: Service) -> None:  # noqa: C901 - one nested function per route
+def _routes(app: FastAPI, service: Service) -> None:
     runner, store = service.runner, service.store
 
     @app.get("/healthz")

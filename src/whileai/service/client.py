@@ -33,6 +33,7 @@ RETRY_STATUSES = (429, 502, 503, 504)
 # rejected before taking a turn: the sequence number was not used and the next operation reuses it
 NOT_SEQUENCED = (401, 404, 413, 422)
 POLL_WAIT_S = 20.0
+RESENDS = 4  # times an operation is sent again when the server no longer knows its request id
 
 
 class ServiceError(WhileaiError):
@@ -79,19 +80,22 @@ def require_advertised_loss(capabilities: Mapping[str, Any], name: str,
     return dict(losses[name])
 
 
-def _plain(value: Any) -> Any:
-    """Dataclasses (AdamParams, SamplingParams), numpy arrays and tensors as JSON-ready values."""
+def _to_json(value: Any) -> Any:
+    """``json.dumps``'s fallback: dataclasses (AdamParams, SamplingParams), numpy arrays and scalars, tensors."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return dict(value)
     if hasattr(value, "detach"):
         value = value.detach().cpu().numpy()
-    if hasattr(value, "tolist"):
+    if hasattr(value, "tolist"):  # numpy arrays and scalars
         return value.tolist()
-    return value
+    raise TypeError(f"cannot send a value of type {type(value).__name__} as JSON: use lists, numbers, "
+                    "strings and dicts")
+
+
+def dumps(body: Any) -> bytes:
+    return json.dumps(body, default=_to_json).encode()
 
 
 def load_tokenizer(base_model: str) -> Any:
@@ -165,7 +169,7 @@ class _Http:
         raise AssertionError("unreachable")
 
     def json(self, method: str, path: str, body: Any = None) -> Any:
-        content = None if body is None else json.dumps(body).encode()
+        content = None if body is None else dumps(body)
         response = self.send(method, path, content)
         if response.status_code >= 400:
             raise _error(response)
@@ -228,7 +232,7 @@ class Session:
                    kind: str = "policy", **options: Any) -> RunClient:
         """A new run with the model loaded (warm). ``kind="critic"`` adds a value head; ``options``:
         ``critic_learning_rate``, ``reward_range``, ``reference`` (see ``schemas.CreateRun``)."""
-        body = {"base_model": base_model, "lora_rank": lora_rank, "seed": seed, "kind": kind, **_plain(options)}
+        body = {"base_model": base_model, "lora_rank": lora_rank, "seed": seed, "kind": kind, **options}
         info = self.client._http.json("POST", f"/v1/training/sessions/{self.id}/runs", body)
         return RunClient(self.client, info)
 
@@ -288,7 +292,7 @@ class RunClient:
         with self._lock:
             seq = self.next_seq if seq_id is None else seq_id
             self.next_seq = max(self.next_seq, seq + 1)
-        content = json.dumps({"seq_id": seq, **_plain(dict(body or {}))}).encode()
+        content = dumps({"seq_id": seq, **dict(body or {})})
         try:
             answer = self._answer(op, content)
         except ServiceError as err:
@@ -304,16 +308,16 @@ class RunClient:
     def _answer(self, op: str, content: bytes) -> dict[str, Any]:
         http = self.client._http
         path = f"/v1/training/runs/{self.id}/{op}"
-        while True:
+        for _ in range(RESENDS):
             response = http.send("POST", path, content)
             while response.status_code == 202:  # still running: poll (the server long-polls for us)
                 request_id = response.json()["request_id"]
                 response = http.send("GET", f"/v1/training/requests/{request_id}", params={"wait": POLL_WAIT_S})
-            if response.status_code == 404 and response.json().get("error", {}).get("type") == "UnknownRequest":
-                continue  # the server restarted and forgot the request: send it again, same number
-            if response.status_code >= 400:
-                raise _error(response)
-            return dict(response.json())
+            if response.status_code != 404 or response.json().get("error", {}).get("type") != "UnknownRequest":
+                break  # else the server restarted and forgot the request: send it again, same number
+        if response.status_code >= 400:
+            raise _error(response)
+        return dict(response.json())
 
     # ------------------------------------------------------------------ the engine's operations
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,

@@ -7,7 +7,6 @@ three things: ``capabilities()``, ``open_run()`` and, per run, ``execute(op, bod
 
 from __future__ import annotations
 
-import shutil
 import tarfile
 import tempfile
 import uuid
@@ -181,7 +180,3 @@ class LocalRun:
     def op_noop(self, body: schemas.Op) -> Outcome:
         return self._done({})
 
-
-def remove_run_files(data_dir: Path, run_id: str) -> None:
-    """Delete a run's saved states and exports (``wai serve`` never does this on its own)."""
-    shutil.rmtree(data_dir / "runs" / run_id, ignore_errors=True)
