@@ -45,6 +45,18 @@ def test_random_reward_keeps_held_out_grading_and_draws_training_rewards_from_ea
     assert wrapped.max_tokens == tasks.max_tokens and wrapped.split("train") == train
 
 
+def test_on_rows_the_random_reward_control_permutes_the_rows_rewards_and_nothing_else():
+    from whileai.loop.controls import _control_arm
+
+    rows = [{"task_id": f"t{i}", "prompt": "ab", "completion": "x" * i, "reward": float(i)} for i in range(20)]
+    arm = _control_arm("random-reward", {"rows": rows, "method": "sft"}, None, None, seed=2)
+    shuffled = arm["rows"]
+    assert sorted(r["reward"] for r in shuffled) == [r["reward"] for r in rows]  # the same rewards
+    assert [{**r, "reward": 0} for r in shuffled] == [{**r, "reward": 0} for r in rows]  # the same rows
+    assert sum(a["reward"] != b["reward"] for a, b in zip(shuffled, rows)) >= 15  # moved
+    assert arm["method"] == "sft" and rows[3]["reward"] == 3.0  # the input is not touched
+
+
 # ----------------------------------------------------------------------------- bad requests
 @pytest.mark.parametrize(("controls", "kwargs", "says"), [
     (["random-rewards"], {}, "give a list of one or more of 'random-reward', 'random-selection'"),
