@@ -88,3 +88,57 @@ def test_the_cli_prints_one_error_and_exits_2(capsys, tmp_path: Path):
     assert code == 2 and "ConfigError" in err and "generations" in err and "Traceback" not in err
     assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
     assert "no config.toml there" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- settings left empty
+def test_the_learning_rate_rule_is_one_function_that_both_loops_read():
+    """The method's declared rate first; a built-in model: the taskset's recommendation, else 1e-2 (random init);
+    a loaded model: 2e-4 under LoRA, 1e-5 for full fine-tuning. The algorithms' loop reads the same function."""
+    from whileai.algorithms.loops import LoopSettings
+    from whileai.loop.config import default_learning_rate
+
+    cases = [  # (model, lora_rank, declared, recommended) -> rate
+        (("builtin:tiny", 0, None, None), 1e-2), (("builtin:tiny", 4, None, None), 1e-2),
+        (("builtin:tiny", 0, None, 1e-3), 1e-3), (("builtin:tiny", 0, 5e-5, 1e-3), 5e-5),
+        (("./my-model", 8, None, None), 2e-4), (("./my-model", 0, None, None), 1e-5),
+        (("./my-model", 0, None, 1e-3), 1e-5),  # a taskset's recommendation is for a random-init model only
+        (("./my-model", 8, 3e-6, None), 3e-6),
+    ]
+    for (model, rank, declared, recommended), want in cases:
+        assert default_learning_rate(model, rank, declared, recommended) == want, (model, rank, declared, recommended)
+        if recommended is None:
+            assert LoopSettings().rate(model, rank, declared) == want
+    assert LoopSettings(learning_rate=0.5).rate("builtin:tiny", 0, 1e-3) == 0.5
+
+
+def test_a_tasksets_recommendation_fills_only_the_fields_left_empty():
+    """builtin:lookup on a built-in model gets its measured settings; each value the user gives wins alone; a
+    loaded model, or a run on rows, gets the loop's rules; builtin:case keeps the embedded default run's."""
+    from whileai.envs import load_taskset
+    from whileai.loop.config import resolve
+
+    lookup, case = load_taskset("builtin:lookup"), load_taskset("builtin:case")
+    got = resolve(build(taskset="builtin:lookup", lag=2), lookup)
+    assert (got.steps, got.warm_start_steps, got.warm_start_learning_rate, got.learning_rate, got.lag) == \
+        (60, 200, 3e-3, 1e-3, 2)
+    for name, value in (("steps", 7), ("warm_start_steps", 3), ("warm_start_learning_rate", 0.5),
+                        ("learning_rate", 0.25)):
+        mine = resolve(build(taskset="builtin:lookup", **{name: value}), lookup)
+        assert getattr(mine, name) == value and {k: v for k, v in vars(mine).items() if k != name} == \
+            {k: v for k, v in vars(resolve(build(taskset="builtin:lookup"), lookup)).items() if k != name}
+    loaded = resolve(build(taskset="builtin:lookup", model="./my-model"), lookup)
+    assert (loaded.steps, loaded.warm_start_steps, loaded.warm_start_learning_rate, loaded.learning_rate) == \
+        (40, 0, 1e-2, 1e-5)
+    on_rows = resolve(build(rows="traces.jsonl", taskset=None, eval_taskset="builtin:lookup"), lookup)
+    assert (on_rows.steps, on_rows.warm_start_steps, on_rows.learning_rate) == (40, 0, 1e-2)
+    default = resolve(build(), case)
+    assert (default.steps, default.warm_start_steps, default.warm_start_learning_rate, default.learning_rate) == \
+        (40, 14, 1e-2, 1e-2)
+    assert resolve(build(method="grpo"), case, declared_learning_rate=3e-4).learning_rate == 3e-4
+
+
+def test_a_bad_recommendation_is_refused_naming_the_field():
+    from whileai.envs import Recommended
+
+    with pytest.raises(wai.ConfigError, match=r"warm_start_steps=-1 must be an integer >= 0; learning_rate=0 must be"):
+        Recommended(warm_start_steps=-1, learning_rate=0)

@@ -214,9 +214,36 @@ def test_the_kl_to_the_reference_is_0_at_the_first_step_and_positive_after(tmp_p
     assert kl[-1] > 1e-5, kl
 
 
-def test_a_reference_with_a_warm_start_is_refused(tmp_path: Path):
-    with pytest.raises(wai.ConfigError, match="needs the reference policy, which is the model as loaded"):
-        wai.train(method=wai.GRPO(generations=4, beta=0.04), run_dir=str(tmp_path / "r"))
+def test_a_reference_under_lora_with_a_warm_start_is_refused(tmp_path: Path):
+    """Under LoRA the reference is the adapter-free base: a warm start cannot move it, so a KL would pull the
+    student back to the model before the warm start. Refused before anything loads."""
+    with pytest.raises(wai.ConfigError, match="under LoRA is the model with its adapters switched off \\(the model as loaded\\), and a warm "
+                       "start of 14 steps"):
+        wai.train(method=wai.GRPO(generations=4, beta=0.04), lora_rank=4, run_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+
+
+def test_after_a_warm_start_the_reference_is_the_policy_rl_starts_from_and_a_resume_keeps_it(tmp_path: Path,
+                                                                                          quick):
+    """Full fine-tuning: the reference is re-taken after the warm start, so GRPO's KL is exactly 0 at the first
+    step (lag 0) and positive later; it is saved as checkpoint/reference.pt, and a resumed run, which loads it,
+    repeats the uninterrupted run's metrics (against the model as loaded its KL would differ from step 1)."""
+    from whileai.engine.models import build_builtin
+
+    settings = {**quick, "method": wai.GRPO(generations=4, beta=0.04), "lag": 0, "learning_rate": 3e-2,
+                "warm_start_steps": 5, "steps": 3}
+    whole = wai.train(**settings, run_dir=str(tmp_path / "whole"))
+    kl = [m["method/mean_kl"] for m in whole.metrics()]
+    assert kl[0] == pytest.approx(0.0, abs=1e-9) and kl[-1] > 1e-5, kl
+    saved = torch.load(whole.dir / "checkpoint" / "reference.pt", weights_only=True)
+    as_loaded = build_builtin("tiny", seed=0)[0].state_dict()
+    assert any(not torch.equal(saved[k], as_loaded[k]) for k in saved)  # the warm start moved it
+    half = wai.train(**{**settings, "steps": 1}, run_dir=str(tmp_path / "half"))
+    resumed = wai.train(resume=str(half.dir), steps=3, progress=False)
+    assert _without_timing(resumed.metrics()) == _without_timing(whole.metrics())
+    (whole.dir / "checkpoint" / "reference.pt").unlink()
+    with pytest.raises(wai.ConfigError, match="the checkpoint has no reference.pt"):
+        wai.train(resume=str(whole.dir), steps=4, progress=False)
 
 
 def _without_timing(records: list[dict]) -> list[dict]:

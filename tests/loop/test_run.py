@@ -47,7 +47,7 @@ def test_a_run_writes_everything_a_user_reads(tmp_path: Path, quick):
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["eval_before"]["tasks"] == 8 and "compare" in summary
     assert summary["resolved"] == {"learning_rate": 1e-2, "lag": 1, "warm_start_steps": 2, "max_tokens": 4,
-                                   "temperature": 1.0}
+                                   "temperature": 1.0, "steps": 3, "warm_start_learning_rate": 1e-2}
     assert {"reward", "admitted_share", "drift", "loss"} <= _event_tags(folder / "tensorboard")
     assert (folder / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "method = \"flash_reinforce\"" in (folder / "config.toml").read_text()

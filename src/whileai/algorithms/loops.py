@@ -113,8 +113,8 @@ class LoopSettings:
     max_tokens: int | None = None
     """generation cap (None: the taskset's, else the method's, else DEFAULT_MAX_TOKENS)"""
     learning_rate: float | None = None
-    """AdamW step (None: the method's declared rate, else as ``wai train``: 1e-2 on a random-init built-in
-    model, 2e-4 for LoRA, 1e-5 otherwise)"""
+    """AdamW step (None: the method's declared rate, else ``wai train``'s rule without a taskset's
+    recommendation: 1e-2 on a random-init built-in model, 2e-4 for LoRA, 1e-5 otherwise)"""
     seed: int = 0
     """seeds the model, the task draw and the sampler"""
 
@@ -129,13 +129,12 @@ class LoopSettings:
             raise ConfigError("loop settings: " + "; ".join(bad))
 
     def rate(self, model: str, lora_rank: int, declared: float | None) -> float:
+        """``learning_rate``, else ``wai train``'s rule (``whileai.loop.config.default_learning_rate``)."""
+        from whileai.loop.config import default_learning_rate
+
         if self.learning_rate is not None:
             return self.learning_rate
-        if declared is not None:
-            return declared
-        if model.startswith("builtin:"):
-            return 1e-2
-        return 2e-4 if lora_rank else 1e-5
+        return default_learning_rate(model, lora_rank, declared)
 
 
 # ----------------------------------------------------------------------------- the loops

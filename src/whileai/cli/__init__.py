@@ -23,6 +23,8 @@ COMMANDS: tuple[str, ...] = (
     "whileai.cli.serve_cmd",
     "whileai.cli.loop_cmd",
     "whileai.cli.skills_cmd",
+    "whileai.cli.policy_cmd",
+    "whileai.cli.record_cmd",
 )
 
 

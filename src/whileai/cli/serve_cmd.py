@@ -45,6 +45,10 @@ def register(subparsers: Any) -> None:
                        help="most sequences per sample request, prompts x num_samples (default 4096)")
     serve.add_argument("--threads", type=int, default=0,
                        help="torch CPU threads (default 0: torch's own choice; 1 is fastest for tiny models)")
+    serve.add_argument("--tinker-url", default=None, metavar="URL",
+                       help="run every run on this Tinker-compatible server (Tinker Cloud, SkyRL, another wai "
+                            "serve) through the tinker SDK, key from $TINKER_API_KEY (default: none, the local "
+                            "engine); needs pip install whileai[tinker]")
     serve.set_defaults(func=cmd_serve)
 
 
@@ -70,7 +74,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          max_body_bytes=int(args.max_body_mb * 2**20), max_datums=args.max_datums,
                          max_samples=args.max_samples)
     _check_free(args.host, args.port)
-    app = create_app(config)
+    app = create_app(config, _provider(args.tinker_url, config.models))
     where = f"http://{args.host}:{args.port}"
     print(f"wai serve: {where}, models {', '.join(config.models)}, data in {args.data_dir}", flush=True)
     if generated:
@@ -94,3 +98,17 @@ if __name__ == "__main__":
     from whileai.cli import main
 
     sys.exit(main(["serve", *sys.argv[1:]]))
+
+
+def _provider(tinker_url: str | None, models: list[str]) -> Any:
+    """None (the local engine), or the tinker provider for ``--tinker-url``."""
+    if tinker_url is None:
+        return None
+    import os
+
+    key = os.environ.get("TINKER_API_KEY")
+    if not key:
+        raise ConfigError("--tinker-url needs the upstream server's api key in $TINKER_API_KEY")
+    from whileai.service.tinker_provider import TinkerProvider
+
+    return TinkerProvider(tinker_url, key, models)

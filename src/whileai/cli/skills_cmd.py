@@ -111,7 +111,8 @@ def install(target: Path, force: bool = False, root: Path | None = None) -> list
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("skills", help="list the skills for coding agents, or install them into a folder",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="skills_command", metavar="ACTION", required=True)
+    sub = p.add_subparsers(dest="skills_command", metavar="ACTION", required=True,
+                         help="list: show every skill; install DIR: copy them into a folder")
     listing = sub.add_parser("list", help="name, version and description of every skill")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a listing")
     listing.set_defaults(func=cmd_list)

@@ -6,20 +6,24 @@
 Under LoRA (a PEFT model) the reference is the same model with its adapters switched off
 (``model.disable_adapter()``): the frozen base weights are the pre-training policy, so it costs no
 second copy of anything. For full fine-tuning there is no untouched copy left in the model, so the
-reference is a frozen deep copy made once, at construction: build it before training starts.
+reference is a frozen deep copy made at construction (build it before training starts); ``reset_to(model)``
+re-takes it from the policy later (``wai train`` does after its supervised warm start), and ``save`` / ``load``
+keep it with a checkpoint.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from whileai.engine.logprobs import hidden_states, token_logprobs
-from whileai.errors import BatchError
+from whileai.errors import BatchError, ConfigError
 
 
 def has_adapters(model: Any) -> bool:
@@ -108,6 +112,29 @@ class ReferencePolicy:
         else:
             self.model = copy.deepcopy(model).eval()
             self.model.requires_grad_(False)
+
+    def reset_to(self, model: Any) -> None:
+        """Make the frozen copy equal to ``model``'s weights now (e.g. the policy after a supervised warm start).
+        Refused under LoRA: there the reference is the adapter-free base, which has no other weights to take."""
+        if self.shares_weights:
+            raise ConfigError("the reference of a LoRA model is the model with its adapters switched off, so it "
+                              "cannot be re-taken from the trained weights; train every weight (lora_rank 0) to "
+                              "make the reference the policy at a later point")
+        with torch.no_grad():
+            self.model.load_state_dict(model.state_dict())
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the frozen copy's weights to ``path`` (atomically: a temporary file, then a rename)."""
+        target = Path(path)
+        partial = target.with_name(target.name + ".partial")
+        torch.save(self.model.state_dict(), partial)
+        os.replace(partial, target)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Read weights written by :meth:`save` into the frozen copy."""
+        with torch.no_grad():
+            self.model.load_state_dict(torch.load(path, map_location=next(self.model.parameters()).device,
+                                                  weights_only=True))
 
     def logprobs(self, input_ids: Any, targets: Any, attention_mask: Any = None) -> torch.Tensor:
         """Per-position reference log-probabilities (see :func:`model_logprobs`)."""

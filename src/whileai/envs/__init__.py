@@ -12,11 +12,11 @@ numpy and the standard library only at import (no torch); the optional extras (`
 """
 
 from whileai.envs.builtin import BUILTIN_TASKSETS, char_match
-from whileai.envs.core import GraderError, Task, Taskset, render_prompt
+from whileai.envs.core import GraderError, Recommended, Task, Taskset, render_prompt
 from whileai.envs.episode import Env, EnvError, EnvTaskset, OneTurn, play, reference_episode
 from whileai.envs.graders import GRADERS, grader
 from whileai.envs.load import load_taskset
 from whileai.envs.tools import TOOL_TASKSETS
 
 __all__ = ["BUILTIN_TASKSETS", "GRADERS", "TOOL_TASKSETS", "Env", "EnvError", "EnvTaskset", "GraderError", "OneTurn",
-           "Task", "Taskset", "char_match", "grader", "load_taskset", "play", "reference_episode", "render_prompt"]
+           "Recommended", "Task", "Taskset", "char_match", "grader", "load_taskset", "play", "reference_episode", "render_prompt"]

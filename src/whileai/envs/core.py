@@ -41,15 +41,48 @@ class Task:
         return hash((self.task_id, _key(self.prompt)))
 
 
+@dataclass(frozen=True)
+class Recommended:
+    """Training settings measured for a built-in (random-init) model on one taskset. `wai train` on a built-in
+    model reads each one for a setting the config leaves empty (None); a value the user gives always wins, and
+    a field left None here falls to the loop's own rule (whileai.loop.config)."""
+
+    warm_start_steps: int = 0
+    """supervised steps on the reference answers before RL (0: none)"""
+    warm_start_learning_rate: float | None = None
+    """the warm start's learning rate"""
+    learning_rate: float | None = None
+    """the RL policy learning rate"""
+    steps: int | None = None
+    """RL optimizer steps"""
+
+    def __post_init__(self) -> None:
+        bad = [f"{k}={getattr(self, k)!r} must be an integer >= {low}" for k, low in (("warm_start_steps", 0), ("steps", 1))
+               if getattr(self, k) is not None and (isinstance(getattr(self, k), bool)
+                                                    or not isinstance(getattr(self, k), int) or getattr(self, k) < low)]
+        bad += [f"{k}={getattr(self, k)!r} must be a finite number > 0" for k in ("warm_start_learning_rate", "learning_rate")
+                if getattr(self, k) is not None and not (isinstance(getattr(self, k), Real)
+                                                         and math.isfinite(getattr(self, k)) and getattr(self, k) > 0)]
+        if bad:
+            raise ConfigError("Recommended: " + "; ".join(bad) + " (or None: the loop's rule)")
+
+
 class Taskset:
     """Fixed, disjoint train and test splits plus one grader. Built by `load_taskset`, or directly."""
 
+    recommended: Recommended | None = None
+    """training settings measured for a built-in model on this taskset (None: the loop's rules alone)"""
+
     def __init__(self, name: str, train: Sequence[Task], test: Sequence[Task], grader: Grader,
-                 max_tokens: int | None = None) -> None:
+                 max_tokens: int | None = None, recommended: Recommended | None = None) -> None:
         self.name = name
         """the spec it was loaded from, e.g. "builtin:case" """
         self.max_tokens = max_tokens
         """a sensible generation cap for this taskset (None: the method's)"""
+        if recommended is not None and not isinstance(recommended, Recommended):
+            raise ConfigError(f"taskset {name!r}: recommended={recommended!r} must be a whileai.envs.Recommended "
+                              "or None")
+        self.recommended = recommended
         self._grader = grader
         self._splits = {"train": tuple(train), "test": tuple(test)}
         _check_splits(name, self._splits)

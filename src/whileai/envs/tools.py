@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from whileai.envs.builtin import LOWER, _letters, _options, char_match
-from whileai.envs.core import Task
+from whileai.envs.core import Recommended, Task
 from whileai.envs.episode import Env, EnvTaskset
 from whileai.errors import ConfigError
 
@@ -30,6 +30,10 @@ LOOKUP_OPTIONS = {"key_len": 3, "value_len": 3, "letters": 26}
 """lookup's own options: letters per key and per value, and how many letters of the alphabet they use"""
 LOOKUP_MAX_TOKENS = 48
 """the cap on an episode's tokens after the prompt: a call, an error and a retry, the value and the answer fit"""
+
+LOOKUP_RECOMMENDED = Recommended(warm_start_steps=200, warm_start_learning_rate=3e-3, learning_rate=1e-3, steps=60)
+"""a built-in model's defaults on lookup (docs/environments.md, "Learning to use the tool"): 14 warm-start steps
+leave a model that never calls the tool, and RL at the warm start's rate undoes it within ten steps"""
 
 TOOL_TASKSETS: dict[str, str] = {
     "lookup": "a key-value store behind a tool: the prompt names a key ('vcu?'), the model calls 'get vcu', "
@@ -89,4 +93,6 @@ def load_tool_taskset(name: str, **given: Any) -> EnvTaskset:
         value = value_of(key, options["value_len"], options["letters"])
         tasks.append(Task(key, f"{key}?", (f"get {key}\n", f"{value}\n"), info))
     test = tasks[:options["test_size"]]
-    return EnvTaskset(f"builtin:{name}", tasks[options["test_size"]:], test, Lookup, LOOKUP_MAX_TOKENS)
+    taskset = EnvTaskset(f"builtin:{name}", tasks[options["test_size"]:], test, Lookup, LOOKUP_MAX_TOKENS)
+    taskset.recommended = LOOKUP_RECOMMENDED
+    return taskset

@@ -50,16 +50,18 @@ class TrainConfig:
     teacher: str | None = None
     """the teacher model of a method that distills from one (OPD): builtin:NAME or a model directory with the
     student's tokenizer (e.g. an earlier run's RUN_DIR/final); loaded once, frozen"""
-    steps: int = 40
-    """optimizer steps of the policy"""
+    steps: int | None = None
+    """optimizer steps of the policy; None: the taskset's recommendation for a built-in model (builtin:lookup: 60),
+    else 40"""
     rollouts_per_step: int = 32
     """trajectories per step; prompts per step = rollouts_per_step // the method's rollouts per prompt"""
     lag: int | None = None
     """the batch trained at step t was sampled with the weights of step t - lag (0 = on-policy); None: 2 for a
     method that learns from rollouts (a lagging sampler, as production has), 0 for rows from a file (no sampler)"""
     learning_rate: float | None = None
-    """policy learning rate; None: the method's declared one, else 1e-2 on a built-in model (random init),
-    2e-4 with LoRA on a loaded model, 1e-5 for full fine-tuning of a loaded model"""
+    """policy learning rate; None: the method's declared one, else on a built-in model (random init) the
+    taskset's recommendation (builtin:lookup: 1e-3) or 1e-2, 2e-4 with LoRA on a loaded model, 1e-5 for full
+    fine-tuning of a loaded model"""
     lr_schedule: str = "linear"
     """'linear': the learning rate falls linearly to 0 at the last step (TRL's default); 'constant': it stays"""
     critic_learning_rate: float | None = None
@@ -73,12 +75,14 @@ class TrainConfig:
     max_tokens: int | None = None
     """generation cap per rollout; None: the taskset's, else the method's"""
     warm_start_steps: int | None = None
-    """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: 14 for a
-    built-in model on a built-in taskset (a random-init model learns little by RL alone), else 0"""
+    """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: the taskset's
+    recommendation for a built-in model (builtin:case, copy, reverse, add: 14; lookup: 200; a random-init model
+    learns little by RL alone), else 0"""
     warm_start_batch: int = 16
     """reference answers per supervised warm-start step"""
-    warm_start_learning_rate: float = 1e-2
-    """learning rate of the supervised warm start"""
+    warm_start_learning_rate: float | None = None
+    """learning rate of the supervised warm start; None: the taskset's recommendation for a built-in model
+    (builtin:lookup: 3e-3), else 1e-2"""
     eval_tasks: int = 64
     """held-out tasks scored before and after training (and every eval_every steps)"""
     eval_samples: int = 4
@@ -99,7 +103,7 @@ class TrainConfig:
 
 # Fields whose value may be None, and the type they have otherwise.
 _OPTIONAL = {"taskset": str, "rows": str, "eval_taskset": str, "teacher": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
-             "run_dir": str, "warm_start_steps": int, "lag": int}
+             "run_dir": str, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
              "micro_batch_tokens": 16, "max_tokens": 1}
@@ -235,17 +239,38 @@ def check_ranges(config: TrainConfig) -> list[str]:
 SCHEDULES = ("linear", "constant")
 
 
-def learning_rate_at(config: TrainConfig, base: float, step: int) -> float:
-    """The policy learning rate of step ``step`` (0-based) under the config's schedule."""
-    if config.lr_schedule == "linear":
-        return base * (1.0 - step / config.steps)
+def learning_rate_at(schedule: str, base: float, step: int, steps: int) -> float:
+    """The policy learning rate of step ``step`` (0-based) of ``steps`` under ``schedule`` (see lr_schedule)."""
+    if schedule == "linear":
+        return base * (1.0 - step / steps)
     return base
 
 
-BUILTIN_WARM_START = 14  # supervised steps before RL when a built-in model meets a built-in taskset
+# The loop's own defaults for the fields a config may leave None: each declared here once, read by resolve().
+DEFAULT_STEPS = 40
+"""RL steps when neither the config nor the taskset says"""
+DEFAULT_WARM_START_LEARNING_RATE = 1e-2
+"""the warm start's rate when neither the config nor the taskset says"""
+DEFAULT_LAG = 2
+"""a rollout method's sampler lag when the config names none"""
+BUILTIN_LEARNING_RATE = 1e-2
+"""a built-in model's policy rate: random init, tens of steps (adapters too)"""
+LORA_LEARNING_RATE = 2e-4
+"""LoRA on a loaded model"""
+FULL_LEARNING_RATE = 1e-5
+"""full fine-tuning of a loaded model"""
 
 
-DEFAULT_LAG = 2  # a rollout method's sampler lag when the config names none
+def default_learning_rate(model: str, lora_rank: int, declared: float | None = None,
+                          recommended: float | None = None) -> float:
+    """The policy learning rate when none is given, for ``wai train`` and the algorithms' loops alike: the
+    method's ``declared`` rate; else, on a built-in model, the taskset's ``recommended`` one or
+    BUILTIN_LEARNING_RATE; else LORA_LEARNING_RATE under LoRA and FULL_LEARNING_RATE for full fine-tuning."""
+    if declared is not None:
+        return declared
+    if model.startswith("builtin:"):
+        return recommended if recommended is not None else BUILTIN_LEARNING_RATE
+    return LORA_LEARNING_RATE if lora_rank else FULL_LEARNING_RATE
 
 
 def with_lag(config: TrainConfig, method: Any) -> TrainConfig:
@@ -256,12 +281,44 @@ def with_lag(config: TrainConfig, method: Any) -> TrainConfig:
     return dataclasses.replace(config, lag=0 if rows else DEFAULT_LAG)
 
 
-def warm_start_steps(config: TrainConfig) -> int:
-    """The warm start this run gets (see the field's doc)."""
-    if config.warm_start_steps is not None:
-        return config.warm_start_steps
-    builtin = config.model.startswith("builtin:") and str(config.taskset or "").startswith("builtin:")
-    return BUILTIN_WARM_START if builtin else 0
+def recommended(config: TrainConfig, taskset: Any) -> Any:
+    """The taskset's ``Recommended`` settings when they apply (a built-in model trained on the taskset's own
+    tasks, not on rows), else None."""
+    if taskset is None or config.rows is not None or config.taskset is None or not config.model.startswith("builtin:"):
+        return None
+    return getattr(taskset, "recommended", None)  # a taskset-like object without the attribute declares nothing
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The values a run uses for the fields its config may leave None (summary.json's ``resolved``)."""
+
+    steps: int
+    warm_start_steps: int
+    warm_start_learning_rate: float
+    learning_rate: float
+    lag: int
+
+
+def resolve(config: TrainConfig, taskset: Any, declared_learning_rate: float | None = None) -> Resolved:
+    """Each None field of ``config`` by its rule (the field docs): the user's value, else the taskset's
+    recommendation (a built-in model), else the loop's default above. ``declared_learning_rate``: the
+    method's (its run spec's)."""
+    hint = recommended(config, taskset)
+
+    def pick(name: str, default: Any) -> Any:
+        given = getattr(config, name)
+        if given is not None:
+            return given
+        value = getattr(hint, name, None)
+        return default if value is None else value
+
+    learning_rate = config.learning_rate if config.learning_rate is not None else default_learning_rate(
+        config.model, config.lora_rank, declared_learning_rate, getattr(hint, "learning_rate", None))
+    return Resolved(steps=pick("steps", DEFAULT_STEPS),
+                    warm_start_steps=pick("warm_start_steps", 0) if taskset is not None else 0,
+                    warm_start_learning_rate=pick("warm_start_learning_rate", DEFAULT_WARM_START_LEARNING_RATE),
+                    learning_rate=learning_rate, lag=int(config.lag or 0))
 
 
 def as_dict(config: TrainConfig) -> dict[str, Any]:

@@ -9,6 +9,7 @@ curves.png}. Ctrl-C finishes the current step, writes a checkpoint and exits wit
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import signal
@@ -34,6 +35,7 @@ from whileai.loop.traces import RowsFile, open_rows
 DEFAULT_MAX_TOKENS = 256  # when neither the taskset nor the method caps a generation
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
 PROBE_TASKS, PROBE_ROLLOUTS = 16, 8  # what --method auto routes on when no rows are given
+REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
 
 
 class Interrupted(WhileaiError):
@@ -106,14 +108,15 @@ def check(config: TrainConfig, method: Any, taskset: Any = None) -> list[str]:
         problems.append(f"lag = {config.lag} is beyond the {spec.max_lag} steps method {method.name!r} is built to "
                         f"correct (its off_policy_steps); lower --lag or raise the knob (--set off_policy_steps=N)")
     if spec.source == "rollouts":
-        problems += _rollout_problems(config, method, spec) + _reference_problems(config, method, spec)
+        problems += _rollout_problems(config, method, spec) + _reference_problems(config, method, spec, taskset)
         prompts = config.rollouts_per_step // spec.rollouts_per_prompt
         if taskset is not None and config.rows is None and prompts > len(taskset.split("train")):
             problems.append(f"a step needs {prompts} distinct training prompts but taskset {config.taskset!r} has "
                             f"{len(taskset.split('train'))} in its train split: lower rollouts_per_step or add tasks")
     problems += teacher_io.check(spec, method.name, config.teacher, taskset, no_tasks=config.taskset is None)
-    if spec.critic is not None and config.steps <= spec.critic.warmup:
-        problems.append(f"steps = {config.steps} leaves no policy step after the critic's {spec.critic.warmup} "
+    steps = config_io.resolve(config, taskset).steps
+    if spec.critic is not None and steps <= spec.critic.warmup:
+        problems.append(f"steps = {steps} leaves no policy step after the critic's {spec.critic.warmup} "
                         f"warm-up steps: raise --steps above {spec.critic.warmup} or lower the warm-up "
                         "(--set critic_warmup=N)")
     return problems
@@ -135,16 +138,20 @@ def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
 
 
 def _needs_reference(spec: Any) -> bool:
-    """The run keeps the model as loaded: for ref_logprobs (beta > 0) or an 'initial' teacher."""
+    """The run keeps a reference policy: for ref_logprobs (beta > 0) or an 'initial' teacher."""
     return "ref_logprobs" in spec.needs or (spec.teacher is not None and spec.teacher.weights == "initial")
 
 
-def _reference_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
-    if not (_needs_reference(spec) and config.taskset is not None and config_io.warm_start_steps(config)):
+def _reference_problems(config: TrainConfig, method: Any, spec: Any, taskset: Any) -> list[str]:
+    """Full fine-tuning re-takes the reference after the warm start; under LoRA it is the adapter-free base."""
+    warm_start = config_io.resolve(config, taskset).warm_start_steps
+    if not (_needs_reference(spec) and config.lora_rank and warm_start):
         return []
-    return [f"method {method.name!r} needs the reference policy, which is the model as loaded, and a warm start of "
-            f"{config_io.warm_start_steps(config)} steps would move the student away from it before RL begins (the "
-            "KL or the teacher would pull it back to the untrained model): set --warm-start-steps 0"]
+    return [f"method {method.name!r} needs the reference policy, which under LoRA is the model with its adapters "
+            f"switched off (the model as loaded), and a warm start of {warm_start} steps trains the adapters, so "
+            "the KL or the teacher would pull the student back to the model before the warm start: set "
+            "--warm-start-steps 0, or train every weight (--lora-rank 0: the reference is then the policy after the "
+            "warm start)"]
 
 
 def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
@@ -198,8 +205,8 @@ def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = 
     base = config_io.as_dict(config) if config is not None else {}
     config = config_io.build(config_file, **{**base, **overrides})
     method_obj = method if method is not None and not isinstance(method, str) else None
-    if method_obj is not None:
-        config = replace(config, method=method_obj.name)
+    if method_obj is not None:  # its knobs go to config.toml too, so that a resume rebuilds the same method
+        config = replace(config, method=method_obj.name, knobs=_knobs_of(method_obj))
     rows_data = rows if rows is not None and not isinstance(rows, str) else None
     if rows_data is not None:
         config = replace(config, rows=PYTHON_ROWS)
@@ -234,7 +241,7 @@ def _start(config: TrainConfig, method_obj: Any, rows_data: Any, taskset_obj: An
 
 
 RUN_FILES = ("config.toml", "rows.jsonl", "route.txt", "metrics.jsonl", "summary.json", "evals.json", "curves.png",
-             "heldout.jsonl", trace_run.HELDOUT_FILE, "tensorboard", "checkpoint", "final")
+             "heldout.jsonl", "heldout-before.jsonl", trace_run.HELDOUT_FILE, "tensorboard", "checkpoint", "final")
 
 
 def _remove_run_files(run_dir: Path, created: bool) -> None:
@@ -267,7 +274,7 @@ def _resume(run_dir_text: str, **changes: Any) -> Run:
         raise ConfigError(f"--resume {run_dir_text!r}: the run's taskset was a Python object, which a config file "
                           "cannot hold; resume it from Python with the same taskset (not supported yet)")
     state = _read_state(run_dir)
-    if "steps" in changes and config.steps <= state.step:
+    if "steps" in changes and int(changes["steps"]) <= state.step:
         raise ConfigError(f"--resume {run_dir_text!r}: the run is at step {state.step}; --steps {config.steps} must "
                           f"be more than that to train longer")
     method, problems = resolve_method(config)
@@ -333,6 +340,7 @@ class _Trainer:
         self.resuming = resumed is not None
         self.engine: Any = None
         self.teacher: Any = None  # the run spec's teacher (OPD, OPSD), built after the warm start
+        self.resolved = self._resolve()
 
     # ------------------------------------------------------------------ setup
     @property
@@ -358,15 +366,11 @@ class _Trainer:
         """The critic's learning rate: --critic-learning-rate, else the method's own (its run spec's critic)."""
         return self.config.critic_learning_rate or self.method.run_spec().critic.learning_rate
 
-    def _learning_rate(self, engine: Any) -> float:
-        if self.config.learning_rate is not None:
-            return self.config.learning_rate
-        declared = self.method.run_spec().learning_rate
-        if declared is not None:
-            return declared
-        if self.config.model.startswith("builtin:"):  # random init, tens of steps (adapters too)
-            return 1e-2
-        return 2e-4 if self.config.lora_rank else 1e-5
+    def _resolve(self) -> config_io.Resolved:
+        """Every setting the config left None, by its rule (loop.config.resolve); the method's declared rate
+        counts once the method is known (--method auto: after route)."""
+        declared = self.method.run_spec().learning_rate if self.method is not None else None
+        return config_io.resolve(self.config, self.taskset, declared)
 
     def _sampling(self) -> Sampling:
         spec = self.method.run_spec()
@@ -402,9 +406,9 @@ class _Trainer:
             self.state.method_state = self.method.initial_state()  # the loop owns it and checkpoints it
         self.engine = engine
         self.metrics = Metrics(self.run_dir, self.state.step if self.resuming else None)
-        self.base_learning_rate = self._learning_rate(engine)
-        self.adam = {"learning_rate": self.base_learning_rate}
-        log = Progress(self.config.steps, self.state.step, self.config.progress, self.method.name)
+        self.resolved = self._resolve()
+        self.adam = {"learning_rate": self.resolved.learning_rate}
+        log = Progress(self.resolved.steps, self.state.step, self.config.progress, self.method.name)
         try:
             with _stop_on_sigint() as stop:
                 self._before(log, stop)
@@ -431,11 +435,14 @@ class _Trainer:
             if sampling is not None and sampling.max_tokens >= LONG_CAP and self.config.max_tokens is None:
                 log.write(f"note: generations may run to {sampling.max_tokens} tokens (the method's max_tokens; the "
                           "taskset sets none): set --max-tokens, or max_tokens in the taskset, for short answers")
-        if self.taskset is not None and config_io.warm_start_steps(self.config) and not self.state.warm_start_done:
+        if self.resolved.warm_start_steps and not self.state.warm_start_done:
             loss = self._warm_start()
-            log.write(f"warm start: {len(loss)} supervised steps on reference answers "
-                      f"(loss {loss[0]:.3f} -> {loss[-1]:.3f})")
+            log.write(f"warm start: {len(loss)} supervised steps on reference answers at learning rate "
+                      f"{self.resolved.warm_start_learning_rate:g} (loss {loss[0]:.3f} -> {loss[-1]:.3f})")
+            self._reference_after_warm_start()
             self._stop_if_asked(stop)
+        elif self.resolved.warm_start_steps and self.resuming:
+            self._reference_after_warm_start()
         self.state.warm_start_done = True
         if self._can_eval() and not self.state.evals:
             self.state.evals.append({"step": 0, **self._evaluate()})
@@ -456,10 +463,11 @@ class _Trainer:
         spec = self.method.run_spec()
         warmup = spec.critic.warmup if spec.critic is not None else 0
         critic_steps = spec.critic.steps if spec.critic is not None else 0
-        while self.state.step < self.config.steps:
+        while self.state.step < self.resolved.steps:
             t = self.state.step
             began = time.perf_counter()
-            self.adam = {"learning_rate": config_io.learning_rate_at(self.config, self.base_learning_rate, t)}
+            self.adam = {"learning_rate": config_io.learning_rate_at(self.config.lr_schedule, self.resolved.learning_rate,
+                                                                     t, self.resolved.steps)}
             batch, sample_s = self._next_batch(queue, t)
             trained = time.perf_counter()
             # the first `warmup` steps train only the critic: the policy moves once its values mean something
@@ -479,7 +487,7 @@ class _Trainer:
                       "sampled_at_step": int(batch[0].get("sampler_step", t)) if batch else t,
                       "learning_rate": self.adam["learning_rate"], "time/sample_s": sample_s,
                       "time/train_s": time.perf_counter() - trained, "time/step_s": time.perf_counter() - began}
-            if self.config.eval_every and (t + 1) % self.config.eval_every == 0 and t + 1 < self.config.steps \
+            if self.config.eval_every and (t + 1) % self.config.eval_every == 0 and t + 1 < self.resolved.steps \
                     and self._can_eval():
                 self.state.evals.append({"step": t + 1, **self._evaluate()})
                 record["eval/pass_at_1"] = self.state.evals[-1]["pass_at_1"]
@@ -491,9 +499,9 @@ class _Trainer:
                 log.write(f"step {t + 1} note: {note}")
             if self.rows is not None and (t + 1) % 10 == 0 and trace_run.dropped_note(record):
                 log.write(str(trace_run.dropped_note(record)))
-            if (t + 1) % self.config.save_every == 0 or t + 1 == self.config.steps or stop["stop"]:
+            if (t + 1) % self.config.save_every == 0 or t + 1 == self.resolved.steps or stop["stop"]:
                 self._checkpoint()
-            if stop["stop"] and t + 1 < self.config.steps:
+            if stop["stop"] and t + 1 < self.resolved.steps:
                 raise Interrupted(self.run_dir, t + 1)
 
     def _rescore(self, batch: Sequence[Mapping[str, Any]], step: int) -> bool:
@@ -536,7 +544,7 @@ class _Trainer:
 
         losses = []
         tasks_all = self.taskset.split("train")
-        for k in range(config_io.warm_start_steps(self.config)):
+        for k in range(self.resolved.warm_start_steps):
             tasks = step_tasks(tasks_all, min(self.config.warm_start_batch, len(tasks_all)), self.config.seed,
                                10_000_000 + k)
             data = [(prompt, *reference_episode(self.taskset, task, self.engine.tokenizer))
@@ -544,9 +552,29 @@ class _Trainer:
             count = sum(sum(mask) for _, _, mask in data)
             datums = [make_datum(p, a, weights=[float(m) / count for m in mask]) for p, a, mask in data]
             out = self.engine.forward_backward(datums, "cross_entropy")
-            self.engine.optim_step({"learning_rate": self.config.warm_start_learning_rate})
+            self.engine.optim_step({"learning_rate": self.resolved.warm_start_learning_rate})
             losses.append(float(out.metrics["loss:sum"]))
         return losses
+
+    def _reference_after_warm_start(self) -> None:
+        """Full fine-tuning: the reference policy (a KL term's, an 'initial' teacher's) is the policy RL starts
+        from, so it is re-taken after the warm start and saved once as checkpoint/reference.pt; a resume loads it
+        from there. Under LoRA the reference is the adapter-free base and stays (check() refuses a warm start for
+        a method that needs it)."""
+        reference = self.engine.reference
+        if reference is None or reference.shares_weights:
+            return
+        path = self.run_dir / "checkpoint" / REFERENCE_FILE
+        if not self.resuming:
+            reference.reset_to(self.engine.model)
+            path.parent.mkdir(exist_ok=True)
+            reference.save(path)
+        elif path.is_file():
+            reference.load(path)
+        else:
+            raise ConfigError(f"--resume {self.run_dir}: the checkpoint has no {REFERENCE_FILE} (the reference policy "
+                              "taken after the warm start), so the resumed run would measure its KL against another "
+                              "policy; start the run again in a new --run-dir")
 
     def _can_eval(self) -> bool:
         return self.taskset is not None and self.config.eval_tasks > 0
@@ -565,7 +593,7 @@ class _Trainer:
 
         self.method = wai.FlashReinforce()  # sampling settings for the probe only
         engine = self.engine = self._engine()
-        if self.taskset is not None and config_io.warm_start_steps(self.config):
+        if self.resolved.warm_start_steps:
             self._warm_start()
         self.state.warm_start_done = True
         ask: Any
@@ -622,8 +650,7 @@ class _Trainer:
                                    "steps": self.state.step, "seconds": round(seconds, 2),
                                    "run_dir": str(self.run_dir)}
         # the values the config left to the run's rules (None in config.toml), as this run resolved them
-        summary["resolved"] = {"learning_rate": self.base_learning_rate, "lag": self.lag,
-                               "warm_start_steps": config_io.warm_start_steps(self.config) if self.taskset else 0}
+        summary["resolved"] = dataclasses.asdict(self.resolved)
         if self.method.run_spec().critic is not None:
             summary["resolved"]["critic_learning_rate"] = self._critic_rate()
         if self.taskset is not None:
@@ -663,6 +690,8 @@ class _Trainer:
         if self.state.evals:  # the last held-out evaluation as graded rows: `wai compare` pairs two runs on it
             last = self.state.evals[-1]["rows"]
             (self.run_dir / "heldout.jsonl").write_text("".join(json.dumps(r) + "\n" for r in last))
+            first = self.state.evals[0]["rows"]  # and the first: before against after, pooled over seeds too
+            (self.run_dir / "heldout-before.jsonl").write_text("".join(json.dumps(r) + "\n" for r in first))
         return Run(self.run_dir, self.config, summary, weights)
 
 

@@ -176,6 +176,9 @@ def create_app(config: ServeConfig, provider: Provider | None = None) -> FastAPI
         return reply(err.answer)
 
     _routes(app, service)
+    from whileai.service.tinker_api import mount
+
+    mount(app, service)  # the Tinker SDK's protocol under /api/v1 (docs/tinker.md)
     return app
 
 

@@ -136,7 +136,14 @@ class LocalRun:
         groups = [out] if single else out
         sequences = [[{"tokens": s.tokens, "logprobs": s.logprobs, "stop_reason": s.stop_reason} for s in g]
                      for g in groups]
-        return self._done({"sequences": sequences, "single": single}, body.version)
+        result = {"sequences": sequences, "single": single}
+        if body.prompt_logprobs or body.topk_prompt_logprobs:
+            if not single:
+                raise ConfigError("sample: prompt_logprobs / topk_prompt_logprobs take one prompt, not a list")
+            with self.engine.weights(body.version):
+                scored = self.engine.compute_logprobs(prompts, body.topk_prompt_logprobs)
+            result.update(prompt_logprobs=scored["logprobs"], topk_prompt_logprobs=scored["topk"])
+        return self._done(result, body.version)
 
     def op_logprobs(self, body: schemas.Logprobs) -> Outcome:
         out = self.engine.compute_logprobs(body.tokens, body.top_k, reference=body.reference,
@@ -156,6 +163,8 @@ class LocalRun:
             raise ConfigError(f"load_state: this run saved no state named {body.name!r}; its saved states: "
                               f"{saved or 'none'}")
         self.engine.load_state(str(folder))
+        if not body.optimizer:  # weights only: Adam starts again from zero moments
+            self.engine.optimizer.state.clear()
         self.restarted = False
         return self._done({"name": body.name})
 

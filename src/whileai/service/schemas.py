@@ -56,6 +56,8 @@ class Sample(Op):
     num_samples: int = Field(1, ge=1)
     sampling_params: dict[str, Any] = Field(description="SamplingParams fields; max_tokens is required")
     version: int | None = Field(None, ge=0, description="saved sampler weights; None = the current ones")
+    prompt_logprobs: bool = Field(False, description="also score the prompt (one prompt only), Tinker's way")
+    topk_prompt_logprobs: int = Field(0, ge=0, description="also the prompt's k most likely tokens per position")
 
 
 class Logprobs(Op):
@@ -67,6 +69,7 @@ class Logprobs(Op):
 
 class State(Op):
     name: str = Field(pattern=STATE_NAME, description="letters, digits, '.', '_', '-'; up to 100 characters")
+    optimizer: bool = Field(True, description="load_state: restore the optimizer's moments too (False: fresh)")
 
 
 class Export(Op):

@@ -1,0 +1,61 @@
+"""`wai policy MODEL|RUN_DIR`: serve a model over the OpenAI API (completions and chat, streaming and not) with
+token ids and the sampler's own log-probabilities, bound to 127.0.0.1 unless told otherwise. docs/record.md."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from whileai.errors import ConfigError
+
+DEFAULT_PORT = 8300
+
+
+def register(subparsers: Any) -> None:
+    policy = subparsers.add_parser(
+        "policy", help="serve a model (built-in, folder, or a run's final weights) over the OpenAI API",
+        description="An OpenAI-compatible server (/v1/completions, /v1/chat/completions, streaming and not) for "
+                    "the model being trained: token ids on request (return_token_ids) and log-probabilities of "
+                    "the distribution each token was sampled from. Put `wai record` in front of it to record traces.")
+    policy.add_argument("model", metavar="MODEL", help="builtin:tiny, builtin:mini, a model folder, or a run folder "
+                                                       "from `wai train` (its final/ weights)")
+    policy.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
+    policy.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    policy.add_argument("--seed", type=int, default=0, help="seed of a built-in model's weights (default 0)")
+    policy.add_argument("--api-key", default=None,
+                        help="if given, every /v1 route asks for 'Authorization: Bearer KEY' (default: none)")
+    policy.add_argument("--threads", type=int, default=0,
+                        help="torch CPU threads (default 0: torch's own choice; 1 is fastest for tiny models)")
+    policy.set_defaults(func=cmd_policy)
+
+
+def check_port(port: int) -> None:
+    if not 0 <= port < 65536:
+        raise ConfigError(f"--port {port} must be in [0, 65535]")
+
+
+def cmd_policy(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from whileai.cli.serve_cmd import _check_free
+    from whileai.record.policy import load
+    from whileai.record.policy_app import create_policy_app
+
+    check_port(args.port)
+    _check_free(args.host, args.port)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    served = load(args.model, seed=args.seed)
+    print(f"wai policy: http://{args.host}:{args.port}/v1, model {served.name}, weights {served.version}", flush=True)
+    uvicorn.run(create_policy_app(served, args.api_key), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    from whileai.cli import main
+
+    sys.exit(main(["policy", *sys.argv[1:]]))

@@ -1,0 +1,113 @@
+"""``wai record export``: the recorded traces as the library's rows, exactly what ``wai train --rows`` reads.
+
+A trace's row: ``prompt_tokens`` (its first prompt), ``tokens`` (every later token: the replies, and the
+tokens between them), ``behavior_logprobs`` (the sampler's, on reply tokens; 0.0 on the tokens between
+replies, which the environment wrote with certainty, as ``whileai.envs.episode`` does), ``action_mask``
+(false between replies; left out when there are none), ``reward``, ``task_id`` (the trace id: one try per
+ask), ``model``, ``truncated``, and two fields the trainer does not read: ``sampling`` and ``weights_version``.
+
+Left out, and counted: traces with no reward yet. Refused, each with its reason: traces whose exchanges
+lack token ids or log-probabilities, or whose log-probabilities do not line up with the tokens; traces whose
+upstream returned raw log-probabilities (before temperature / top-k / top-p) for sampling that was not plain,
+since no ratio formed from them would be right (reported per model).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whileai.record.store import RecordStore
+
+MAX_REASONS = 20
+
+
+@dataclass
+class ExportReport:
+    written: int = 0
+    unscored: int = 0
+    refused: dict[str, str] = field(default_factory=dict)  # trace id -> reason
+    raw_by_model: Counter[str] = field(default_factory=Counter)
+    path: str = ""
+
+    def __str__(self) -> str:
+        lines = [f"wrote {self.written} trace(s) to {self.path}; left out {self.unscored} unscored trace(s) "
+                 f"(score them with POST /v1/rewards), refused {len(self.refused)}"]
+        for model, count in sorted(self.raw_by_model.items()):
+            lines.append(f"  model {model}: {count} trace(s) with raw log-probabilities (before temperature / "
+                         "top-k / top-p) at non-plain sampling: no faithful ratio. Fix: start vLLM with "
+                         "--logprobs-mode processed_logprobs (or tell `wai record --upstream-logprobs` what it returns)")
+        for trace_id, reason in list(self.refused.items())[:MAX_REASONS]:
+            lines.append(f"  refused {trace_id}: {reason}")
+        if len(self.refused) > MAX_REASONS:
+            lines.append(f"  ... and {len(self.refused) - MAX_REASONS} more refused")
+        return "\n".join(lines)
+
+
+def plain(sampling: dict[str, Any]) -> bool:
+    """Sampling whose raw log-probabilities are the sampled ones: temperature 1, no top-k, no top-p."""
+    return (sampling.get("temperature") == 1 and sampling.get("top_p") == 1
+            and sampling.get("top_k") in (0, -1))
+
+
+def trace_row(trace: dict[str, Any]) -> dict[str, Any] | str:
+    """The library's row for a scored trace, or the reason it cannot be one."""
+    chain = trace["exchanges"]
+    for ex in chain:
+        if ex["problem"]:
+            return f"exchange {ex['id']}: {ex['problem']}"
+        if ex["logprobs_mode"] != "processed_logprobs" and not plain(ex["sampling"]):
+            return f"raw: exchange {ex['id']} logged {ex['logprobs_mode']} at sampling {ex['sampling']}"
+    samplings = {json.dumps(ex["sampling"], sort_keys=True) for ex in chain}
+    if len(samplings) > 1:
+        return (f"its turns were sampled with different settings ({sorted(samplings)}); the trainer scores a trace "
+                "under one distribution")
+    prompt = chain[0]["prompt_ids"]
+    tokens: list[int] = []
+    behavior: list[float] = []
+    mask: list[bool] = []
+    for ex in chain:
+        seen = prompt + tokens
+        if ex["prompt_ids"][:len(seen)] != seen:
+            return f"exchange {ex['id']}: its prompt does not begin with the conversation so far"
+        between = ex["prompt_ids"][len(seen):]
+        tokens += between + ex["completion_ids"]
+        behavior += [0.0] * len(between) + [float(v) for v in ex["logprobs"]]
+        mask += [False] * len(between) + [True] * len(ex["completion_ids"])
+    row: dict[str, Any] = {"task_id": trace["id"], "prompt_tokens": prompt, "tokens": tokens,
+                           "behavior_logprobs": behavior, "reward": float(trace["reward"]),
+                           "model": chain[-1]["model"], "truncated": chain[-1]["finish_reason"] == "length",
+                           "sampling": chain[0]["sampling"], "weights_version": chain[-1]["weights_version"]}
+    if not all(mask):
+        row["action_mask"] = mask
+    return row
+
+
+def export(data_dir: Path, out: Path, since: float | None = None, model: str | None = None) -> ExportReport:
+    """Write the scored, trainable traces of ``data_dir`` to ``out`` (JSONL, replaced atomically)."""
+    store = RecordStore(data_dir)
+    report = ExportReport(path=str(out))
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        with open(tmp, "w") as handle:
+            for summary in store.traces(since, model):
+                if summary["reward"] is None:
+                    report.unscored += 1
+                    continue
+                row = trace_row(store.trace(summary["id"]))
+                if isinstance(row, str):
+                    report.refused[summary["id"]] = row
+                    if row.startswith("raw:"):
+                        report.raw_by_model[str(summary["model"])] += 1
+                    continue
+                handle.write(json.dumps(row) + "\n")
+                report.written += 1
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+        store.close()
+    return report

@@ -1,0 +1,275 @@
+"""`wai policy`: an OpenAI-compatible server for the model being trained (`/v1/completions`,
+`/v1/chat/completions`, streaming and not), so serve -> record -> train runs on one machine.
+
+It answers in the shapes vLLM's server uses (/work/shared/reference/serving-logs.md), with what training
+needs when asked: ``return_token_ids: true`` adds the prompt's and the completion's token ids, ``logprobs``
+gives each sampled token's log-probability under the distribution it was drawn from (after temperature,
+top-k and top-p: vLLM's ``processed_logprobs``; ``top_k`` is taken as vLLM's extra field). Every answer
+carries headers naming the model, the weights version and the logprobs mode::
+
+    x-whileai-model             what it serves (a built-in name, or the weights folder)
+    x-whileai-weights-version   a digest of the weights files (a built-in: its name and seed)
+    x-whileai-logprobs-mode     processed_logprobs
+    x-whileai-sampling          the temperature, top_p and top_k this answer was sampled with (JSON)
+
+A stream is the finished sample sent token by token (generation runs whole, then streams): the shapes and
+the order are the API's, the latency is not a real server's. Chat replies are text (no tool-call parsing):
+a model that writes tool calls returns them in the content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import ConfigError, WhileaiError
+from whileai.record import chat
+from whileai.record.requests import Ask, RequestError
+
+LOGPROBS_MODE = "processed_logprobs"
+_UNSTABLE = ("\ufffd",)  # a decoded tail that may change when the next token arrives
+
+
+@dataclass
+class Served:
+    """The loaded model and what the server reports about it."""
+
+    engine: Any
+    name: str
+    version: str
+
+
+def resolve_weights(spec: str) -> str:
+    """A built-in name, a model folder, or a run folder (its ``final`` weights)."""
+    if spec.startswith("builtin:"):
+        return spec
+    path = Path(spec)
+    if (path / "final").is_dir():
+        path = path / "final"
+    if not path.is_dir():
+        raise ConfigError(f"model {spec!r}: no such folder. Fix: give builtin:tiny / builtin:mini, a model folder "
+                          "(config.json, tokenizer, weights), or a run folder from `wai train` (it serves RUN/final)")
+    if (path / "adapter_config.json").exists() and not (path / "config.json").exists():
+        raise ConfigError(f"{path} holds a LoRA adapter, not a whole model. Fix: serve merged weights (export with "
+                          "merged=True, or train without --lora-rank, whose final folder is a whole model)")
+    return str(path)
+
+
+def weights_version(path: str, seed: int) -> str:
+    """A short digest of the weights files (a built-in: its name and seed): changes when the weights do."""
+    if path.startswith("builtin:"):
+        return f"{path}@seed{seed}"
+    digest = hashlib.sha256()
+    for file in sorted(Path(path).glob("*")):
+        if file.suffix in (".safetensors", ".bin", ".pt"):
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
+    return "sha256:" + digest.hexdigest()[:16]
+
+
+def load(spec: str, seed: int = 0) -> Served:
+    from whileai.engine import TrainingEngine
+
+    path = resolve_weights(spec)
+    engine = TrainingEngine(path, seed=seed) if path.startswith("builtin:") else TrainingEngine(path)
+    return Served(engine, spec if spec.startswith("builtin:") else path, weights_version(path, seed))
+
+
+# ----------------------------------------------------------------------------- sampling
+class Policy:
+    """Samples for requests, one at a time (the engine is not thread-safe)."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.lock = threading.Lock()
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.served.engine.tokenizer
+
+    def prompt_ids(self, ask: Ask) -> list[int]:
+        if not ask.chat:
+            if isinstance(ask.prompt, list):
+                return list(ask.prompt)
+            bos = self.tokenizer.bos_token_id
+            return ([int(bos)] if bos is not None else []) + chat.encode(self.tokenizer, ask.prompt)
+        try:
+            return chat.render(self.tokenizer, ask.prompt, ask.tools)
+        except WhileaiError as err:
+            raise RequestError(str(err), param="messages") from None
+        except (KeyError, TypeError, ValueError) as err:  # a chat template's own complaint
+            raise RequestError(f"the messages could not be rendered with the chat template: {err}",
+                               param="messages") from None
+
+    def sample(self, ask: Ask) -> tuple[list[int], list[Any], list[list[list[tuple[int, float]]] | None]]:
+        """The prompt ids, ``n`` samples, and per sample the top alternatives at each token (when asked)."""
+        from whileai.engine.sampling import SamplingParams
+
+        prompt = self.prompt_ids(ask)
+        stops = [chat.encode(self.tokenizer, s) for s in ask.stop]
+        engine = self.served.engine
+        if len(prompt) >= engine.max_context:
+            raise RequestError(f"the prompt has {len(prompt)} tokens; the model's context is {engine.max_context}. "
+                               "Fix: shorten the prompt", param="messages" if ask.chat else "prompt")
+        params = SamplingParams(max_tokens=ask.max_tokens, temperature=ask.temperature, top_p=ask.top_p,
+                                top_k=ask.top_k, stop=stops, seed=ask.seed)
+        with self.lock:
+            samples = engine.sample(prompt, ask.n, params)
+            tops = [self._top(prompt, s.tokens, ask) for s in samples]
+        return prompt, samples, tops
+
+    def _top(self, prompt: list[int], tokens: list[int], ask: Ask) -> list[list[tuple[int, float]]] | None:
+        """The ``ask.logprobs`` most likely tokens at each completion position, under the sampled distribution."""
+        if not ask.logprobs or not tokens:
+            return None
+        if ask.temperature == 0:  # greedy: the arg-max had probability 1
+            return [[(t, 0.0)] for t in tokens]
+        scored = self.served.engine.compute_logprobs(
+            prompt + tokens, top_k=ask.logprobs,
+            sampling_params={"temperature": ask.temperature, "top_p": ask.top_p, "top_k": ask.top_k})
+        return [[(i, v) for i, v in pairs if v > float("-inf")] for pairs in scored["topk"][len(prompt):]]
+
+    def headers(self, ask: Ask) -> dict[str, str]:
+        sampling = {"temperature": ask.temperature, "top_p": ask.top_p, "top_k": ask.top_k}
+        return {"x-whileai-model": self.served.name, "x-whileai-weights-version": self.served.version,
+                "x-whileai-logprobs-mode": LOGPROBS_MODE, "x-whileai-sampling": json.dumps(sampling)}
+
+
+# ----------------------------------------------------------------------------- answers
+def _finish(sample: Any) -> str:
+    return "stop" if sample.stop_reason == "stop" else "length"
+
+
+def _reply_ids(tokenizer: Any, sample: Any) -> list[int]:
+    """The tokens whose text is the reply: without the stop token the sample ended on."""
+    eos = tokenizer.eos_token_id
+    ended_on_eos = sample.stop_reason == "stop" and sample.tokens and sample.tokens[-1] == eos
+    return sample.tokens[:-1] if ended_on_eos else sample.tokens
+
+
+def _piece(tokenizer: Any, token: int) -> str:
+    return chat.decode(tokenizer, [token]) if token != tokenizer.eos_token_id else str(tokenizer.eos_token)
+
+
+def _chat_logprob(tokenizer: Any, token: int, logprob: float, top: list[tuple[int, float]] | None) -> dict[str, Any]:
+    piece = _piece(tokenizer, token)
+    alternatives = [{"token": _piece(tokenizer, i), "logprob": v, "bytes": list(_piece(tokenizer, i).encode())}
+                    for i, v in (top or [])]
+    return {"token": piece, "logprob": logprob, "bytes": list(piece.encode()), "top_logprobs": alternatives}
+
+
+def _completion_logprobs(tokenizer: Any, tokens: list[int], logprobs: list[float],
+                         top: list[list[tuple[int, float]]] | None, start: int = 0) -> dict[str, Any]:
+    pieces = [_piece(tokenizer, t) for t in tokens]
+    offsets = [start + sum(len(p) for p in pieces[:j]) for j in range(len(pieces))]
+    tops = [{_piece(tokenizer, i): v for i, v in alt} for alt in top] if top is not None else [None] * len(tokens)
+    return {"tokens": pieces, "token_logprobs": list(logprobs), "top_logprobs": tops, "text_offset": offsets}
+
+
+def answer(policy: Policy, ask: Ask) -> dict[str, Any]:
+    """The whole (non-streaming) response body."""
+    prompt, samples, tops = policy.sample(ask)
+    tok = policy.tokenizer
+    choices = []
+    for k, (sample, top) in enumerate(zip(samples, tops)):
+        text = chat.decode(tok, _reply_ids(tok, sample))
+        choice: dict[str, Any] = {"index": k, "finish_reason": _finish(sample), "logprobs": None}
+        if ask.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+            if ask.logprobs is not None:
+                choice["logprobs"] = {"content": [_chat_logprob(tok, t, v, top[j] if top else None)
+                                                  for j, (t, v) in enumerate(zip(sample.tokens, sample.logprobs))]}
+        else:
+            choice["text"] = text
+            if ask.logprobs is not None:
+                choice["logprobs"] = _completion_logprobs(tok, sample.tokens, sample.logprobs, top)
+            if ask.return_token_ids:
+                choice["prompt_token_ids"] = prompt
+        if ask.return_token_ids:
+            choice["token_ids"] = list(sample.tokens)
+        choices.append(choice)
+    body = _envelope(policy, ask)
+    body["choices"] = choices
+    body["usage"] = _usage(prompt, samples)
+    if ask.chat and ask.return_token_ids:
+        body["prompt_token_ids"] = prompt
+    return body
+
+
+def _envelope(policy: Policy, ask: Ask, chunk: bool = False) -> dict[str, Any]:
+    kind = ("chat.completion" if ask.chat else "text_completion") + (".chunk" if chunk and ask.chat else "")
+    return {"id": ("chatcmpl-" if ask.chat else "cmpl-") + uuid.uuid4().hex[:24], "object": kind,
+            "created": int(time.time()), "model": policy.served.name,
+            "system_fingerprint": policy.served.version}
+
+
+def _usage(prompt: list[int], samples: list[Any]) -> dict[str, int]:
+    completion = sum(len(s.tokens) for s in samples)
+    return {"prompt_tokens": len(prompt), "completion_tokens": completion, "total_tokens": len(prompt) + completion}
+
+
+def stream(policy: Policy, ask: Ask) -> tuple[list[int], list[Any], Iterator[str]]:
+    """Sample first (errors surface before the stream starts), then the SSE lines of the chunks."""
+    prompt, samples, tops = policy.sample(ask)
+
+    def lines() -> Iterator[str]:
+        base = _envelope(policy, ask, chunk=True)
+        first = True
+        for k, (sample, top) in enumerate(zip(samples, tops)):
+            for chunk in _choice_chunks(policy.tokenizer, ask, k, sample, top):
+                if first and ask.return_token_ids:
+                    (chunk if ask.chat else chunk["choices"][0])["prompt_token_ids"] = prompt
+                first = False
+                yield f"data: {json.dumps({**base, **chunk})}\n\n"
+        if ask.include_usage:
+            yield f"data: {json.dumps({**base, 'choices': [], 'usage': _usage(prompt, samples)})}\n\n"
+        yield "data: [DONE]\n\n"
+
+    return prompt, samples, lines()
+
+
+def _deltas(tokenizer: Any, ids: list[int]) -> list[str]:
+    """The text each token adds, holding back a tail that the next token may still change."""
+    text, sent, out = chat.decode(tokenizer, ids), "", []
+    for j in range(len(ids)):
+        now = chat.decode(tokenizer, ids[:j + 1])
+        while now and (now[-1] in _UNSTABLE or chat.ESCAPE <= ord(now[-1]) < chat.ESCAPE + 256) and j < len(ids) - 1:
+            now = now[:-1]
+        delta = now[len(sent):] if now.startswith(sent) else ""
+        sent += delta
+        out.append(delta)
+    if out:
+        out[-1] += text[len(sent):] if text.startswith(sent) else ""
+    return out
+
+
+def _choice_chunks(tokenizer: Any, ask: Ask, k: int, sample: Any, top: Any) -> Iterator[dict[str, Any]]:
+    reply = _reply_ids(tokenizer, sample)
+    deltas = _deltas(tokenizer, reply) + [""] * (len(sample.tokens) - len(reply))
+    if ask.chat:
+        yield {"choices": [{"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                            "finish_reason": None}]}
+    for j, (token, logprob) in enumerate(zip(sample.tokens, sample.logprobs)):
+        last = j == len(sample.tokens) - 1
+        choice: dict[str, Any] = {"index": k, "logprobs": None, "finish_reason": None}
+        if ask.chat:
+            choice["delta"] = {"content": deltas[j]}
+            if ask.logprobs is not None:
+                choice["logprobs"] = {"content": [_chat_logprob(tokenizer, token, logprob, top[j] if top else None)]}
+        else:
+            choice["text"] = deltas[j]
+            choice["finish_reason"] = _finish(sample) if last else None
+            if ask.logprobs is not None:
+                choice["logprobs"] = _completion_logprobs(tokenizer, [token], [logprob], [top[j]] if top else None)
+        if ask.return_token_ids:
+            choice["token_ids"] = [token]
+        yield {"choices": [choice]}
+    if ask.chat:
+        yield {"choices": [{"index": k, "delta": {}, "logprobs": None, "finish_reason": _finish(sample)}]}

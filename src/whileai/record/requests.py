@@ -1,0 +1,152 @@
+"""The OpenAI-compatible request bodies the policy server takes, checked field by field.
+
+Every problem is collected and reported at once, as one 400 naming each field, what was wrong and the fix.
+An unknown field is refused rather than ignored: a knob the server cannot apply (a penalty, a logit bias)
+would change the sampled distribution, and the recorded log-probabilities would no longer be the sampler's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop", "stream",
+          "stream_options", "logprobs", "return_token_ids", "frequency_penalty", "presence_penalty", "user"}
+CHAT = COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools"}
+COMPLETIONS = COMMON | {"prompt", "echo"}
+DEFAULT_MAX_TOKENS = 16  # the OpenAI completions API's default
+MAX_N = 16
+MAX_TOP_LOGPROBS = 20
+
+
+class RequestError(Exception):
+    """A 400 (or 404 for an unknown model) with every problem found, OpenAI's error shape."""
+
+    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.param = status, param
+
+    def body(self) -> dict[str, Any]:
+        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": None}}
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One checked request: how to sample and what to return."""
+
+    chat: bool
+    prompt: Any  # chat: the messages; completions: text or a list of token ids
+    tools: Any
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    n: int
+    seed: int | None
+    stop: tuple[str, ...]
+    stream: bool
+    include_usage: bool
+    logprobs: int | None  # None: not asked; chat: top_logprobs (0 = only the sampled token)
+    return_token_ids: bool
+
+
+def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float,
+            problems: list[str]) -> float:
+    value = body.get(name, default)
+    value = default if value is None else value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not low <= value <= high:
+        problems.append(f"'{name}' is {value!r}; it must be a number in [{low:g}, {high:g}]")
+        return default
+    return float(value)
+
+
+def _whole(body: Mapping[str, Any], name: str, default: int | None, low: int, high: int,
+           problems: list[str]) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        problems.append(f"'{name}' is {value!r}; it must be an integer in [{low}, {high}]")
+        return default
+    return int(value)
+
+
+def _stop(body: Mapping[str, Any], problems: list[str]) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    stops = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops) or len(stops) > 4:
+        problems.append(f"'stop' is {stop!r}; it must be a non-empty string or a list of up to 4 of them")
+        return ()
+    return tuple(stops)
+
+
+def _prompt(body: Mapping[str, Any], chat: bool, problems: list[str]) -> Any:
+    if chat:
+        messages = body.get("messages")
+        ok = isinstance(messages, list) and messages and all(
+            isinstance(m, Mapping) and isinstance(m.get("role"), str) for m in messages)
+        if not ok:
+            problems.append("'messages' must be a non-empty list of {'role': ..., 'content': ...} objects")
+        return messages
+    prompt = body.get("prompt")
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(
+            isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
+        return prompt
+    problems.append(f"'prompt' is {str(prompt)[:60]!r}; it must be one text or one list of token ids (send "
+                    "several prompts as several requests)")
+    return None
+
+
+def parse_ask(body: Any, chat: bool, served: str) -> Ask:
+    """A checked ``Ask`` from a request body, or a ``RequestError`` listing every problem."""
+    if not isinstance(body, Mapping):
+        raise RequestError("the body must be a JSON object (the OpenAI request fields)")
+    known = CHAT if chat else COMPLETIONS
+    problems = [f"unknown field {k!r}: this server cannot apply it, and ignoring it would change what was "
+                f"sampled; known fields: {sorted(known)}" for k in sorted(set(body) - known)]
+    if body.get("model") not in (None, served):
+        raise RequestError(f"model {body.get('model')!r} is not served here; this server serves {served!r}. Fix: "
+                           f"send model={served!r}", status=404, param="model")
+    for name in ("frequency_penalty", "presence_penalty"):
+        if body.get(name) not in (None, 0, 0.0):
+            problems.append(f"'{name}' is {body[name]!r}; only 0 is supported (penalties are not applied)")
+    if body.get("echo") not in (None, False):
+        problems.append("'echo' must be false: the prompt is returned as 'prompt_token_ids' (return_token_ids)")
+    cap = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
+    logprobs = _logprobs(body, chat, problems)
+    stream_options = body.get("stream_options") or {}
+    if not isinstance(stream_options, Mapping) or set(stream_options) - {"include_usage"}:
+        problems.append(f"'stream_options' is {stream_options!r}; only {{'include_usage': bool}} is supported")
+        stream_options = {}
+    for name in ("stream", "return_token_ids"):
+        if body.get(name) not in (None, True, False):
+            problems.append(f"'{name}' is {body[name]!r}; it must be true or false")
+    ask = Ask(chat=chat, prompt=_prompt(body, chat, problems), tools=body.get("tools") if chat else None,
+              max_tokens=_whole(body, cap, DEFAULT_MAX_TOKENS, 1, 2**20, problems) or DEFAULT_MAX_TOKENS,
+              temperature=_number(body, "temperature", 1.0, 0.0, 2.0, problems),
+              top_p=_number(body, "top_p", 1.0, 1e-9, 1.0, problems),
+              top_k=max(0, _whole(body, "top_k", 0, -1, 2**31, problems) or 0),
+              n=_whole(body, "n", 1, 1, MAX_N, problems) or 1, seed=_whole(body, "seed", None, 0, 2**63, problems),
+              stop=_stop(body, problems), stream=bool(body.get("stream")),
+              include_usage=bool(stream_options.get("include_usage")), logprobs=logprobs,
+              return_token_ids=bool(body.get("return_token_ids")))
+    if problems:
+        raise RequestError("; ".join(problems) + ". Fix each field and send again")
+    return ask
+
+
+def _logprobs(body: Mapping[str, Any], chat: bool, problems: list[str]) -> int | None:
+    if not chat:
+        return _whole(body, "logprobs", None, 0, MAX_TOP_LOGPROBS, problems)
+    if body.get("logprobs") not in (None, True, False):
+        problems.append(f"'logprobs' is {body['logprobs']!r}; in chat completions it must be true or false")
+    top = _whole(body, "top_logprobs", None, 0, MAX_TOP_LOGPROBS, problems)
+    if top is not None and not body.get("logprobs"):
+        problems.append("'top_logprobs' needs 'logprobs': true")
+    return (top or 0) if body.get("logprobs") else None

@@ -1,0 +1,436 @@
+"""The Tinker SDK's protocol on ``wai serve`` (``/api/v1/...``), over the same runs, order and records.
+
+    import tinker
+    service = tinker.ServiceClient(base_url="http://127.0.0.1:8321", api_key=TOKEN)   # TOKEN starts "tml-"
+    training = service.create_lora_training_client(base_model="builtin:tiny", rank=8)
+
+A Tinker model is a service run; a Tinker session is a service session. Every training-client request
+(``forward_backward``, ``optim_step``, ``save_weights``, ``load_weights``, ``save_weights_for_sampler``) and every
+``asample`` becomes one operation of its run in ``runs.py``: this module gives it the run's next sequence
+number when it first arrives and remembers which SDK request that number belongs to, so an SDK retry (same
+model and ``seq_id``, or same sampling session and ``seq_id``) reaches the same number and ``runs.py`` answers
+it from its record, or a 409 if the bytes differ. The SDK submits one client's requests in turn, so arrival
+order is the SDK's order. ``request_id`` is ``<run>.<seq>``; ``retrieve_future`` long-polls the run's answer
+and shapes it into the SDK's type (protobuf for ``forward_backward`` and ``sample``). A failed operation comes
+back as ``{"error", "category"}``, which the SDK raises as ``RequestFailedError`` with the message. A route we
+do not serve is a 404 that names it.
+
+What lives only in memory (lost on restart, as the engine's sampler weights are): the map from SDK request
+to sequence number, sampling sessions, and named sampler-weight paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
+
+from whileai.errors import ConfigError, WhileaiError
+from whileai.service import schemas
+from whileai.service.runs import status_of
+
+PROTO = "application/x-protobuf"
+POLL_SECONDS = 25.0  # under the SDK's 45 s retrieve_future timeout
+WEIGHTS_PATH = re.compile(r"^tinker://(?P<run>[^/]+)/(?P<kind>weights|sampler_weights)/(?P<name>[^/]+)$")
+SUPPORTED = ("create_session, session_heartbeat, client/config, get_server_capabilities, create_model, get_info, "
+             "forward_backward, optim_step, save_weights, load_weights, save_weights_for_sampler, "
+             "create_sampling_session, samplers/{id}, asample, retrieve_future, sessions/{id}/finish")
+
+
+class TinkerError(WhileaiError):
+    """A Tinker request this server refuses before running it: a 4xx whose body names the route."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(json.dumps(body), status_code=status, media_type="application/json")
+
+
+def _parse(model: type[BaseModel], raw: bytes, route: str) -> Any:
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as err:
+        problems = [f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors()[:10]]
+        raise TinkerError(400, f"{route}: malformed {model.__name__}: {'; '.join(problems)}") from None
+
+
+class TinkerFront:
+    """The SDK's view of the service: requests in, run operations out, answers back in the SDK's types."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+        self.seqs: dict[tuple[Any, ...], int] = {}       # (run, SDK request key) -> the run's seq
+        self.next: dict[str, int] = {}                   # run -> next seq to give out
+        self.shapes: dict[str, dict[str, Any]] = {}      # request_id -> how to shape its answer
+        self.ready: dict[str, dict[str, Any]] = {}       # request_id -> an answer known at once (create_model)
+        self.refused: dict[str, tuple[int, str]] = {}    # request_id -> runs.py's refusal, given at submit
+        self.samplers: dict[str, tuple[str, int | None, str | None]] = {}  # sampling session -> run, version, path
+        self.paths: dict[str, tuple[str, int]] = {}     # tinker://run/sampler_weights/name -> run, version
+
+    # ------------------------------------------------------------------ who, which run
+    def owner(self, request: Request) -> str:
+        key = request.headers.get("x-api-key") or ""
+        owner = self.service.tokens.owner(f"Bearer {key}")
+        if owner is None:
+            raise TinkerError(401, "the api_key is not accepted by this wai serve: pass one of its tokens "
+                                   "(--token-file or WAI_TOKEN; the Tinker SDK needs it to start with 'tml-')")
+        return owner  # type: ignore[no-any-return]
+
+    def run(self, run_id: str, owner: str, route: str) -> dict[str, Any]:
+        row = self.service.store.run(run_id)
+        if row is None or row["owner"] != owner:
+            raise TinkerError(404, f"{route}: no model {run_id!r} for this api_key; create one with "
+                                   "create_lora_training_client")
+        return row  # type: ignore[no-any-return]
+
+    def session(self, session_id: str, owner: str, route: str) -> None:
+        row = self.service.store.session(session_id)
+        if row is None or row["owner"] != owner or row["closed"] is not None:
+            raise TinkerError(404, f"{route}: no open session {session_id!r} for this api_key")
+
+    # ------------------------------------------------------------------ submitting to runs.py
+    def submit(self, run: dict[str, Any], key: tuple[Any, ...], op: str, fields: dict[str, Any], raw: bytes,
+               shape: dict[str, Any]) -> str:
+        """Give the SDK request its run sequence number (the same one on a retry) and queue the operation."""
+        runner = self.service.runner
+        slot = runner.slot(run)
+        where = (run["id"], *key)
+        if where not in self.seqs:
+            self.seqs[where] = max(self.next.get(run["id"], 0), slot.next_seq)
+            self.next[run["id"]] = self.seqs[where] + 1
+        seq = self.seqs[where]
+        try:
+            body = schemas.OPERATIONS[op](seq_id=seq, **fields)
+        except ValidationError as err:
+            raise TinkerError(400, f"{shape['route']}: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from None
+        digest = hashlib.sha256(op.encode() + b"\0" + raw).hexdigest()
+        future = runner.submit(slot, op, body, digest)
+        request_id = f"{run['id']}.{seq}"
+        if future.done() and future.result()[0] != 200:  # refused at once (a changed retry, a closed run)
+            request_id = f"{request_id}.refused-{uuid.uuid4().hex[:8]}"
+            self.refused[request_id] = future.result()
+        self.shapes[request_id] = shape
+        return request_id
+
+    async def retrieve(self, request_id: str, owner: str) -> Response:
+        if request_id in self.ready:
+            return _json(self.ready[request_id])
+        if request_id in self.refused:
+            return self.shaped(request_id, *self.refused[request_id])
+        run_id, _, seq = request_id.rpartition(".")
+        self.run(run_id, owner, "/api/v1/retrieve_future")
+        found = self.service.runner.answer_of(run_id, int(seq)) if seq.isdigit() else None
+        if found is None or request_id not in self.shapes:
+            raise TinkerError(410, f"/api/v1/retrieve_future: request {request_id!r} is unknown here (the server "
+                                   "may have restarted); the SDK sends it again")
+        if isinstance(found, tuple):
+            return self.shaped(request_id, *found)
+        try:
+            status, text = await asyncio.wait_for(asyncio.shield(found), POLL_SECONDS)
+        except asyncio.TimeoutError:
+            return _json({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+        return self.shaped(request_id, status, text)
+
+    def shaped(self, request_id: str, status: int, text: str) -> Response:
+        """A recorded answer as the SDK's result type, or its error as ``{"error", "category"}``."""
+        shape, answer = self.shapes[request_id], json.loads(text)
+        if status != 200:
+            error = answer.get("error", {})
+            return _json({"error": f"{shape['route']}: {error.get('type')}: {error.get('message')}",
+                          "category": "user" if status < 500 else "server"})
+        run_id, result = answer["run_id"], answer["result"]
+        kind = shape["kind"]
+        if kind == "forward_backward":
+            from whileai.service.tinker_wire import forward_backward_output
+            return Response(forward_backward_output(result), media_type=PROTO)
+        if kind == "sample":
+            from whileai.service.tinker_wire import sample_output
+            return Response(sample_output(result), media_type=PROTO)
+        if kind == "optim_step":
+            return _json({"metrics": result["metrics"]})
+        if kind in ("save_weights", "load_weights"):
+            return _json({"path": f"tinker://{run_id}/weights/{shape['name']}", "type": kind})
+        return _json(self.sampler_saved(run_id, result["version"], shape))
+
+    def sampler_saved(self, run_id: str, version: int, shape: dict[str, Any]) -> dict[str, Any]:
+        if shape["name"] is not None:
+            path = f"tinker://{run_id}/sampler_weights/{shape['name']}"
+            self.paths[path] = (run_id, version)
+            return {"path": path, "type": "save_weights_for_sampler"}
+        self.samplers[shape["sampler"]] = (run_id, version, None)
+        return {"sampling_session_id": shape["sampler"], "type": "save_weights_for_sampler"}
+
+    # ------------------------------------------------------------------ models
+    async def open_run(self, session_id: str, owner: str, base_model: str, rank: int, seed: int) -> str:
+        spec = schemas.CreateRun.model_validate({"base_model": base_model, "lora_rank": rank, "seed": seed}).model_dump()
+        try:
+            return await self.service.runner.create_run(session_id, owner, spec)  # type: ignore[no-any-return]
+        except WhileaiError as err:
+            raise TinkerError(status_of(err), f"/api/v1/create_model: {err}") from None
+
+    def tokenizer_id(self, base_model: str) -> str:
+        """Where ``AutoTokenizer.from_pretrained`` finds this model's tokenizer (a built-in's is written once)."""
+        if not base_model.startswith("builtin:"):
+            return base_model
+        folder = Path(self.service.config.data_dir).resolve() / "tokenizers" / "builtin"
+        if not (folder / "tokenizer.json").is_file():
+            from whileai.engine.models import byte_tokenizer
+
+            byte_tokenizer().save_pretrained(str(folder))
+        return str(folder)
+
+
+def mount(app: FastAPI, service: Any) -> None:
+    """Add the Tinker routes to ``wai serve``'s app (without the SDK installed: a 501 saying how to add it)."""
+    try:
+        import tinker  # noqa: F401
+    except ImportError:
+        @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST"])
+        async def missing(rest: str) -> Response:
+            return _json({"error": f"/api/v1/{rest}: this wai serve has no Tinker support; install it with "
+                                   "`pip install whileai[tinker]` and restart"}, 501)
+        return
+    front = TinkerFront(service)
+
+    @app.exception_handler(TinkerError)
+    async def refused(request: Request, err: TinkerError) -> Response:
+        return _json({"error": str(err)}, err.status)
+
+    _session_routes(app, front)
+    _training_routes(app, front)
+    _sampling_routes(app, front)
+
+    @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
+    async def unsupported(rest: str, request: Request) -> Response:
+        return _json({"error": f"{request.method} /api/v1/{rest} is not supported by wai serve (it serves "
+                               f"training and sampling: {SUPPORTED})"}, 404)
+
+
+def _session_routes(app: FastAPI, front: TinkerFront) -> None:
+    from tinker import types as T
+
+    store = front.service.store
+
+    @app.post("/api/v1/client/config")
+    @app.post("/api/v1/client/dynamic_config")
+    async def client_config(request: Request) -> Response:
+        return _json({})  # the SDK's defaults: API-key auth, uncompressed protobuf
+
+    @app.get("/api/v1/healthz")
+    async def healthz() -> Response:
+        return _json({"status": "ok"})
+
+    @app.post("/api/v1/telemetry")
+    async def telemetry(request: Request) -> Response:
+        return _json({"status": "accepted"})  # the SDK's usage events are meant for Tinker Cloud; none kept
+
+    @app.get("/api/v1/get_server_capabilities")
+    async def capabilities(request: Request) -> Response:
+        front.owner(request)
+        models = front.service.capabilities()["models"]
+        return _json({"supported_models": [{"model_name": m, "trainable": True, "sampleable": True}
+                                           for m in models]})
+
+    @app.post("/api/v1/create_session")
+    async def create_session(request: Request) -> Response:
+        owner = front.owner(request)
+        _parse(T.CreateSessionRequest, await request.body(), "/api/v1/create_session")
+        session_id = f"session-{uuid.uuid4().hex[:12]}"
+        store.add_session(session_id, owner)
+        return _json({"session_id": session_id, "type": "create_session"})
+
+    @app.post("/api/v1/session_heartbeat")
+    async def heartbeat(request: Request) -> Response:
+        owner = front.owner(request)
+        body = _parse(T.SessionHeartbeatRequest, await request.body(), "/api/v1/session_heartbeat")
+        row = store.session(body.session_id)
+        if row is None or row["owner"] != owner or row["closed"] is not None:
+            return _json({"error": f"session {body.session_id!r} is finished"}, 410)
+        return _json({"type": "session_heartbeat"})
+
+    @app.post("/api/v1/sessions/{session_id}/finish")
+    async def finish(session_id: str, request: Request) -> Response:
+        owner = front.owner(request)
+        front.session(session_id, owner, f"/api/v1/sessions/{session_id}/finish")
+        runs = store.runs(session_id)
+        store.close_session(session_id)
+        for run in runs:
+            if run["id"] in front.service.runner.slots:
+                await front.service.runner.close_run(front.service.runner.slots[run["id"]], "its session finished")
+        return _json({})
+
+
+def _training_routes(app: FastAPI, front: TinkerFront) -> None:
+    from tinker import types as T
+
+    from whileai.service import tinker_wire
+
+    @app.post("/api/v1/create_model")
+    async def create_model(request: Request) -> Response:
+        owner = front.owner(request)
+        body = _parse(T.CreateModelRequest, await request.body(), "/api/v1/create_model")
+        front.session(body.session_id, owner, "/api/v1/create_model")
+        lora = body.lora_config or T.LoraConfig(rank=0)
+        if not (lora.train_mlp and lora.train_attn and lora.train_unembed):
+            raise TinkerError(400, "/api/v1/create_model: train_mlp / train_attn / train_unembed = False is not "
+                                   "supported; wai serve adapts every linear layer (leave them True)")
+        if body.optimizer_config.type != "adamw":
+            raise TinkerError(400, f"/api/v1/create_model: optimizer {body.optimizer_config.type!r} is not "
+                                   "supported; wai serve trains with AdamW")
+        request_id = f"create.{body.session_id}.{body.model_seq_id}"
+        if request_id not in front.ready:  # a retry gets the run made the first time
+            run_id = await front.open_run(body.session_id, owner, body.base_model, lora.rank, lora.seed or 0)
+            front.ready[request_id] = {"model_id": run_id, "type": "create_model"}
+        return _json({"request_id": request_id, "model_id": front.ready[request_id]["model_id"]})
+
+    @app.post("/api/v1/get_info")
+    async def get_info(request: Request) -> Response:
+        owner = front.owner(request)
+        body = _parse(T.GetInfoRequest, await request.body(), "/api/v1/get_info")
+        spec = front.run(body.model_id, owner, "/api/v1/get_info")["spec"]
+        data = {"arch": "qwen2" if spec["base_model"].startswith("builtin:") else None,
+                "model_name": spec["base_model"], "tokenizer_id": front.tokenizer_id(spec["base_model"])}
+        return _json({"model_data": data, "model_id": body.model_id, "is_lora": spec["lora_rank"] > 0,
+                      "lora_rank": spec["lora_rank"], "model_name": spec["base_model"], "type": "get_info"})
+
+    @app.post("/api/v1/forward_backward")
+    async def forward_backward(request: Request) -> Response:
+        owner = front.owner(request)
+        raw = await front.service.body(request)
+        try:
+            msg, fields = tinker_wire.forward_backward_body(raw)
+        except ConfigError as err:
+            raise TinkerError(400, str(err)) from None
+        run = front.run(msg.model_id, owner, "/api/v1/forward_backward")
+        op = "forward" if msg.forward_only else "forward_backward"
+        request_id = front.submit(run, ("train", msg.seq_id), op, fields, raw,
+                                  {"kind": "forward_backward", "route": f"/api/v1/forward_backward ({op})"})
+        return _json({"request_id": request_id, "model_id": msg.model_id})
+
+    @app.post("/api/v1/optim_step")
+    async def optim_step(request: Request) -> Response:
+        owner = front.owner(request)
+        raw = await request.body()
+        body = _parse(T.OptimStepRequest, raw, "/api/v1/optim_step")
+        try:
+            adam = tinker_wire.adam_params(body)
+        except ConfigError as err:
+            raise TinkerError(400, str(err)) from None
+        run = front.run(body.model_id, owner, "/api/v1/optim_step")
+        request_id = front.submit(run, ("train", body.seq_id), "optim_step", {"adam_params": adam}, raw,
+                                  {"kind": "optim_step", "route": "/api/v1/optim_step"})
+        return _json({"request_id": request_id, "model_id": body.model_id})
+
+    @app.post("/api/v1/save_weights")
+    async def save_weights(request: Request) -> Response:
+        owner = front.owner(request)
+        raw = await request.body()
+        body = _parse(T.SaveWeightsRequest, raw, "/api/v1/save_weights")
+        run = front.run(body.model_id, owner, "/api/v1/save_weights")
+        name = body.path or f"state-{body.seq_id}"
+        request_id = front.submit(run, ("train", body.seq_id), "save_state", {"name": name}, raw,
+                                  {"kind": "save_weights", "route": "/api/v1/save_weights", "name": name})
+        return _json({"request_id": request_id, "model_id": body.model_id})
+
+    @app.post("/api/v1/load_weights")
+    async def load_weights(request: Request) -> Response:
+        owner = front.owner(request)
+        raw = await request.body()
+        body = _parse(T.LoadWeightsRequest, raw, "/api/v1/load_weights")
+        found = WEIGHTS_PATH.match(body.path)
+        if body.model_id is None or found is None or found["kind"] != "weights" or found["run"] != body.model_id:
+            raise TinkerError(400, f"/api/v1/load_weights: path {body.path!r}: wai serve loads a state this same "
+                                   "training client saved (tinker://<its model_id>/weights/<name>); "
+                                   "create_training_client_from_state and loading another run's state are not "
+                                   "supported")
+        run = front.run(body.model_id, owner, "/api/v1/load_weights")
+        fields = {"name": found["name"], "optimizer": body.optimizer}
+        request_id = front.submit(run, ("train", body.seq_id), "load_state", fields, raw,
+                                  {"kind": "load_weights", "route": "/api/v1/load_weights", "name": found["name"]})
+        return _json({"request_id": request_id, "model_id": body.model_id})
+
+    @app.post("/api/v1/save_weights_for_sampler")
+    async def save_for_sampler(request: Request) -> Response:
+        owner = front.owner(request)
+        raw = await request.body()
+        body = _parse(T.SaveWeightsForSamplerRequest, raw, "/api/v1/save_weights_for_sampler")
+        run = front.run(body.model_id, owner, "/api/v1/save_weights_for_sampler")
+        sampler = f"{run['session_id']}:sample:{body.sampling_session_seq_id}"
+        shape = {"kind": "sampler", "route": "/api/v1/save_weights_for_sampler", "name": body.path, "sampler": sampler}
+        request_id = front.submit(run, ("train", body.seq_id), "save_weights_for_sampler", {}, raw, shape)
+        return _json({"request_id": request_id, "model_id": body.model_id})
+
+    @app.post("/api/v1/retrieve_future")
+    async def retrieve_future(request: Request) -> Response:
+        owner = front.owner(request)
+        body = _parse(T.FutureRetrieveRequest, await request.body(), "/api/v1/retrieve_future")
+        return await front.retrieve(body.request_id, owner)
+
+
+def _sampling_routes(app: FastAPI, front: TinkerFront) -> None:
+    from tinker import types as T
+
+    from whileai.service import tinker_wire
+
+    @app.post("/api/v1/create_sampling_session")
+    async def create_sampling_session(request: Request) -> Response:
+        owner = front.owner(request)
+        body = _parse(T.CreateSamplingSessionRequest, await request.body(), "/api/v1/create_sampling_session")
+        front.session(body.session_id, owner, "/api/v1/create_sampling_session")
+        sampler = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
+        if sampler not in front.samplers:
+            if body.model_path is not None:
+                if body.model_path not in front.paths:
+                    raise TinkerError(404, f"/api/v1/create_sampling_session: no sampler weights at "
+                                           f"{body.model_path!r}; save them with save_weights_for_sampler(name) "
+                                           f"on this server first (saved: {sorted(front.paths)})")
+                run_id, version = front.paths[body.model_path]
+                front.samplers[sampler] = (run_id, version, body.model_path)
+            else:
+                run_id = await front.open_run(body.session_id, owner, body.base_model or "", 0, 0)
+                front.samplers[sampler] = (run_id, None, None)
+        return _json({"sampling_session_id": sampler, "type": "create_sampling_session"})
+
+    @app.get("/api/v1/samplers/{sampler}")
+    async def sampler_info(sampler: str, request: Request) -> Response:
+        owner = front.owner(request)
+        run_id, _, path = _sampler(front, sampler, "/api/v1/samplers")
+        spec = front.run(run_id, owner, "/api/v1/samplers")["spec"]
+        return _json({"sampler_id": sampler, "base_model": spec["base_model"], "model_path": path})
+
+    @app.post("/api/v1/asample")
+    async def asample(request: Request) -> Response:
+        owner = front.owner(request)
+        raw = await request.body()
+        body = _parse(T.SampleRequest, raw, "/api/v1/asample")
+        if body.sampling_session_id is None:
+            raise TinkerError(400, "/api/v1/asample: sampling by base_model / model_path without a sampling "
+                                   "session is not supported; create the client with create_sampling_client")
+        run_id, version, _ = _sampler(front, body.sampling_session_id, "/api/v1/asample")
+        run = front.run(run_id, owner, "/api/v1/asample")
+        try:
+            fields = {**tinker_wire.sample_body(body), "version": version}
+        except WhileaiError as err:
+            raise TinkerError(400, str(err)) from None
+        request_id = front.submit(run, ("sample", body.sampling_session_id, body.seq_id), "sample", fields, raw,
+                                  {"kind": "sample", "route": "/api/v1/asample"})
+        return _json({"request_id": request_id, "model_id": run_id,
+                      "sample_sequence_ids": [f"{request_id}.{i}" for i in range(body.num_samples)]})
+
+
+def _sampler(front: TinkerFront, sampler: str, route: str) -> tuple[str, int | None, str | None]:
+    if sampler not in front.samplers:
+        raise TinkerError(404, f"{route}: no sampling session {sampler!r} (sampling sessions live in memory and "
+                               "end when the server restarts): create the sampling client again")
+    return front.samplers[sampler]
