@@ -231,7 +231,7 @@ def test_after_a_warm_start_the_reference_is_the_policy_rl_starts_from_and_a_res
     from whileai.engine.models import build_builtin
 
     settings = {**quick, "method": wai.GRPO(generations=4, beta=0.04), "lag": 0, "learning_rate": 3e-2,
-                "warm_start_steps": 5, "steps": 3}
+                "warm_start_steps": 5, "steps": 2}
     whole = wai.train(**settings, run_dir=str(tmp_path / "whole"))
     kl = [m["method/mean_kl"] for m in whole.metrics()]
     assert kl[0] == pytest.approx(0.0, abs=1e-9) and kl[-1] > 1e-5, kl
@@ -239,11 +239,11 @@ def test_after_a_warm_start_the_reference_is_the_policy_rl_starts_from_and_a_res
     as_loaded = build_builtin("tiny", seed=0)[0].state_dict()
     assert any(not torch.equal(saved[k], as_loaded[k]) for k in saved)  # the warm start moved it
     half = wai.train(**{**settings, "steps": 1}, run_dir=str(tmp_path / "half"))
-    resumed = wai.train(resume=str(half.dir), steps=3, progress=False)
+    resumed = wai.train(resume=str(half.dir), steps=2, progress=False)
     assert _without_timing(resumed.metrics()) == _without_timing(whole.metrics())
     (whole.dir / "checkpoint" / "reference.pt").unlink()
     with pytest.raises(wai.ConfigError, match="the checkpoint has no reference.pt"):
-        wai.train(resume=str(whole.dir), steps=4, progress=False)
+        wai.train(resume=str(whole.dir), steps=3, progress=False)
 
 
 def _without_timing(records: list[dict]) -> list[dict]:

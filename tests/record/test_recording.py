@@ -88,6 +88,19 @@ def test_a_stream_reaches_the_client_unchanged_and_is_recorded(servers):
     assert chat.decode(tokenizer(), reply_ids(exchange)) == text
 
 
+def test_a_streamed_completion_with_logprobs_gives_the_client_the_recorded_values(servers):
+    _, recorder, _ = servers
+    raw = client(recorder).completions.with_raw_response.create(model=MODEL, prompt="xyz", max_tokens=8, seed=9,
+                                                                logprobs=1, stream=True, temperature=0.8)
+    chunks = [c for c in raw.parse() if c.choices]
+    exchange = trace(recorder, raw.headers["x-whileai-trace-id"])["exchanges"][0]
+    assert [v for c in chunks for v in c.choices[0].logprobs.token_logprobs] == exchange["logprobs"]
+    pieces = [t for c in chunks for t in c.choices[0].logprobs.tokens]
+    offsets = [o for c in chunks for o in c.choices[0].logprobs.text_offset]
+    assert offsets == [sum(len(p) for p in pieces[:j]) for j in range(len(pieces))]
+    assert len(exchange["completion_ids"]) == len(pieces)
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_tool_conversation_threads_into_one_trace_with_only_the_replies_as_actions(servers, stream, tmp_path):
     _, recorder, data = servers
@@ -215,8 +228,9 @@ def test_sigkill_mid_traffic_loses_no_acknowledged_trace_or_reward_and_doubles_n
 
     worker = threading.Thread(target=traffic)
     worker.start()
-    while len(acked) < 8:
+    while len(acked) < 8 and worker.is_alive():
         worker.join(0.05)
+    assert len(acked) >= 8, recorder.log.read_text()
     recorder.kill()
     stop.set()
     worker.join()

@@ -140,3 +140,50 @@ def test_export_leaves_out_unscored_and_refuses_raw_and_broken_traces(tmp_path):
     assert report.raw_by_model == {"m": 1} and "processed_logprobs" in str(report)
     assert plain({"temperature": 1, "top_p": 1, "top_k": 0}) and not plain({"temperature": None, "top_p": 1,
                                                                               "top_k": 0})
+    assert plain({"temperature": 1, "top_p": 1, "top_k": -1, "presence_penalty": 0})
+    assert not plain({"temperature": 1, "top_p": 1, "top_k": -1, "min_p": 0.05})
+
+
+def test_an_upstream_that_reports_nothing_gets_the_requests_shaping_knobs_recorded():
+    from whileai.record.proxy import _requested_sampling
+
+    body = {"messages": [], "temperature": 0.5, "min_p": 0.1, "presence_penalty": None, "max_tokens": 9}
+    assert _requested_sampling(body) == {"temperature": 0.5, "top_p": None, "top_k": None, "min_p": 0.1}
+
+
+def test_export_filters_by_model_and_time(tmp_path):
+    import time
+
+    store = RecordStore(tmp_path)
+    store.add_exchange("old", None, _exchange(model="a"))
+    store.score("old", 1.0, False)
+    cut = time.time()
+    time.sleep(0.01)
+    store.add_exchange("new-a", None, _exchange(model="a"))
+    store.add_exchange("new-b", None, _exchange(model="b"))
+    for trace in ("new-a", "new-b"):
+        store.score(trace, 1.0, False)
+    store.close()
+    export(tmp_path, tmp_path / "out.jsonl", since=cut, model="a")
+    assert [json.loads(line)["task_id"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == ["new-a"]
+
+
+def test_a_follow_up_continues_only_an_open_tip_and_otherwise_forks(tmp_path):
+    """Turn 1 (prompt [1, 5], reply [6, 7]) is recorded under key K. A follow-up whose prompt begins with
+    [1, 5, 6, 7] continues trace t; once t is scored, the same follow-up forks a new trace whose parent is
+    turn 1; a prompt that does not begin with turn 1's tokens starts from nothing."""
+    from whileai.record.proxy import RecordConfig, Recorder
+
+    recorder = Recorder(RecordConfig(upstream="http://127.0.0.1:9", data_dir=tmp_path))
+    user, reply = {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}
+    first = recorder.store.add_exchange("t", None, _exchange(conversation_key=conversation_key([user, reply])))
+    body = {"messages": [user, reply, {"role": "tool", "content": "4"}]}
+    assert recorder.thread(body, True, [1, 5, 6, 7, 9]) == ("t", first)
+    trace_id, parent = recorder.thread(body, True, [1, 5, 6, 7, 9])  # t is claimed by the request in flight
+    assert trace_id != "t" and parent == first
+    recorder.release("t")
+    recorder.store.score("t", 1.0, False)
+    trace_id, parent = recorder.thread(body, True, [1, 5, 6, 7, 9])
+    assert trace_id != "t" and parent == first
+    trace_id, parent = recorder.thread(body, True, [1, 5, 6, 8, 9])  # re-rendered differently
+    assert trace_id != "t" and parent is None

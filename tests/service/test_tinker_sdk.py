@@ -162,13 +162,19 @@ def test_save_and_load_state_with_and_without_the_optimizer(service: Any) -> Non
     fresh_adam = step_then_score()
     assert max(abs(a - b) for a, b in zip(fresh_adam, expected)) > 1e-4
     assert probe.length == len(PROMPT + ANSWER)
+    # the SDK's recommended way: a new training client from the saved state, with and without the optimizer
+    remote = service.create_training_client_from_state_with_optimizer(saved.path).result()
+    assert remote.get_info().model_data.model_name == "builtin:tiny"
+    assert step_then_score() == pytest.approx(expected, abs=1e-6)
+    remote = service.create_training_client_from_state(saved.path).result()
+    assert step_then_score() == pytest.approx(fresh_adam, abs=1e-6)
 
 
 def test_requests_we_do_not_serve_fail_with_the_route_and_what_is_missing(service: Any, server: LocalServer) -> None:
     remote = training_client(service)
     with pytest.raises(tinker.RequestFailedError, match=r"/api/v1/forward_backward.*unknown loss 'ppo2'.*cispo"):
         remote.forward_backward([sft_datum()], "ppo2").result(timeout=60)
-    with pytest.raises(tinker.BadRequestError, match="load_weights.*loading another run's state are not supported"):
+    with pytest.raises(tinker.BadRequestError, match="load_weights.*for another run's state use ServiceClient.create_training_client_from_state"):
         remote.load_state("tinker://run-elsewhere/weights/x").result(timeout=60)
     sampler = remote.save_weights_and_get_sampling_client().result()
     with pytest.raises(tinker.BadRequestError, match="topk_sample_logprobs not supported"):

@@ -281,7 +281,7 @@ def with_lag(config: TrainConfig, method: Any) -> TrainConfig:
     return dataclasses.replace(config, lag=0 if rows else DEFAULT_LAG)
 
 
-def recommended(config: TrainConfig, taskset: Any) -> Any:
+def taskset_recommendation(config: TrainConfig, taskset: Any) -> Any:
     """The taskset's ``Recommended`` settings when they apply (a built-in model trained on the taskset's own
     tasks, not on rows), else None."""
     if taskset is None or config.rows is not None or config.taskset is None or not config.model.startswith("builtin:"):
@@ -294,17 +294,22 @@ class Resolved:
     """The values a run uses for the fields its config may leave None (summary.json's ``resolved``)."""
 
     steps: int
+    """policy optimizer steps"""
     warm_start_steps: int
+    """supervised steps before RL (0 without a taskset to take reference answers from)"""
     warm_start_learning_rate: float
+    """the warm start's learning rate"""
     learning_rate: float
+    """the policy's base learning rate (the schedule scales it per step)"""
     lag: int
+    """the sampler lag (``with_lag`` has filled a None in)"""
 
 
 def resolve(config: TrainConfig, taskset: Any, declared_learning_rate: float | None = None) -> Resolved:
     """Each None field of ``config`` by its rule (the field docs): the user's value, else the taskset's
     recommendation (a built-in model), else the loop's default above. ``declared_learning_rate``: the
     method's (its run spec's)."""
-    hint = recommended(config, taskset)
+    hint = taskset_recommendation(config, taskset)
 
     def pick(name: str, default: Any) -> Any:
         given = getattr(config, name)

@@ -48,10 +48,15 @@ class ExportReport:
         return "\n".join(lines)
 
 
+NEUTRAL = {"min_p": 0, "frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1, "logit_bias": {}}
+
+
 def plain(sampling: dict[str, Any]) -> bool:
-    """Sampling whose raw log-probabilities are the sampled ones: temperature 1, no top-k, no top-p."""
-    return (sampling.get("temperature") == 1 and sampling.get("top_p") == 1
-            and sampling.get("top_k") in (0, -1))
+    """Sampling whose raw log-probabilities are the sampled ones: temperature 1, top-p 1 and no top-k, all
+    stated, and no other knob (min-p, a penalty, a logit bias) away from its neutral value."""
+    others = {k: v for k, v in sampling.items() if k not in ("temperature", "top_p", "top_k")}
+    return (sampling.get("temperature") == 1 and sampling.get("top_p") == 1 and sampling.get("top_k") in (0, -1)
+            and all(k in NEUTRAL and v == NEUTRAL[k] for k, v in others.items()))
 
 
 def trace_row(trace: dict[str, Any]) -> dict[str, Any] | str:

@@ -256,6 +256,7 @@ def _choice_chunks(tokenizer: Any, ask: Ask, k: int, sample: Any, top: Any) -> I
     if ask.chat:
         yield {"choices": [{"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                             "finish_reason": None}]}
+    offset = 0  # text_offset of the next token (completions)
     for j, (token, logprob) in enumerate(zip(sample.tokens, sample.logprobs)):
         last = j == len(sample.tokens) - 1
         choice: dict[str, Any] = {"index": k, "logprobs": None, "finish_reason": None}
@@ -267,7 +268,9 @@ def _choice_chunks(tokenizer: Any, ask: Ask, k: int, sample: Any, top: Any) -> I
             choice["text"] = deltas[j]
             choice["finish_reason"] = _finish(sample) if last else None
             if ask.logprobs is not None:
-                choice["logprobs"] = _completion_logprobs(tokenizer, [token], [logprob], [top[j]] if top else None)
+                choice["logprobs"] = _completion_logprobs(tokenizer, [token], [logprob], [top[j]] if top else None,
+                                                          offset)
+                offset += len(choice["logprobs"]["tokens"][0])
         if ask.return_token_ids:
             choice["token_ids"] = [token]
         yield {"choices": [choice]}

@@ -23,10 +23,6 @@ from whileai.record.policy import Policy, Served, answer, stream
 from whileai.record.requests import RequestError, parse_ask
 
 
-def error(err: RequestError) -> Response:
-    return JSONResponse(err.body(), status_code=err.status)
-
-
 async def read_json(request: Request) -> Any:
     raw = await request.body()
     try:
@@ -45,8 +41,8 @@ def create_policy_app(served: Served, api_key: str | None = None) -> FastAPI:
         given = request.headers.get("authorization", "")
         if hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
             return None
-        return error(RequestError("missing or wrong API key: send 'Authorization: Bearer <key>' with the key "
-                                  "given to `wai policy --api-key`", status=401))
+        return RequestError("missing or wrong API key: send 'Authorization: Bearer <key>' with the key "
+                                  "given to `wai policy --api-key`", status=401).response()
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -72,7 +68,7 @@ def create_policy_app(served: Served, api_key: str | None = None) -> FastAPI:
             body = await run_in_threadpool(answer, policy, ask)
             return JSONResponse(body, headers=policy.headers(ask))
         except RequestError as err:
-            return error(err)
+            return err.response()
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:

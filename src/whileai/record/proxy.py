@@ -29,10 +29,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from whileai.record.exchange import Sampled, continued_key, conversation_key, strip, widen
+from whileai.record.requests import error_response
 from whileai.record.rewards import reward_route
 from whileai.record.store import RecordStore, UnknownTrace
 
 TRACE_HEADER = "x-whileai-trace-id"
+OTHER_KNOBS = ("min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias")
+"""Request fields that change the distribution a token is drawn from, besides temperature / top-p / top-k."""
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
 _HOP = {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "date", "server"}
 
@@ -45,11 +48,6 @@ class RecordConfig:
     """What the upstream's log-probabilities are when it does not say (x-whileai-logprobs-mode); None: raw
     (vLLM's default), so an export refuses a ratio for traces sampled with anything but plain settings."""
     timeout: float = 600.0
-
-
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> Response:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}},
-                        status_code=status)
 
 
 class Recorder:
@@ -94,8 +92,7 @@ class Recorder:
         fields = {"endpoint": "chat" if chat else "completions", "model": reply.get("model"),
                   "weights_version": headers.get("x-whileai-weights-version") or reply.get("system_fingerprint"),
                   "logprobs_mode": mode,
-                  "sampling": json.loads(sampling) if sampling else {k: body.get(k) for k in
-                                                                     ("temperature", "top_p", "top_k")},
+                  "sampling": json.loads(sampling) if sampling else _requested_sampling(body),
                   "prompt_ids": sampled.prompt_ids or [], "completion_ids": sampled.ids() or [],
                   "logprobs": sampled.logprobs if sampled.has_logprobs else None,
                   "finish_reason": sampled.finish_reason, "conversation_key": key, "problem": sampled.problem()}
@@ -107,15 +104,15 @@ class Recorder:
         try:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            return _error(400, f"the body is not valid JSON ({err}). Fix: send a JSON object")
+            return error_response(400, f"the body is not valid JSON ({err}). Fix: send a JSON object")
         if not isinstance(body, dict):
-            return _error(400, "the body must be a JSON object (the OpenAI request fields)")
+            return error_response(400, "the body must be a JSON object (the OpenAI request fields)")
         headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
         try:
             upstream = await self.http.send(self.http.build_request("POST", path, json=widen(body, chat),
                                                                     headers=headers), stream=True)
         except httpx.HTTPError as err:
-            return _error(502, f"the upstream {self.config.upstream} did not answer ({type(err).__name__}: {err}). "
+            return error_response(502, f"the upstream {self.config.upstream} did not answer ({type(err).__name__}: {err}). "
                                "Fix: start it, or point --upstream at a running server", "upstream_error")
         if upstream.status_code != 200:  # the upstream's own refusal, passed on as it is; nothing recorded
             content = await upstream.aread()
@@ -126,8 +123,17 @@ class Recorder:
         return await self._whole(upstream, body, chat)
 
     async def _whole(self, upstream: httpx.Response, body: dict[str, Any], chat: bool) -> Response:
-        reply = json.loads(await upstream.aread())
+        content = await upstream.aread()
         await upstream.aclose()
+        try:
+            reply = json.loads(content)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return error_response(502, f"the upstream answered 200 with a body that is not JSON ({content[:80]!r}); "
+                               "nothing was recorded. Fix: point --upstream at an OpenAI-compatible server",
+                          "upstream_error")
+        if not isinstance(reply, dict):
+            return error_response(502, "the upstream answered 200 with JSON that is not an object; nothing was recorded",
+                          "upstream_error")
         choices = [c for c in reply.get("choices") or [] if isinstance(c, Mapping)]
         ids = []
         for choice in choices:
@@ -182,6 +188,13 @@ async def _events(upstream: httpx.Response) -> AsyncIterator[Any]:
         yield "[DONE]" if data == "[DONE]" else json.loads(data)
 
 
+def _requested_sampling(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The request's settings that shape the sampled distribution (an upstream that does not report its own):
+    temperature, top_p, top_k (None where the request left them to the server), and any other knob it set."""
+    shaping = {k: body.get(k) for k in ("temperature", "top_p", "top_k")}
+    return shaping | {k: body[k] for k in OTHER_KNOBS if body.get(k) is not None}
+
+
 def _passed(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP}
 
@@ -216,7 +229,7 @@ def create_record_app(config: RecordConfig) -> FastAPI:
         try:
             return JSONResponse(await run_in_threadpool(recorder.store.trace, trace_id))
         except UnknownTrace:
-            return _error(404, f"no trace {trace_id!r} is recorded here (trace ids come in the {TRACE_HEADER} "
+            return error_response(404, f"no trace {trace_id!r} is recorded here (trace ids come in the {TRACE_HEADER} "
                                "response header)")
 
     return app

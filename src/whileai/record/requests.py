@@ -21,16 +21,24 @@ MAX_N = 16
 MAX_TOP_LOGPROBS = 20
 
 
+def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> Any:
+    """An error in OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``: the official client
+    raises it with the message. Used by ``wai policy`` and ``wai record`` alike."""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": None}},
+                        status_code=status)
+
+
 class RequestError(Exception):
-    """A 400 (or 404 for an unknown model) with every problem found, OpenAI's error shape."""
+    """A 400 (or 404 for an unknown model) with every problem found."""
 
     def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.param = status, param
 
-    def body(self) -> dict[str, Any]:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
-        return {"error": {"message": str(self), "type": kind, "param": self.param, "code": None}}
+    def response(self) -> Any:
+        return error_response(self.status, str(self), param=self.param)
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,10 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from whileai.errors import WhileaiError
+from whileai.record.requests import error_response
 from whileai.record.store import AlreadyScored, RecordStore, UnknownTrace
 
 FIELDS = ("trace_id", "reward", "replace")
-
-
-def _error(status: int, kind: str, message: str) -> Response:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}},
-                        status_code=status)
 
 
 def check_reward(body: Any) -> tuple[str, float, bool] | str:
@@ -48,20 +44,20 @@ async def reward_route(store: RecordStore, raw: bytes) -> Response:
     try:
         body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        return _error(422, "invalid_request_error", f"the body is not valid JSON ({err}). Fix: send "
-                                                    "{\"trace_id\": ..., \"reward\": ...}")
+        return error_response(422, f"the body is not valid JSON ({err}). Fix: send "
+                                   "{\"trace_id\": ..., \"reward\": ...}")
     checked = check_reward(body)
     if isinstance(checked, str):
-        return _error(422, "invalid_request_error", checked)
+        return error_response(422, checked)
     trace_id, reward, replace = checked
     try:
         replaced = await run_in_threadpool(store.score, trace_id, reward, replace)
     except UnknownTrace:
-        return _error(404, "not_found", f"no trace {trace_id!r} is recorded here. Fix: send an id this recorder "
-                                        "returned in its x-whileai-trace-id header")
+        return error_response(404, f"no trace {trace_id!r} is recorded here. Fix: send an id this recorder "
+                                   "returned in its x-whileai-trace-id header", "not_found")
     except AlreadyScored as err:
-        return _error(409, "conflict", f"trace {trace_id!r} is already scored ({err.reward:g}). Fix: send "
-                                       "\"replace\": true to replace the score")
+        return error_response(409, f"trace {trace_id!r} is already scored ({err.reward:g}). Fix: send "
+                                   "\"replace\": true to replace the score", "conflict")
     return JSONResponse({"trace_id": trace_id, "reward": reward, "replaced": replaced})
 
 

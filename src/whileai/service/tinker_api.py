@@ -16,7 +16,8 @@ back as ``{"error", "category"}``, which the SDK raises as ``RequestFailedError`
 do not serve is a 404 that names it.
 
 What lives only in memory (lost on restart, as the engine's sampler weights are): the map from SDK request
-to sequence number, sampling sessions, and named sampler-weight paths.
+to sequence number, sampling sessions, named sampler-weight paths, and the SDK-made model ids of clients
+created from a saved state.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 import hashlib
 import json
 import re
+import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,7 @@ class TinkerFront:
         self.refused: dict[str, tuple[int, str]] = {}    # request_id -> runs.py's refusal, given at submit
         self.samplers: dict[str, tuple[str, int | None, str | None]] = {}  # sampling session -> run, version, path
         self.paths: dict[str, tuple[str, int]] = {}     # tinker://run/sampler_weights/name -> run, version
+        self.aliases: dict[str, str] = {}                # the SDK's "<session>:train:<n>" model id -> run
 
     # ------------------------------------------------------------------ who, which run
     def owner(self, request: Request) -> str:
@@ -88,7 +91,7 @@ class TinkerFront:
         return owner  # type: ignore[no-any-return]
 
     def run(self, run_id: str, owner: str, route: str) -> dict[str, Any]:
-        row = self.service.store.run(run_id)
+        row = self.service.store.run(self.aliases.get(run_id, run_id))
         if row is None or row["owner"] != owner:
             raise TinkerError(404, f"{route}: no model {run_id!r} for this api_key; create one with "
                                    "create_lora_training_client")
@@ -125,6 +128,7 @@ class TinkerFront:
 
     async def retrieve(self, request_id: str, owner: str) -> Response:
         if request_id in self.ready:
+            self.run(self.ready[request_id]["model_id"], owner, "/api/v1/retrieve_future")  # the owner's only
             return _json(self.ready[request_id])
         if request_id in self.refused:
             return self.shaped(request_id, *self.refused[request_id])
@@ -178,6 +182,34 @@ class TinkerFront:
             return await self.service.runner.create_run(session_id, owner, spec)  # type: ignore[no-any-return]
         except WhileaiError as err:
             raise TinkerError(status_of(err), f"/api/v1/create_model: {err}") from None
+
+    async def from_state(self, body: Any, owner: str, raw: bytes) -> Response:
+        """``create_training_client_from_state(_with_optimizer)``: a new run of the saved run's model, with a
+        copy of the saved state in its folder, whose first operation loads it."""
+        route = "/api/v1/load_weights"
+        if body.session_id is None or body.model_seq_id is None:
+            raise TinkerError(400, f"{route}: give model_id, or session_id and model_seq_id")
+        self.session(body.session_id, owner, route)
+        found = WEIGHTS_PATH.match(body.path)
+        source = self.run(found["run"], owner, route) if found is not None else None
+        runs = Path(self.service.config.data_dir) / "runs"
+        if found is None or source is None or found["kind"] != "weights" or not (
+                runs / source["id"] / "states" / found["name"]).is_dir():
+            raise TinkerError(404, f"{route}: no saved state at {body.path!r}; save_state(name) writes "
+                                   "tinker://<model_id>/weights/<name>")
+        spec = source["spec"]
+        if body.base_model not in (None, spec["base_model"]):
+            raise TinkerError(400, f"{route}: the state was saved from {spec['base_model']!r}, not "
+                                   f"{body.base_model!r}; a state loads into the model it was saved from")
+        alias = f"{body.session_id}:train:{body.model_seq_id}"
+        if alias not in self.aliases:  # a retry reuses the run made the first time
+            run_id = await self.open_run(body.session_id, owner, spec["base_model"], spec["lora_rank"], spec["seed"])
+            shutil.copytree(runs / source["id"] / "states" / found["name"], runs / run_id / "states" / found["name"])
+            self.aliases[alias] = run_id
+        request_id = self.submit(self.run(alias, owner, route), ("from_state",), "load_state",
+                                 {"name": found["name"], "optimizer": body.optimizer}, raw,
+                                 {"kind": "load_weights", "route": route, "name": found["name"]})
+        return _json({"request_id": request_id, "model_id": alias})
 
     def tokenizer_id(self, base_model: str) -> str:
         """Where ``AutoTokenizer.from_pretrained`` finds this model's tokenizer (a built-in's is written once)."""
@@ -348,13 +380,14 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
         owner = front.owner(request)
         raw = await request.body()
         body = _parse(T.LoadWeightsRequest, raw, "/api/v1/load_weights")
-        found = WEIGHTS_PATH.match(body.path)
-        if body.model_id is None or found is None or found["kind"] != "weights" or found["run"] != body.model_id:
-            raise TinkerError(400, f"/api/v1/load_weights: path {body.path!r}: wai serve loads a state this same "
-                                   "training client saved (tinker://<its model_id>/weights/<name>); "
-                                   "create_training_client_from_state and loading another run's state are not "
-                                   "supported")
+        if body.model_id is None:
+            return await front.from_state(body, owner, raw)
         run = front.run(body.model_id, owner, "/api/v1/load_weights")
+        found = WEIGHTS_PATH.match(body.path)
+        if found is None or found["kind"] != "weights" or front.aliases.get(found["run"], found["run"]) != run["id"]:
+            raise TinkerError(400, f"/api/v1/load_weights: path {body.path!r}: a training client loads a state it "
+                                   "saved itself (tinker://<its model_id>/weights/<name>); for another run's state "
+                                   "use ServiceClient.create_training_client_from_state(path)")
         fields = {"name": found["name"], "optimizer": body.optimizer}
         request_id = front.submit(run, ("train", body.seq_id), "load_state", fields, raw,
                                   {"kind": "load_weights", "route": "/api/v1/load_weights", "name": found["name"]})

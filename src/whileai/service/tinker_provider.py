@@ -37,7 +37,9 @@ TINKER_CONFIG: dict[str, dict[str, Any]] = {
 
 
 def tinker_losses() -> dict[str, Any]:
-    """The losses a Tinker server takes: the SDK's ``LossFnType`` names, inputs from our engine's table."""
+    """The losses a Tinker server takes: the SDK's ``LossFnType`` names whose inputs our engine's table
+    describes (0.38 also names ``stable_reinforce`` and ``custom``, which no algorithm here sends), with only the
+    config keys Tinker documents (none documented: none advertised, so thresholds are refused, not guessed)."""
     from tinker.types import LossFnType
 
     from whileai.engine import capabilities
@@ -46,7 +48,7 @@ def tinker_losses() -> dict[str, Any]:
     return {name: {"formula": ours[name]["formula"], "inputs": ours[name]["inputs"],
                    "optional_inputs": [i for i in ours[name].get("optional_inputs", []) if "threshold" not in i],
                    "config": TINKER_CONFIG.get(name, {}), "source": "tinker.types.LossFnType"}
-            for name in typing.get_args(LossFnType)}
+            for name in typing.get_args(LossFnType) if name in ours}
 
 
 class TinkerProvider:

@@ -1,0 +1,91 @@
+"""The Tinker wire conversions against the SDK's own encoders and decoders (no server): what the SDK writes we
+read back exactly, and what we write the SDK reads back exactly."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+import torch
+
+pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
+from tinker import types  # noqa: E402
+from tinker.proto.request_conv import forward_backward_request_to_proto  # noqa: E402
+from tinker.proto.response_conv import deserialize_forward_backward_output, deserialize_sample_response  # noqa: E402
+
+from whileai.errors import ConfigError  # noqa: E402
+from whileai.service import tinker_wire  # noqa: E402
+from whileai.service.tinker_provider import _prompt_seed, tinker_losses  # noqa: E402
+
+
+def encoded(data: list, loss_fn: types.LossFnType = "cross_entropy", config: dict | None = None) -> bytes:
+    request = types.ForwardBackwardRequest(forward_backward_input=types.ForwardBackwardInput(
+        data=data, loss_fn=loss_fn, loss_fn_config=config), model_id="run-x", seq_id=3)
+    return forward_backward_request_to_proto(request).SerializeToString()  # type: ignore[no-any-return]
+
+
+def test_a_forward_backward_request_reads_back_dense_and_sparse_k_targets():
+    """(4, 3) top-k targets, and weights with one nonzero entry, which the SDK sends as sparse CSR (5 row
+    pointers + 1 column + 1 value = 7 numbers < 12 dense). Both must come back as the dense matrices."""
+    targets = torch.tensor([[5, 6, 7], [8, 9, 10], [11, 12, 13], [14, 15, 16]])
+    weights = torch.zeros(4, 3)
+    weights[2, 1] = 0.75
+    sparse = types.TensorData.from_torch_sparse(weights)
+    assert sparse.sparse_crow_indices is not None  # the SDK did choose CSR here
+    datum = types.Datum(model_input=types.ModelInput.from_ints([1, 2, 3, 4]),
+                        loss_fn_inputs={"target_tokens": types.TensorData.from_torch(targets), "weights": sparse})
+    msg, fields = tinker_wire.forward_backward_body(encoded([datum], "cross_entropy", {"beta": 0.5}))
+    assert (msg.model_id, msg.seq_id, fields["loss_function"]) == ("run-x", 3, "cross_entropy")
+    assert fields["loss_config"] == {"beta": 0.5}
+    assert fields["data"][0]["model_input"] == [1, 2, 3, 4]
+    assert fields["data"][0]["loss_fn_inputs"]["target_tokens"] == targets.tolist()
+    assert fields["data"][0]["loss_fn_inputs"]["weights"] == weights.tolist()
+
+
+def test_a_body_that_is_not_the_protobuf_is_refused_with_the_route():
+    with pytest.raises(ConfigError, match="/api/v1/forward_backward: the body is not a ForwardBackwardRequest"):
+        tinker_wire.forward_backward_body(b"\xff\xff not a protobuf")
+
+
+def test_our_forward_backward_output_is_what_the_sdk_decodes():
+    result = {"loss_fn_outputs": [{"logprobs": [0.0, -1.5, -0.25]}, {"logprobs": [-2.0]}],
+              "metrics": {"loss:sum": 3.75, "num_tokens:sum": 3.0}}
+    out = deserialize_forward_backward_output(tinker_wire.forward_backward_output(result))
+    assert out.metrics == {"loss:sum": 3.75, "num_tokens:sum": 3.0}
+    assert [o["logprobs"].tolist() for o in out.loss_fn_outputs] == [[0.0, -1.5, -0.25], [-2.0]]
+
+
+def test_our_sample_output_is_what_the_sdk_decodes_with_none_at_the_first_prompt_position():
+    result = {"sequences": [[{"tokens": [7, 2], "logprobs": [-0.5, -1.25], "stop_reason": "stop"},
+                             {"tokens": [9, 9], "logprobs": [-3.0, -3.0], "stop_reason": "length"}]],
+              "prompt_logprobs": [None, -2.5, -0.125],
+              "topk_prompt_logprobs": [None, [(4, -0.5), (5, -1.0)], [(6, -0.125), (4, -3.0)]]}
+    out = deserialize_sample_response(tinker_wire.sample_output(result))
+    assert [(list(s.tokens), list(s.logprobs), s.stop_reason) for s in out.sequences] == [
+        ([7, 2], [-0.5, -1.25], "stop"), ([9, 9], [-3.0, -3.0], "length")]
+    assert out.prompt_logprobs == [None, -2.5, -0.125]
+    assert out.topk_prompt_logprobs == [None, [(4, -0.5), (5, -1.0)], [(6, -0.125), (4, -3.0)]]
+
+
+def test_sample_options_we_do_not_serve_are_named():
+    request = types.SampleRequest(prompt=types.ModelInput.from_ints([1, 2]), sampling_params=types.SamplingParams(
+        max_tokens=2), num_samples=1, topk_sample_logprobs=3, prompt_alt_tokens_k=2)
+    with pytest.raises(ConfigError, match="topk_sample_logprobs, prompt_alt_tokens_k not supported"):
+        tinker_wire.sample_body(request)
+
+
+def test_a_plain_tinker_server_advertises_the_sdk_losses_with_scalar_clip_keys():
+    table = tinker_losses()
+    assert list(table) == ["cross_entropy", "importance_sampling", "ppo", "cispo", "dro", "gspo"]
+    assert set(get_args(types.LossFnType)) - set(table) == {"stable_reinforce", "custom"}  # inputs unknown here
+    assert set(table["ppo"]["config"]) == {"clip_low_threshold", "clip_high_threshold"}
+    assert table["dro"]["config"]["beta"]["default"] is None  # the server's own default, none of ours
+    assert all("threshold" not in i for entry in table.values() for i in entry["optional_inputs"])
+
+
+def test_each_prompt_of_a_batch_gets_its_own_seed_and_the_first_keeps_the_batch_seed():
+    params = {"max_tokens": 4, "seed": 11}
+    seeds = [_prompt_seed(params, i)["seed"] for i in range(4)]
+    assert seeds[0] == 11 and len(set(seeds)) == 4
+    assert seeds == [_prompt_seed(params, i)["seed"] for i in range(4)]  # a function of (seed, index)
+    assert _prompt_seed({"max_tokens": 4, "seed": None}, 2)["seed"] is None
