@@ -99,7 +99,6 @@ def test_cli_refuses_resume_with_a_control_and_an_unknown_control(capsys):
 
 
 # ----------------------------------------------------------------------------- one short controlled run
-@pytest.mark.slow  # 10-19 s on the shared 2-core machine: two runs with warm starts and evaluations
 def test_a_controlled_run_trains_each_arm_on_one_budget_and_records_the_comparison(tmp_path):
     report = train_with_controls(["random-reward"], seeds=[4], run_dir=str(tmp_path / "c"), **SHORT)
     real, control = report.runs["real"][0], report.runs["random-reward"][0]

@@ -157,7 +157,6 @@ def test_dpo_from_pairs_raises_the_margin(tmp_path: Path):
     assert len(margins) == 5 and margins[-1] > margins[0] + 0.05
 
 
-@pytest.mark.slow  # 7-13 s on the shared 2-core machine (30 steps)
 def test_a_reward_model_run_gives_a_judge_that_prefers_what_it_was_taught(tmp_path: Path):
     rows = []
     for i in range(6):

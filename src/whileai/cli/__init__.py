@@ -10,7 +10,7 @@ import argparse
 import importlib
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from whileai.errors import WhileaiError
 
@@ -31,6 +31,10 @@ COMMANDS: tuple[str, ...] = (
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line (what was wrong, and where the help is)."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # `--lr` must not quietly mean `--lr-schedule`
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}. See `{self.prog} --help`.\n")
 
@@ -46,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # name the subcommand whose help lists the valid flags, and the nearest one
+        _innermost(parser, args).error(_unknown(_innermost(parser, args), extras))
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
@@ -61,6 +67,26 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # a path the user gave: missing, a folder, not readable
         print(f"wai {args.command}: {describe_os_error(err)}", file=sys.stderr)
         return 2
+
+
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser the command line reached: `wai train` for `wai train --bad`."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _innermost(action.choices[chosen], args)
+    return parser
+
+
+def _unknown(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    import difflib
+
+    flags = [o for a in parser._actions for o in a.option_strings]
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    first = next((e.split("=")[0] for e in extras if e.startswith("-")), None)
+    near = difflib.get_close_matches(first, flags, n=1) if first else []
+    return message + (f" (did you mean {near[0]}?)" if near else "")
 
 
 def describe_os_error(err: OSError) -> str:

@@ -21,8 +21,10 @@ import numpy as np
 
 from whileai.errors import BatchError, ConfigError
 
-# Fields a loop keeps on its rows for itself; the method sees everything else.
-BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step")
+# Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
+# logged trace was sampled with (``whileai.loop.trace_formats``), the distribution its tokens are scored under.
+BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step", "sampling")
+SCORED = ("temperature", "top_p", "top_k")  # the settings that shape the distribution a token is scored under
 
 
 @dataclass
@@ -53,12 +55,60 @@ def completion_part(values: Any, n: int) -> list[float]:
     return np.asarray(values, dtype=np.float64)[-n:].tolist()
 
 
+def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[tuple[Any, list[int]]]:
+    """The rows grouped by the distribution their tokens are scored under, as ``(sampling_params, indices)``
+    in order of first appearance. A row's own ``sampling`` (the temperature / top_p / top_k a logged trace
+    was sampled with; a null one is not stated) replaces the run's ``sampling_params`` for that row."""
+    if not any(r.get("sampling") for r in rows):
+        return [(sampling_params, list(range(len(rows))))]
+    base = _settings(sampling_params)
+    groups: dict[tuple[float, float, int], tuple[Any, list[int]]] = {}
+    for i, row in enumerate(rows):
+        own = {k: v for k, v in (row.get("sampling") or {}).items() if k in SCORED and v is not None}
+        params = {**base, **own} if own else sampling_params
+        groups.setdefault(_distribution_key(params), (params, []))[1].append(i)
+    return list(groups.values())
+
+
+def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any, call: Any) -> list[Any]:
+    """``call(group_rows, group_sampling_params)`` once per group of ``by_distribution`` (one list of
+    per-row results each), the results put back in row order."""
+    out: list[Any] = [None] * len(rows)
+    for params, indices in by_distribution(rows, sampling_params):
+        for i, value in zip(indices, call([rows[i] for i in indices], params)):
+            out[i] = value
+    return out
+
+
+def _settings(sampling_params: Any) -> dict[str, Any]:
+    """Sampling settings as a dict of ``SamplingParams`` fields (None: the model's own distribution, {})."""
+    if sampling_params is None:
+        return {}
+    if isinstance(sampling_params, Mapping):
+        return dict(sampling_params)
+    return {k: getattr(sampling_params, k) for k in ("max_tokens", *SCORED)}
+
+
+def _distribution_key(sampling_params: Any) -> tuple[float, float, int]:
+    """What tells two distributions apart: (temperature, top_p, top_k), unstated ones at their defaults."""
+    from whileai.engine.sampling import SAMPLING_KNOBS
+
+    given = {k: v for k, v in _settings(sampling_params).items() if v is not None}
+    top_k = int(given.get("top_k", SAMPLING_KNOBS["top_k"].value))
+    return (float(given.get("temperature", SAMPLING_KNOBS["temperature"].value)),
+            float(given.get("top_p", SAMPLING_KNOBS["top_p"].value)), 0 if top_k == -1 else top_k)
+
+
 def score(trainer: Any, rows: Sequence[Mapping[str, Any]], *, sampling_params: Any = None,
           reference: bool = False) -> list[list[float]]:
-    """Each row's completion log-probabilities under the current (or reference) policy, in one call."""
-    out = trainer.forward([datum(r) for r in rows], "cross_entropy", sampling_params=sampling_params,
-                          reference=reference)
-    return [completion_part(o["logprobs"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, rows)]
+    """Each row's completion log-probabilities under the current (or reference) policy: one call per
+    distribution the rows are scored under (``by_distribution``; one call when no row has ``sampling``)."""
+    def one(group: list[Mapping[str, Any]], params: Any) -> list[list[float]]:
+        out = trainer.forward([datum(r) for r in group], "cross_entropy", sampling_params=params,
+                              reference=reference)
+        return [completion_part(o["logprobs"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, group)]
+
+    return per_distribution(rows, sampling_params, one)
 
 
 def critic_values(trainer: Any, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
@@ -83,11 +133,14 @@ def topk_datum(row: Mapping[str, Any], slots: Any, **completion_fields: Any) -> 
 
 
 def student_topk(trainer: Any, rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[list[list[float]]]:
-    """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), in one call."""
-    out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in rows], "cross_entropy",
-                          sampling_params=sampling_params)
-    return [np.asarray(o["logprobs"], dtype=np.float64)[-len(r["tokens"]):].tolist()
-            for o, r in zip(out.loss_fn_outputs, rows)]
+    """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), one call per distribution."""
+    def one(group: list[Mapping[str, Any]], params: Any) -> list[list[list[float]]]:
+        out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in group], "cross_entropy",
+                              sampling_params=params)
+        return [np.asarray(o["logprobs"], dtype=np.float64)[-len(r["tokens"]):].tolist()
+                for o, r in zip(out.loss_fn_outputs, group)]
+
+    return per_distribution(rows, sampling_params, one)
 
 
 def fill(trainer: Any, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Any) -> None:
@@ -124,14 +177,18 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     ``single_pass_tokens``: when the padded batch fits in this many tokens, score and train in one forward
     (``forward_backward_custom``); otherwise score, then ``forward_backward`` in micro-batches.
     ``teacher``: fills the teacher's fields on the rows first (``whileai.loop.teacher.RunTeacher``).
+    Rows with their own ``sampling`` (logged traces) are scored and trained under it, one trainer call per
+    distribution (``by_distribution``); the single pass needs them all under one.
     """
     work = [dict(r) for r in rows]
     spec = method.run_spec()
-    if teacher is not None:  # first: the teacher reads no student score
-        teacher.fill(work, sampling_params)
+    groups = by_distribution(work, sampling_params)
+    for params, indices in groups if teacher is not None else ():  # first: the teacher reads no student score
+        teacher.fill([work[i] for i in indices], params)
     # the single pass trains the sampled tokens only; a top-k form trains the teacher's slots
-    if rescore and train_policy and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs:
-        update, single = _single_pass(trainer, method, work, state, sampling_params, spec.needs)
+    if rescore and train_policy and len(groups) == 1 and fits(work, single_pass_tokens) \
+            and "teacher_topk" not in spec.needs:
+        update, single = _single_pass(trainer, method, work, state, groups[0][0], spec.needs)
         return _finish(trainer, update, work, adam, critic_steps, single)
     if rescore:
         for row, logprobs in zip(work, score(trainer, work, sampling_params=sampling_params)):
@@ -146,11 +203,11 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     for_method = [{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work]
     update = method.update(for_method, state=state) if state is not None else method.update(for_method)
     metrics: dict[str, float] = {}
-    if train_policy:
-        weighted = [kernel_datum(r, c) for r, c in zip(work, update.coefficients) if np.any(c)]
+    for params, indices in groups if train_policy else ():  # each log pi differentiated is the one scored
+        weighted = [kernel_datum(work[i], update.coefficients[i]) for i in indices if np.any(update.coefficients[i])]
         if weighted:
-            out = trainer.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params)
-            metrics["loss"] = float(out.metrics.get("loss:sum", 0.0))
+            out = trainer.forward_backward(weighted, "cross_entropy", sampling_params=params)
+            metrics["loss"] = metrics.get("loss", 0.0) + float(out.metrics.get("loss:sum", 0.0))
     return _finish(trainer, update, work, adam, critic_steps, metrics)
 
 

@@ -26,6 +26,11 @@ def read_tokens(token_file: Path | None) -> tuple[list[str], bool]:
         tokens = [line for line in lines if line and not line.startswith("#")]
         if not tokens:
             raise ConfigError(f"--token-file {str(token_file)!r} holds no token; write one per line")
+        spaced = [i for i, t in enumerate(tokens) if len(t.split()) > 1]
+        if spaced:
+            raise ConfigError(f"--token-file {str(token_file)!r}: token {spaced[0] + 1} ({tokens[spaced[0]][:6]}...) "
+                              "holds whitespace; write one token per line, and put comments on their own lines "
+                              "starting with #")
         short = [i for i, t in enumerate(tokens) if len(t) < 16]
         if short:
             raise ConfigError(f"--token-file {str(token_file)!r}: token {short[0] + 1} is shorter than 16 "

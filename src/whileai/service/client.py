@@ -145,7 +145,11 @@ class _Http:
     """One httpx client with the bearer token, retries with backoff, and error answers as exceptions."""
 
     def __init__(self, url: str, token: str, timeout: float, retries: int, backoff: float) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"service url {url!r} has no scheme: write it as http://HOST:PORT (e.g. "
+                              "http://127.0.0.1:8321, what `wai serve` prints at start)")
         self.url = url.rstrip("/")
+        self.connected = False  # until the server has answered once, a refused connection is not retried long
         self.retries = retries
         self.backoff = backoff
         self.http = httpx.Client(base_url=self.url, timeout=timeout,
@@ -159,10 +163,12 @@ class _Http:
             try:
                 response = self.http.request(method, path, content=content, params=params, headers=headers)
             except httpx.TransportError as err:
-                if attempt == self.retries:
+                never_answered = not self.connected and isinstance(err, httpx.ConnectError) and attempt >= 1
+                if attempt == self.retries or never_answered or isinstance(err, httpx.UnsupportedProtocol):
                     raise ServiceError(0, f"{method} {self.url}{path}: {err!r} after {attempt + 1} attempts; "
                                           "is `wai serve` running at that address?", "ConnectionError") from err
             else:
+                self.connected = True
                 if response.status_code not in RETRY_STATUSES or attempt == self.retries:
                     return response
             time.sleep(min(self.backoff * 2 ** attempt, 10.0))
