@@ -83,9 +83,10 @@ def available(root: Path | None = None) -> list[Skill]:
     return out
 
 
-def install(target: Path, force: bool = False, root: Path | None = None) -> list[str]:
+def install(target: Path | str, force: bool = False, root: Path | None = None) -> list[str]:
     """Copy every skill, the README and the shared data into ``target``; the names copied, in order.
     Refuses, naming every clash, when something is already there and ``force`` is false."""
+    target = Path(target).expanduser()
     root = root or skills_dir()
     names = [s.path.name for s in available(root)] + [n for n in SHARED if (root / n).exists()]
     if target.exists() and not target.is_dir():
