@@ -150,7 +150,8 @@ def test_a_response_with_several_choices_is_one_group_and_its_temperature_is_not
         del line["task_id"]
         lines.append(line)
     source = scan(_write(tmp_path / "n2.jsonl", lines), _tiny_vocab(), trace=True)
-    assert source.n == 8 and len(source.task_ids) == 4 and source.temperatures == {0.7: 4}
+    assert source.n == 8 and len(source.task_ids) == 4
+    assert source.samplings == {(("temperature", 0.7),): (8, [1, 2, 3])}  # the request's: each trace's own
     batch, read_lines = source.batch(0, 3, seed=0, grouped=True)
     assert len(batch) == 4 and read_lines[0::2] == read_lines[1::2]  # both choices of two lines
     assert [r["tokens"] for r in source.read([0, 1])] == [traces[0]["tokens"], traces[1]["tokens"]]
@@ -158,7 +159,9 @@ def test_a_response_with_several_choices_is_one_group_and_its_temperature_is_not
 
     announce(source, wai.FlashReinforce(), wai.TrainConfig(rows="n2.jsonl", taskset=None), tmp_path, print)
     out = capsys.readouterr().out
-    assert "sampled at temperature 0.7 (4 lines), and the policy is scored at the method's 1" in out
+    assert ("8 traces at temperature 0.7, no top-p, no top-k (temperature stated, the rest the method's; first at "
+            "line 1, 2, 3)") in out
+    assert "vLLM's default raw_logprobs come before temperature" in out
     assert "4 lines without a task_id: each is its own task" in out
 
 

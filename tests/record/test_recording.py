@@ -164,9 +164,10 @@ def test_the_trainers_ratio_on_recorded_traces_is_one_when_weights_have_not_move
     engine = TrainingEngine(MODEL, seed=0)
     worst, raw_worst = 0.0, 0.0
     for row in rows:
-        (logprobs,) = score(engine, [row], sampling_params={**row["sampling"], "max_tokens": 1})
+        (logprobs,) = score(engine, [row])  # under the row's own 'sampling', as `wai train --rows` scores it
         worst = max(worst, float(np.max(np.abs(np.exp(np.subtract(logprobs, row["behavior_logprobs"])) - 1))))
-        (raw,) = score(engine, [row])  # the model's own (raw) log-probabilities: the ratio a raw log would give
+        plain = {k: v for k, v in row.items() if k != "sampling"}
+        (raw,) = score(engine, [plain])  # the model's own (raw) log-probabilities: the ratio a raw log would give
         raw_worst = max(raw_worst, float(np.max(np.abs(np.exp(np.subtract(raw, row["behavior_logprobs"])) - 1))))
     assert {r["sampling"]["top_k"] for r in rows} == {0, 20}
     assert worst < 1e-4, worst

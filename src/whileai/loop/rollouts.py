@@ -35,7 +35,8 @@ class Sampling:
                               stop=[list(s) for s in stop], seed=seed)
 
     def scoring(self) -> Any:
-        """The distribution the trainer must score tokens under (the sampler's temperature)."""
+        """The distribution the trainer must score tokens under (the sampler's temperature). A logged trace's
+        own ``sampling`` replaces it for that trace (``whileai.loop.step.by_distribution``)."""
         return {"max_tokens": self.max_tokens, "temperature": self.temperature}
 
 

@@ -25,6 +25,11 @@ from whileai.errors import BatchError, ConfigError
 # logged trace was sampled with (``whileai.loop.trace_formats``), the distribution its tokens are scored under.
 BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step", "sampling")
 SCORED = ("temperature", "top_p", "top_k")  # the settings that shape the distribution a token is scored under
+# A logged token that a trace's top-k / top-p no longer keeps under the current weights has probability 0 (log
+# -inf). It is scored as this finite floor instead: its ratio underflows to exactly 0, so a ratio-weighted
+# coefficient there is 0 and the token is left out of the backward; a method that still weights it gets the
+# engine's error naming the token.
+REMOVED_LOGPROB = -1e4
 
 
 @dataclass
@@ -99,14 +104,22 @@ def _distribution_key(sampling_params: Any) -> tuple[float, float, int]:
             float(given.get("top_p", SAMPLING_KNOBS["top_p"].value)), 0 if top_k == -1 else top_k)
 
 
+def _truncates(sampling_params: Any) -> bool:
+    """Whether the distribution has top-k or top-p (then a logged token can have probability 0)."""
+    _, top_p, top_k = _distribution_key(sampling_params)
+    return top_p < 1.0 or top_k > 0
+
+
 def score(trainer: Any, rows: Sequence[Mapping[str, Any]], *, sampling_params: Any = None,
           reference: bool = False) -> list[list[float]]:
     """Each row's completion log-probabilities under the current (or reference) policy: one call per
     distribution the rows are scored under (``by_distribution``; one call when no row has ``sampling``)."""
     def one(group: list[Mapping[str, Any]], params: Any) -> list[list[float]]:
-        out = trainer.forward([datum(r) for r in group], "cross_entropy", sampling_params=params,
-                              reference=reference)
-        return [completion_part(o["logprobs"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, group)]
+        # weights 0: the forward returns every position's log-probability, -inf (truncated away) included
+        out = trainer.forward([datum(r, weights=[0.0] * len(r["tokens"])) for r in group], "cross_entropy",
+                              sampling_params=params, reference=reference)
+        return [np.maximum(completion_part(o["logprobs"], len(r["tokens"])), REMOVED_LOGPROB).tolist()
+                for o, r in zip(out.loss_fn_outputs, group)]
 
     return per_distribution(rows, sampling_params, one)
 
@@ -185,9 +198,10 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     groups = by_distribution(work, sampling_params)
     for params, indices in groups if teacher is not None else ():  # first: the teacher reads no student score
         teacher.fill([work[i] for i in indices], params)
-    # the single pass trains the sampled tokens only; a top-k form trains the teacher's slots
-    if rescore and train_policy and len(groups) == 1 and fits(work, single_pass_tokens) \
-            and "teacher_topk" not in spec.needs:
+    # the single pass trains the sampled tokens only (a top-k form trains the teacher's slots), every one of
+    # them, so it needs one distribution that truncates nothing (where none is -inf, REMOVED_LOGPROB)
+    if rescore and train_policy and len(groups) == 1 and not _truncates(groups[0][0]) \
+            and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs:
         update, single = _single_pass(trainer, method, work, state, groups[0][0], spec.needs)
         return _finish(trainer, update, work, adam, critic_steps, single)
     if rescore:

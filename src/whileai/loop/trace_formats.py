@@ -1,20 +1,26 @@
 """The three shapes a line of a rows / traces file may take, each read into the library's trace form.
 
     whileai  the library's rows: ``prompt_tokens`` and ``tokens`` (ids), ``behavior_logprobs``, optional
-             ``action_mask``, ``reward``, ``task_id``, ``truncated``, ``model``
+             ``action_mask``, ``reward``, ``task_id``, ``truncated``, ``model``, ``sampling``
     openai   one logged exchange with an OpenAI-compatible server such as vLLM: ``{"request": {...},
              "response": {...}, "reward": r, "task_id": ...}``. Chat completions (``logprobs.content[j] =
              {token, logprob}``) and completions (``logprobs.tokens`` + ``logprobs.token_logprobs``). Token
              ids come from vLLM's ``token_ids`` / ``prompt_token_ids`` (``return_token_ids``) or from tokens
-             written ``token_id:N`` (``--return-tokens-as-token-ids``). One trace per choice.
+             written ``token_id:N`` (``--return-tokens-as-token-ids``). One trace per choice. The request's
+             ``temperature`` / ``top_p`` / ``top_k`` are the trace's sampling settings.
     text     ``prompt`` (text or chat messages) and ``completion`` (text), with ``behavior_logprobs`` (or
              ``token_logprobs``), one per completion token. The completion is tokenized with the model's
              tokenizer; when the log has one entry more, the last is the EOS token the server stopped on.
              Any other count is refused with both counts: the log-probabilities would sit on wrong tokens.
 
 A trace is a dict: ``prompt_tokens``, ``tokens`` and, where the line has them, ``behavior_logprobs``,
-``action_mask``, ``reward``, ``task_id``, ``truncated``, ``model``, ``pair``, ``chosen``. A bad line raises
-``BatchError`` naming the file and line, the field, what is wrong and the fix.
+``action_mask``, ``reward``, ``task_id``, ``truncated``, ``model``, ``pair``, ``chosen``, ``sampling``. A bad
+line raises ``BatchError`` naming the file and line, the field, what is wrong and the fix.
+
+``sampling`` (any format; in an OpenAI log the request's settings stand in when the line has none; read for
+an RL method only) is the distribution the trace was sampled from, which its behavior log-probabilities are
+probabilities of, and so the one the trainer scores it under: ``{"temperature": 0.7, "top_p": 0.9, "top_k": 20}``. A setting left out
+or null is the method's (its temperature; no top-p, no top-k); ``top_k`` -1 reads as 0 (off).
 """
 
 from __future__ import annotations
@@ -25,18 +31,23 @@ from dataclasses import dataclass
 from typing import Any
 
 from whileai.errors import BatchError
+from whileai.loop.step import SCORED  # the sampling settings a trace is scored under
 from whileai.rows.io import check_label, check_reward, check_truncated
 
 FORMATS = {"whileai": "the library's rows (token ids)", "openai": "an OpenAI-compatible server's log (vLLM)",
            "text": "text rows (prompt and completion as text), tokenized with the model's tokenizer"}
 # Fields each format reads at the top of a line; any other key is reported once in the run's log.
 PER_TOKEN = ("ref_logprobs", "teacher_logprobs", "values")  # given on a line, they reach the method as they are
-COMMON = ("action_mask", "reward", "task_id", "truncated", "model", "pair", "chosen", *PER_TOKEN)
+COMMON = ("action_mask", "reward", "task_id", "truncated", "model", "pair", "chosen", "sampling", *PER_TOKEN)
 READ = {"whileai": ("prompt_tokens", "tokens", "behavior_logprobs", "logprobs", *COMMON),
         "openai": ("request", "response", "prompt_token_ids", *COMMON),
         "text": ("prompt", "completion", "behavior_logprobs", "token_logprobs", "logprobs", *COMMON)}
 LABELS = ("task_id", "model", "pair")
 TOKEN_ID = "token_id:"  # vLLM's --return-tokens-as-token-ids form of a token
+# Other settings that change the distribution a token is drawn from, at their neutral values: the trainer
+# cannot score under them, so a trace must have been sampled with them neutral (or not set).
+NEUTRAL = {"min_p": 0, "frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1, "logit_bias": {}}
+PASSIVE = ("max_tokens", "max_completion_tokens", "stop", "seed", "n")  # settings that change no distribution
 
 
 @dataclass(frozen=True)
@@ -60,13 +71,26 @@ def detect(row: Mapping[str, Any]) -> str | None:
     return "whileai" if "tokens" in row else None
 
 
-def read_line(fmt: str, where: str, row: Mapping[str, Any], vocab: Vocab) -> list[dict[str, Any]]:
-    """The traces on one line (several for an OpenAI response with n > 1 choices)."""
+def read_line(fmt: str, where: str, row: Mapping[str, Any], vocab: Vocab, sampled: bool = True) -> list[dict[str, Any]]:
+    """The traces on one line (several for an OpenAI response with n > 1 choices). ``sampled``: read the
+    sampling settings too (an RL method scores each trace under them; SFT, DPO and RM do not read them)."""
     traces = _openai(where, row, vocab) if fmt == "openai" else [_text(where, row, vocab) if fmt == "text"
                                                                   else _library(where, row, vocab)]
+    stated = _stated_sampling(fmt, where, row) if sampled else {}
     for trace in traces:
         _common(where, row, trace, vocab)
+        if stated:
+            trace["sampling"] = stated
     return traces
+
+
+def _stated_sampling(fmt: str, where: str, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The line's ``sampling`` field, or else an OpenAI log's request settings ({} when none is stated)."""
+    if "sampling" in row:
+        return sampling(where, "sampling", row["sampling"])
+    if fmt == "openai" and isinstance(row.get("request"), Mapping):
+        return sampling(where, "request", row["request"], every_key=False)
+    return {}
 
 
 # ----------------------------------------------------------------------------- the formats
@@ -270,6 +294,66 @@ def logprobs(where: str, name: str, value: Any, n: int, upper: float = 0.0) -> l
                              "be. Fix: log log-probabilities (natural log, <= 0), not probabilities or logits (vLLM: "
                              "--logprobs-mode processed_logprobs or raw_logprobs).")
     return [float(v) for v in value]
+
+
+def sampling(where: str, name: str, value: Any, every_key: bool = True) -> dict[str, Any]:
+    """The settings a trace was sampled with, as stated: ``temperature`` (> 0), ``top_p`` (in (0, 1]),
+    ``top_k`` (an integer >= 0, or -1 read as 0: off); null or absent is not stated. Any other setting that
+    shapes the distribution (``NEUTRAL``) must be at its neutral value. ``every_key``: refuse keys that are
+    none of these (a ``sampling`` field; a request body has many others)."""
+    if not isinstance(value, Mapping):
+        raise BatchError(f"{where}: field {name!r} is {_short(value)}; it must be a JSON object of the settings the "
+                         "trace was sampled with. Fix: write e.g. {\"temperature\": 0.7, \"top_p\": 0.9, \"top_k\": "
+                         "20}, or leave the field out to score the trace at the method's settings.")
+    unknown = sorted(set(value) - set(SCORED) - set(NEUTRAL) - set(PASSIVE)) if every_key else []
+    if unknown:
+        raise BatchError(f"{where}: field {name!r} has unknown setting(s) {unknown}. Fix: use {list(SCORED)} (and "
+                         f"{sorted(NEUTRAL)} only at their neutral values; {list(PASSIVE)} are ignored).")
+    for knob, neutral in NEUTRAL.items():
+        if value.get(knob) is not None and value[knob] != neutral:
+            raise BatchError(f"{where}: field '{name}.{knob}' is {_short(value[knob])}; the trainer scores a trace "
+                             "under temperature, top-p and top-k only, so no ratio for a trace sampled with it "
+                             f"would be right. Fix: leave such traces out of an RL file, or sample with {knob} "
+                             f"{neutral!r}.")
+    stated = {k: value[k] for k in SCORED if value.get(k) is not None}
+    for knob, v in stated.items():
+        if (rule := _SETTING_RULES[knob](v)) is not None:
+            raise BatchError(f"{where}: field '{name}.{knob}' is {_short(v)}; {rule}")
+    if "top_k" in stated:
+        stated["top_k"] = max(int(stated["top_k"]), 0)  # -1 (vLLM's, Tinker's "off") is 0 here
+    return {k: float(v) if k != "top_k" else v for k, v in stated.items()}
+
+
+def _number(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v)
+
+
+def _temperature_rule(v: Any) -> str | None:
+    if _number(v) and v == 0:
+        return ("temperature 0 is greedy: the arg-max has probability 1 and every other token 0, so there is no "
+                "distribution to score the trace under and no ratio. Fix: leave greedy traces out of an RL file "
+                "(they can train SFT), or sample at a temperature > 0.")
+    if not _number(v) or v < 0:
+        return ("it must be a finite number > 0, the temperature the trace was sampled at. Fix: log the "
+                "request's temperature, or leave it out (null) for the method's.")
+    return None
+
+
+def _top_p_rule(v: Any) -> str | None:
+    if _number(v) and 0 < v <= 1:
+        return None
+    return ("it must be a number in (0, 1] (1 = no nucleus truncation). Fix: log the request's top_p, or leave it "
+            "out (null) for none.")
+
+
+def _top_k_rule(v: Any) -> str | None:
+    if type(v) is int and v >= -1:
+        return None
+    return ("it must be an integer >= 0 (0 or -1 = no top-k truncation). Fix: log the request's top_k as an "
+            "integer, or leave it out (null) for none.")
+
+
+_SETTING_RULES = {"temperature": _temperature_rule, "top_p": _top_p_rule, "top_k": _top_k_rule}
 
 
 def action_mask(where: str, value: Any, n: int) -> list[bool]:

@@ -101,16 +101,40 @@ def announce(source: RowsFile, method: Any, config: Any, run_dir: Path, write: C
     if method.run_spec().source != "rollouts":
         return
     write("lag: does not apply (no sampler); the log's staleness is measured per batch as drift")
-    temperature = method.run_spec().temperature
-    other = {t: n for t, n in source.temperatures.items() if t != temperature}
-    if other:
-        shown = ", ".join(f"{t:g} ({plural(n, 'line')})" for t, n in sorted(other.items()))
-        write(f"note: the log's requests were sampled at temperature {shown}, and the policy is scored at the "
-              f"method's {temperature:g}: unless the server logged raw log-probabilities (vLLM's default, before "
-              "temperature), set the method's temperature to the server's (--set temperature=T)")
+    for line in sampling_lines(source, method.run_spec().temperature):
+        write(line)
     if config.eval_taskset is None:
         write(NO_EVAL)
         write(source.hold_out(config.seed))
+
+
+def sampling_lines(source: RowsFile, temperature: float) -> list[str]:
+    """What the log says about the distributions the traces are scored under: the settings each trace was
+    sampled with (its ``sampling``, or an OpenAI request's), any it does not state being the method's."""
+    method = {"temperature": float(temperature), "top_p": 1.0, "top_k": 0}
+    if set(source.samplings) == {()}:
+        return [f"sampling: no trace states the settings it was sampled with, so all are scored at the method's "
+                f"({_described(method)}); traces sampled otherwise need a 'sampling' field (docs/traces.md)"]
+    parts = []
+    for stated, (count, lines) in sorted(source.samplings.items(), key=lambda kv: -kv[1][0]):
+        whose = "none stated: the method's" if not stated else "as stated" if len(stated) == len(method) else \
+            f"{', '.join(k for k, _ in stated)} stated, the rest the method's"
+        parts.append(f"{plural(count, 'trace')} at {_described({**method, **dict(stated)})} ({whose}; first at "
+                     f"line {', '.join(map(str, lines))})")
+    out = ["sampling: each trace is scored under the settings it was sampled with: " + "; ".join(parts)]
+    plain = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
+    if source.fmt == "openai" and any(stated and {**method, **dict(stated)} != plain for stated in source.samplings):
+        out.append("note: a server's log at settings other than temperature 1 with no top-p / top-k trains right "
+                   "only if the server logged processed log-probabilities (vLLM: --logprobs-mode "
+                   "processed_logprobs); vLLM's default raw_logprobs come before temperature, top-k and top-p, "
+                   "so no ratio formed from them is right (a drift far from 0 at the first step shows it)")
+    return out
+
+
+def _described(settings: Mapping[str, Any]) -> str:
+    top_p, top_k = settings["top_p"], settings["top_k"]
+    return (f"temperature {settings['temperature']:g}, " + (f"top-p {top_p:g}" if top_p < 1 else "no top-p") +
+            ", " + (f"top-k {top_k}" if top_k else "no top-k"))
 
 
 # ----------------------------------------------------------------------------- held-out traces

@@ -28,7 +28,8 @@ from whileai.rows.io import MAX_LISTED, GradedRows, Problems, plural
 HELDOUT_SHARE = 0.05  # traces held out (whole tasks, never trained on) when there is no --eval-taskset
 HELDOUT_MAX = 256  # at most this many: each evaluation scores them all under the policy
 TRACE_FIELDS = ("prompt_tokens", "tokens", "behavior_logprobs", "action_mask", "reward", "task_id", "truncated",
-                "model", "pair", "chosen", *PER_TOKEN)  # what a trace hands the loop
+                "model", "pair", "chosen", "sampling", *PER_TOKEN)  # what a trace hands the loop
+SHOWN_LINES = 3  # lines named per sampling setting in the run's log
 
 
 def load_vocab(model: str) -> Vocab:
@@ -39,14 +40,22 @@ def load_vocab(model: str) -> Vocab:
         tokenizer = byte_tokenizer()
         size = BUILTINS.get(model.split(":", 1)[1], {})  # an unknown name is the engine's to refuse
         return Vocab(tokenizer, len(tokenizer), size.get("max_position_embeddings", 2**31))
+    import os
+
     from transformers import AutoConfig, AutoTokenizer
 
+    fix = ("Fix: give a local model directory (config.json and the tokenizer files), a model in the local Hugging "
+           "Face cache, or a built-in model (builtin:tiny, builtin:mini, builtin:small).")
+    if not os.path.isdir(model) and (model.startswith((".", "/", "~")) or model.count("/") > 1):
+        raise ConfigError(f"model = {model!r}: no such directory, so its tokenizer cannot read the rows. {fix}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, local_files_only=True)
         config = AutoConfig.from_pretrained(model, local_files_only=True)
     except (OSError, ValueError) as err:
-        raise ConfigError(f"model = {model!r}: could not load its tokenizer to read the rows ({err}). Fix: give a "
-                          "local model directory (config.json and tokenizer files) or a built-in model.") from None
+        where = "the directory" if os.path.isdir(model) else "the local cache (it is not a directory)"
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"model = {model!r}: could not load its tokenizer from {where} to read the rows "
+                          f"({first}). {fix}") from None
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return Vocab(tokenizer, int(getattr(text, "vocab_size", None) or len(tokenizer)),
                  int(getattr(text, "max_position_embeddings", None) or 2**31))
@@ -90,7 +99,9 @@ class RowsFile:
 
     def __init__(self, path: Path, label: str, fmt: str, vocab: Vocab, columns: _Columns, notes: list[str]) -> None:
         self.path, self.label, self.fmt, self.vocab, self.notes = path, label, fmt, vocab, notes
-        self.temperatures: dict[float, int] = {}  # request temperature -> lines (a server log that says it)
+        # the sampling settings traces state (sorted (name, value) pairs; () = none) -> traces, first lines
+        self.samplings: dict[tuple[tuple[str, Any], ...], tuple[int, list[int]]] = {}
+        self.sampled = True  # traces keep their sampling settings (a trace scan: an RL method scores under them)
         self.offset_T = np.frombuffer(columns.offset, dtype=np.int64)
         self.line_T = np.frombuffer(columns.line, dtype=np.int32)
         self.choice_T = np.frombuffer(columns.choice, dtype=np.int16)
@@ -142,7 +153,7 @@ class RowsFile:
             for i in sorted(set(int(i) for i in indices), key=lambda i: int(self.offset_T[i])):
                 handle.seek(int(self.offset_T[i]))
                 row = json.loads(handle.readline())
-                trace = read_line(self.fmt, self.where(i), row, self.vocab)[int(self.choice_T[i])]
+                trace = read_line(self.fmt, self.where(i), row, self.vocab, self.sampled)[int(self.choice_T[i])]
                 trace.setdefault("task_id", self.task_ids[self.task_T[i]])
                 trace.setdefault("reward", 1.0)  # a row without a score is a demonstration (SFT)
                 found[i] = {k: trace[k] for k in TRACE_FIELDS if k in trace}
@@ -264,7 +275,7 @@ def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> Row
     fmt: str | None = None
     first = 0
     unread: dict[str, int] = {}
-    temperatures: dict[float, int] = {}  # a server log's request temperatures: the policy must be scored at them
+    samplings: dict[tuple[tuple[str, Any], ...], tuple[int, list[int]]] = {}  # settings -> traces, first lines
     for offset, line, row in _lines(path, label, problems):
         at = where(path, label, line)
         try:
@@ -276,25 +287,27 @@ def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> Row
                 raise BatchError(f"{at}: a {kind} line in a file read as {fmt} (from line {first}). Fix: one format "
                                  "per file; split the file.")
             fmt, first = kind, first or line
-            traces = read_line(kind, at, row, vocab)
+            traces = read_line(kind, at, row, vocab, sampled=trace)
         except BatchError as err:
             problems.add(err)
             continue
         for key in set(row).difference(READ[kind]):
             unread[key] = unread.get(key, 0) + 1
-        request = row.get("request")
-        if kind == "openai" and isinstance(request, Mapping) and isinstance(request.get("temperature"), (int, float)):
-            temperatures[float(request["temperature"])] = temperatures.get(float(request["temperature"]), 0) + 1
         for k, one in enumerate(traces):
             if trace and ("reward" not in one or "behavior_logprobs" not in one):
                 problems.add(BatchError(lacking(at, kind, "reward" not in one)))
             columns.add(offset, line, k, one)
+            stated = tuple(sorted(one.get("sampling", {}).items()))
+            count, lines = samplings.get(stated, (0, []))
+            if len(lines) < SHOWN_LINES and line not in lines:
+                lines.append(line)
+            samplings[stated] = (count + 1, lines)
     if fmt is None and not problems.count:
         problems.add(BatchError(f"{label}: holds no rows. Fix: give a JSONL file with one trace a line."))
     problems.raise_if_any()
     assert fmt is not None  # the lines above raised otherwise
     source = RowsFile(path, label, fmt, vocab, columns, _notes(columns, unread))
-    source.temperatures = temperatures
+    source.samplings, source.sampled = samplings, trace
     return source
 
 
@@ -338,4 +351,20 @@ def open_rows(config: Any, run_dir: Path, python_rows: bool, method: Any) -> Row
     """The run's rows file, scanned: ``config.rows`` (or the run's copy of rows given in Python)."""
     path = run_dir / "rows.jsonl" if python_rows else Path(config.rows)
     trace = method is not None and method.run_spec().source == "rollouts"
-    return scan(path, load_vocab(config.model), trace, label="rows" if python_rows else None)
+    source = scan(path, load_vocab(config.model), trace, label="rows" if python_rows else None)
+    if trace:
+        _check_groups(source, method)
+    return source
+
+
+def _check_groups(source: RowsFile, method: Any) -> None:
+    """A method whose baseline is a task's group learns nothing when no task has enough traces: refuse it."""
+    least = method.run_spec().min_rollouts_per_prompt
+    if least < 2 or source.n == 0:
+        return
+    sizes = np.bincount(source.task_T)
+    if sizes.max() < least:
+        raise ConfigError(f"method {method.name!r} takes its baseline over a task's group of traces, and in "
+                          f"{source.path} no task_id has {least} or more traces ({source.n} traces, {len(sizes)} "
+                          "tasks): every advantage would be 0. Use a one-try method (flash_reinforce, rae, sao, "
+                          "bpco; or --method auto), or give several traces per task_id")
