@@ -25,6 +25,7 @@ COMMANDS: tuple[str, ...] = (
     "whileai.cli.skills_cmd",
     "whileai.cli.policy_cmd",
     "whileai.cli.record_cmd",
+    "whileai.cli.recipe_cmd",
 )
 
 

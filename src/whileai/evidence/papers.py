@@ -1,0 +1,71 @@
+"""The paper recipes: each paper's claim as a baseline arm against the recipe arm(s), by name.
+
+Each baseline is the method's own ablation where a knob gives one (the correction switched off, nothing else
+changed), and the closest thing the library has where none does; the docstring of each says which and why.
+recipes/papers/README.md names the knobs that reach each paper's regime.
+"""
+
+from __future__ import annotations
+
+from whileai.errors import ConfigError
+from whileai.evidence.runner import Arm, Recipe
+
+NEVER = 1e300  # a gate or band bound no finite drift or ratio reaches: the correction never acts
+FLASH_OFF_POLICY = 8  # FlashReinforce's default off_policy_steps; raised to the lag when the lag is longer
+BUILTIN_CRITIC_RATE = 1e-2  # the papers' critic rates (5e-6, 1e-5) leave a random-init built-in's head frozen
+
+
+def _flash_reinforce(lag: int) -> tuple[Arm, ...]:
+    """Baseline: FlashReinforce with the trust gate never closing (trust = 1e300): the same estimator (batch-mean
+    baseline, 1/T, the unclipped ratio inside c) trained on every stale trajectory. The library has no REINFORCE
+    without the ratio; this is the paper's estimator minus its correction, so the delta is the gate's."""
+    steps = {"off_policy_steps": max(FLASH_OFF_POLICY, lag)}
+    return (Arm("stale REINFORCE, gate off", "flash_reinforce", {**steps, "trust": NEVER}),
+            Arm("FlashReinforce", "flash_reinforce", steps))
+
+
+def _sao(lag: int) -> tuple[Arm, ...]:
+    """Baseline: SAO with the ratio band (0, 1e300): the same critic, GAE and c = rho * A / N, and no token is
+    ever masked (a ratio is always above 0)."""
+    return (Arm("same critic, ratio never masked", "sao", {"ratio": [0.0, NEVER]}), Arm("SAO", "sao", {}))
+
+
+BPCO_AS_SAO = {"gae_alpha": 0.4, "critic_steps": 1, "critic_warmup": 15, "critic_learning_rate": 1e-5}
+
+
+def _bpco(lag: int) -> tuple[Arm, ...]:
+    """Baseline: the standard PPO critic recipe as the library can run it: SAO's unbounded critic with its ratio
+    band at PPO's epsilon, [0.8, 1.2], and BPCO's GAE alpha, critic steps, warm-up and critic rate, so what
+    differs is BPCO's bounded (arctan) critic and DPPO's probability-dependent clip. It is not PPO exactly:
+    SAO masks a token outside the band whatever the advantage's sign (PPO's clip zeroes only the side the
+    min picks), and its lambda is length-adaptive, not PPO's fixed 0.95."""
+    return (Arm("PPO critic (sao, band [0.8, 1.2])", "sao", {"ratio": [0.8, 1.2], **BPCO_AS_SAO}),
+            Arm("BPCO", "bpco", {}))
+
+
+def _grpo(lag: int) -> tuple[Arm, ...]:
+    """GRPO's three length weights on the same surrogate: grpo 1/(B T_i) (short replies weigh more per token),
+    bnpo 1/N (every token the same), dr_grpo 1/(B max_tokens) (no length bias, no std)."""
+    return (Arm("grpo", "grpo", {"loss_type": "grpo"}), Arm("bnpo", "grpo", {"loss_type": "bnpo"}),
+            Arm("dr_grpo", "grpo", {"loss_type": "dr_grpo"}))
+
+
+CRITIC = {"critic_learning_rate": BUILTIN_CRITIC_RATE}
+PAPERS: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("flash_reinforce", "FlashREINFORCE (Hu et al. 2026): the sequence trust gate keeps a stale "
+           "one-rollout REINFORCE learning; against the same estimator with the gate off", _flash_reinforce),
+    Recipe("sao", "SAO (Hou et al. 2026): masking tokens whose ratio leaves the band keeps a one-rollout critic "
+           "method stable under staleness; against the same critic with the ratio never masked", _sao, CRITIC),
+    Recipe("bpco", "BPCO (Qi et al. 2026): a critic bounded to the reward range and DPPO's clip beat the "
+           "standard PPO critic recipe", _bpco, CRITIC),
+    Recipe("grpo_loss_types", "GRPO's loss types (grpo, bnpo, Dr. GRPO, Liu et al. 2025): the per-token weight "
+           "decides the length bias; bnpo and dr_grpo against grpo", _grpo),
+)}
+
+
+def recipe(name: str) -> Recipe:
+    """A paper recipe by name."""
+    key = name.strip().lower().replace("-", "_")
+    if key not in PAPERS:
+        raise ConfigError(f"unknown recipe {name!r}; the recipes are {', '.join(PAPERS)}")
+    return PAPERS[key]

@@ -1,0 +1,236 @@
+"""A paper recipe: a baseline arm and one or more recipe arms, trained on one budget over N seeds, compared.
+
+    result = run_recipe(recipe("flash_reinforce"), seeds=5, lag=4)
+    print(result)        # the lesson's table row per recipe arm, and the drift each arm reached
+
+Every arm is one call of ``wai.train`` with the same model, taskset, seed, lag, steps, rollouts per step,
+learning rate (pinned once, by the loop's rule without any method's declared rate, so that both arms move at
+the same speed), warm start and held-out tasks; only the method and its knobs differ. Same seed means the same
+task order and the same sampler seeds at every draw; the rollouts themselves differ as soon as the two
+policies do (the first ``lag`` batches are drawn from the same starting weights in both arms).
+
+The delta is ``wai.compare`` on every seed's held-out rows pooled and tagged by seed: paired over the held-out
+tasks, and its verdict needs two or more seeds per arm that separate (``compare``'s vocabulary). The drift is
+read from each run's metrics.jsonl, the numbers the method's ``Update.stats`` gave at every step the policy
+trained (a critic's warm-up steps are left out: the policy did not move there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import ConfigError, WhileaiError
+from whileai.loop.controls import _held_out_rows, _pooled, _seeds
+from whileai.loop.evaluate import PASS
+
+RECIPE_SEEDS = 5  # seeds per arm by default: the issue's >= 5; compare needs >= 2 to show anything
+# the drift a run reached: metrics.jsonl key -> (label, how it is pooled over steps and seeds)
+DRIFT_KEYS: tuple[tuple[str, str, str], ...] = (
+    ("drift", "sequence KL", "mean"),
+    ("drift", "sequence KL max", "max"),
+    ("mean_ratio", "mean ratio", "mean"),
+    ("admitted_share", "admitted share", "mean"),
+    ("method/masked_token_share", "tokens masked", "mean"),
+    ("method/clipped_token_share", "tokens clipped", "mean"),
+)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One side of a recipe: a method by name and its knobs."""
+
+    label: str
+    """the arm's name in the table ('uncorrected stale REINFORCE')"""
+    method: str
+    """a name ``wai.method`` accepts"""
+    knobs: Mapping[str, Any] = field(default_factory=dict)
+    """the method's knobs for this arm (``wai.method(method, **knobs)``)"""
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A paper's claim as a run: a baseline arm and the recipe arm(s) it is compared with."""
+
+    name: str
+    """the recipe's name (``wai recipe NAME``)"""
+    claim: str
+    """one sentence: what the paper claims and what the arms test"""
+    arms: Callable[[int], tuple[Arm, ...]]
+    """the arms at a lag: the baseline first, then each recipe arm (a knob such as off_policy_steps may follow
+    the lag)"""
+    builtin_settings: Mapping[str, Any] = field(default_factory=dict)
+    """``wai.train`` settings applied on a built-in (random-init) model when not given, e.g. a critic rate the
+    papers' billion-parameter values would leave frozen"""
+
+
+@dataclass
+class RecipeResult:
+    """The runs of every arm (one per seed), ``compare`` of each recipe arm with the baseline, the drift."""
+
+    dir: Path
+    recipe: str
+    seeds: tuple[int, ...]
+    settings: dict[str, Any]
+    """the settings every arm shared (pinned learning rate, lag, steps, model, ...)"""
+    arms: tuple[Arm, ...]
+    runs: dict[str, list[Any]]
+    """arm label -> its ``Run`` per seed"""
+    comparisons: list[Any]
+    """``compare(baseline, arm)`` per recipe arm, in order"""
+    drift: dict[str, dict[str, float]]
+    """arm label -> what its runs reached (DRIFT_KEYS' labels)"""
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recipe": self.recipe, "seeds": list(self.seeds), "settings": self.settings,
+                "arms": [{"label": a.label, "method": a.method, "knobs": dict(a.knobs)} for a in self.arms],
+                "runs": {label: [str(r.dir) for r in runs] for label, runs in self.runs.items()},
+                "rows": [c.to_dict() for c in self.comparisons], "drift": self.drift,
+                "seconds": round(self.seconds, 1), "report": str(self)}
+
+    def __str__(self) -> str:
+        from whileai.rows.stats import TABLE_HEADER, format_table
+
+        n = len(self.seeds)
+        lines = [f"recipe {self.recipe}: {n} seed{'s' if n != 1 else ''} per arm ({', '.join(map(str, self.seeds))}); "
+                 f"lag {self.settings['lag']}, {self.settings['steps']} steps, learning rate "
+                 f"{self.settings['learning_rate']:g}, model {self.settings['model']}; held-out pass@1, paired over "
+                 "tasks, seeds pooled",
+                 format_table([TABLE_HEADER, *(c.row() for c in self.comparisons)])]
+        lines += [f"{c.treatment_name}: {c.verdict}: {c.reason}" for c in self.comparisons]
+        lines.append("drift reached (policy steps of every seed; mean unless marked max):")
+        for arm in self.arms:
+            lines.append(f"  {arm.label}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in self.drift[arm.label].items()))
+        lines.append(f"{self.seconds:.0f} s; runs and this report: {self.dir}")
+        return "\n".join(lines)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 1e-2 and value != 0 else f"{value:.3f}"
+
+
+def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, progress: bool = False,
+               **train: Any) -> RecipeResult:
+    """Train every arm of ``recipe`` at every seed on one budget; compare each recipe arm with the baseline.
+
+    ``train`` holds ``wai.train``'s settings shared by every arm (model, taskset, lag, steps, learning_rate,
+    rollouts_per_step, eval_tasks, device, ...; not method, knobs, seed or resume). ``seeds``: how many seeds
+    per arm, counted up from ``train['seed']`` (default 0), or the seeds themselves. Writes
+    RUN_DIR/LABEL-seedS/ per run and recipe.json, recipe.txt under ``run_dir`` (default
+    runs/recipe-NAME-TIME)."""
+    import whileai as wai
+
+    began = time.perf_counter()
+    seed_list = _seeds(seeds, train.pop("seed", 0))
+    _check_train(train)
+    base = Path(train.pop("run_dir", None) or f"runs/recipe-{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if (base / "recipe.json").exists():
+        raise ConfigError(f"run_dir {str(base)!r} already holds a recipe's runs; pick another --run-dir")
+    shared = _pinned(recipe, train)
+    arms = recipe.arms(int(shared["lag"]))
+    _check_arms(arms)
+    for arm in arms:  # every arm's method is built (and its knobs checked) before anything trains
+        wai.method(arm.method, **arm.knobs)
+    runs: dict[str, list[Any]] = {arm.label: [] for arm in arms}
+    for seed in seed_list:
+        for arm in arms:
+            run = wai.train(method=arm.method, knobs=dict(arm.knobs), seed=seed, progress=progress,
+                            run_dir=str(base / f"{_slug(arm.label)}-seed{seed}"), **shared)
+            _held_out_rows(run)
+            runs[arm.label].append(run)
+    _same_budget(runs, arms)
+    baseline = arms[0]
+    comparisons = [wai.compare(_pooled(runs[baseline.label]), _pooled(runs[arm.label]), threshold=PASS,
+                               name=recipe.name, baseline_name=baseline.label, treatment_name=arm.label)
+                   for arm in arms[1:]]
+    drift = {arm.label: drift_reached(runs[arm.label]) for arm in arms}
+    settings = {k: v for k, v in shared.items() if k not in ("export",)}
+    result = RecipeResult(base, recipe.name, tuple(seed_list), settings, arms, runs, comparisons, drift,
+                          time.perf_counter() - began)
+    (base / "recipe.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
+    (base / "recipe.txt").write_text(str(result) + "\n")
+    return result
+
+
+def drift_reached(runs: Sequence[Any]) -> dict[str, float]:
+    """What the runs' methods saw, from metrics.jsonl: each DRIFT_KEYS entry over every step where the policy
+    trained, of every run (mean, or max), for the keys the metrics hold."""
+    records = [r for run in runs for r in run.metrics() if r.get("policy_trained", True)]
+    out: dict[str, float] = {}
+    for key, label, how in DRIFT_KEYS:
+        values = [float(r[key]) for r in records if key in r and math.isfinite(float(r[key]))]
+        if values:
+            out[label] = max(values) if how == "max" else sum(values) / len(values)
+    return out
+
+
+def _check_train(train: Mapping[str, Any]) -> None:
+    taken = sorted(set(train) & {"method", "knobs", "resume", "rows", "config", "config_file"})
+    if taken:
+        raise ConfigError(f"a recipe sets the method and knobs of each arm and trains on a taskset; "
+                          f"{', '.join(taken)} cannot be given (got {taken})")
+    if train.get("eval_tasks") == 0:
+        raise ConfigError("eval_tasks = 0: a recipe compares the arms on held-out pass@1; give eval_tasks >= 1")
+
+
+def _check_arms(arms: Sequence[Arm]) -> None:
+    labels = [a.label for a in arms]
+    if len(arms) < 2:
+        raise ConfigError(f"a recipe needs a baseline arm and at least one recipe arm, got {labels}")
+    if len(set(map(_slug, labels))) != len(labels):
+        raise ConfigError(f"the arms' labels {labels} must differ (they name the run folders)")
+
+
+def _pinned(recipe: Recipe, train: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared settings with every method-independent value resolved once, by the loop's rules: steps,
+    warm start, lag, and the learning rate without any method's declared rate."""
+    from whileai.envs import load_taskset
+    from whileai.loop import config as config_io
+
+    shared = dict(train)
+    if str(shared.get("model", "builtin:tiny")).startswith("builtin:"):
+        shared = {**recipe.builtin_settings, **shared}
+    config = config_io.with_lag(config_io.build(None, **shared), None)
+    problems = config_io.check_ranges(config)
+    if problems:
+        raise ConfigError(config_io._listing(problems))
+    taskset = load_taskset(config.taskset, **config.taskset_options) if config.taskset is not None else None
+    if taskset is None:
+        raise ConfigError("a recipe compares the arms on a taskset's held-out tasks: give a taskset")
+    resolved = config_io.resolve(config, taskset, None)
+    shared.update(steps=resolved.steps, lag=resolved.lag, learning_rate=resolved.learning_rate,
+                  warm_start_steps=resolved.warm_start_steps,
+                  warm_start_learning_rate=resolved.warm_start_learning_rate)
+    shared.setdefault("model", config.model)
+    shared.setdefault("taskset", config.taskset)
+    shared.setdefault("export", False)  # the arms' weights are not what a recipe is for
+    return shared
+
+
+def _same_budget(runs: Mapping[str, Sequence[Any]], arms: Sequence[Arm]) -> None:
+    """Every arm trained as long, as fast and on the same model, tasks and seeds as the baseline (a guard: a
+    difference here is a bug, not something a user can trip)."""
+    keys = ("steps", "rollouts_per_step", "model", "seed", "lag", "lora_rank", "eval_tasks", "eval_samples",
+            "taskset", "device")
+    first = runs[arms[0].label]
+    for arm in arms[1:]:
+        for a, b in zip(first, runs[arm.label]):
+            differ = {k: (getattr(a.config, k), getattr(b.config, k)) for k in keys
+                      if getattr(a.config, k) != getattr(b.config, k)}
+            left = {k: v for k, v in a.summary["resolved"].items() if k != "critic_learning_rate"}
+            right = {k: v for k, v in b.summary["resolved"].items() if k != "critic_learning_rate"}
+            if left != right:
+                differ["resolved"] = (left, right)
+            if differ:
+                raise WhileaiError(f"arm {arm.label!r} ran on another budget than the baseline (baseline, arm): "
+                                   f"{differ}")
+
+
+def _slug(label: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in label.lower()).strip("-")

@@ -1,0 +1,255 @@
+"""The paper recipes: each baseline is its method with the correction off; the table row is `compare`'s
+arithmetic on every seed's held-out rows; identical arms give a delta of exactly 0; the drift reported is the
+runs' recorded metrics (the methods' Update stats).
+
+The fast tests need no model; the ones marked slow train builtin:tiny (2 seeds x 2 arms, 4 steps, 8 held-out
+tasks x 2 samples: about 20 s on the 2-core machine).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import whileai as wai
+from whileai.cli import main
+from whileai.errors import ConfigError
+from whileai.evidence import PAPERS, Arm, Recipe, drift_reached, recipe, run_recipe
+from whileai.evidence.papers import NEVER
+
+TINY = {"steps": 4, "eval_tasks": 8, "eval_samples": 2, "rollouts_per_step": 16}
+
+# a stale batch: row 1's first token moved from p = 0.5 under the sampler to 0.05 under the policy
+STALE = [
+    {"reward": 1.0, "logprobs": [math.log(0.5), math.log(0.5)], "behavior_logprobs": [math.log(0.5), math.log(0.5)],
+     "values": [0.5, 0.5]},
+    {"reward": 0.0, "logprobs": [math.log(0.05), math.log(0.5)], "behavior_logprobs": [math.log(0.5), math.log(0.5)],
+     "values": [0.5, 0.5]},
+]
+
+
+def method_of(arm: Arm):
+    return wai.method(arm.method, **arm.knobs)
+
+
+# ----------------------------------------------------------------------------- the arms, no model needed
+def test_every_recipe_has_a_baseline_and_at_least_one_recipe_arm_with_distinct_labels():
+    for name, item in PAPERS.items():
+        arms = item.arms(4)
+        assert len(arms) >= 2, name
+        assert len({a.label for a in arms}) == len(arms), name
+        for arm in arms:
+            method_of(arm)  # every arm builds
+
+
+def test_flash_reinforce_baseline_is_the_same_estimator_with_the_gate_off():
+    """Row 1's mean Bernoulli KL is (0.5 ln(0.5/0.05) + 0.5 ln(0.5/0.95)) / 2 = (1.1513 - 0.3209) / 2 = 0.415,
+    over trust 0.003: the recipe arm drops it, the baseline keeps it; where both admit, c is the same."""
+    baseline, flash = (method_of(a) for a in recipe("flash_reinforce").arms(2))
+    gated, open_ = flash.update(STALE), baseline.update(STALE)
+    assert gated.admitted.tolist() == [True, False] and open_.admitted.tolist() == [True, True]
+    assert gated.stats["mean_sequence_kl"] == pytest.approx((0.5 * math.log(10) + 0.5 * math.log(0.5 / 0.95)) / 4)
+    np.testing.assert_array_equal(gated.coefficients[0], open_.coefficients[0])
+    # c = A rho / (T B) on the kept row: A = 0 - 0.5, rho = (0.1, 1), T = 2, B = 2
+    np.testing.assert_allclose(open_.coefficients[1], [-0.5 * 0.1 / 4, -0.5 / 4])
+
+
+def test_flash_reinforce_arms_follow_a_lag_past_the_default_bound():
+    assert all(method_of(a).off_policy_steps == 16 for a in recipe("flash_reinforce").arms(16))
+    assert all(method_of(a).off_policy_steps == 8 for a in recipe("flash_reinforce").arms(2))
+
+
+def test_sao_baseline_never_masks_and_otherwise_equals_sao():
+    """Row 1's first token has ratio 0.1, below SAO's band (0.7, 6.0): SAO masks it, the baseline does not; every
+    other token's c is the same in both."""
+    baseline, sao = (method_of(a) for a in recipe("sao").arms(2))
+    masked, kept = sao.update(STALE), baseline.update(STALE)
+    assert masked.stats["masked_token_share"] == 0.25 and kept.stats["masked_token_share"] == 0.0
+    assert masked.coefficients[1][0] == 0.0 and kept.coefficients[1][0] != 0.0
+    np.testing.assert_array_equal(masked.coefficients[0], kept.coefficients[0])
+    assert masked.coefficients[1][1] == kept.coefficients[1][1]
+
+
+def test_bpco_baseline_shares_bpcos_critic_schedule():
+    baseline, bpco = (method_of(a) for a in recipe("bpco").arms(2))
+    assert baseline.name == "sao" and bpco.name == "bpco"
+    assert baseline.ratio == (0.8, 1.2) and baseline.gae_alpha == bpco.gae_alpha
+    assert baseline.run_spec().critic.warmup == bpco.run_spec().critic.warmup
+    assert baseline.run_spec().critic.steps == bpco.run_spec().critic.steps
+    assert baseline.run_spec().critic.learning_rate == bpco.run_spec().critic.learning_rate
+
+
+def test_grpo_recipe_differs_only_in_loss_type():
+    arms = [method_of(a) for a in recipe("grpo_loss_types").arms(2)]
+    assert [m.loss_type for m in arms] == ["grpo", "bnpo", "dr_grpo"]
+    assert {m.replace(loss_type="grpo") == arms[0] for m in arms} == {True}
+
+
+def test_never_is_beyond_any_drift():
+    assert NEVER > 1e299 and math.isfinite(NEVER)
+
+
+# ----------------------------------------------------------------------------- refusals, no model needed
+def test_unknown_recipe_lists_the_names():
+    with pytest.raises(ConfigError, match="flash_reinforce, sao, bpco, grpo_loss_types"):
+        recipe("flash")
+
+
+@pytest.mark.parametrize("bad,match", [({"method": "grpo"}, "method"), ({"eval_tasks": 0}, "eval_tasks"),
+                                       ({"knobs": {"trust": 1}}, "knobs")])
+def test_bad_settings_are_refused_before_training(bad, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        run_recipe(recipe("flash_reinforce"), seeds=2, run_dir=str(tmp_path / "r"), **bad)
+    assert not (tmp_path / "r").exists()
+
+
+def test_zero_seeds_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="seeds"):
+        run_recipe(recipe("flash_reinforce"), seeds=0, run_dir=str(tmp_path / "r"))
+
+
+def test_a_bad_knob_in_an_arm_is_refused_before_training(tmp_path):
+    bad = Recipe("bad", "a knob out of range", lambda lag: (Arm("a", "flash_reinforce"),
+                                                            Arm("b", "flash_reinforce", {"trust": -1.0})))
+    with pytest.raises(ConfigError, match="trust"):
+        run_recipe(bad, seeds=2, run_dir=str(tmp_path / "r"))
+    assert not list((tmp_path / "r").glob("*/metrics.jsonl"))
+
+
+def test_cli_refuses_an_unknown_recipe(capsys):
+    assert main(["recipe", "nope"]) == 2
+    assert "unknown recipe 'nope'; the recipes are flash_reinforce" in capsys.readouterr().err
+
+
+def test_every_recipe_has_its_script_and_a_readme_row():
+    """recipes/papers/NAME.py runs `wai recipe NAME`; the README names every recipe."""
+    folder = Path(__file__).resolve().parents[2] / "recipes" / "papers"
+    readme = (folder / "README.md").read_text()
+    for name in PAPERS:
+        source = (folder / f"{name}.py").read_text()
+        assert f'script_main("{name}")' in source, name
+        assert f"| `{name}` |" in readme, name
+    assert sorted(p.stem for p in folder.glob("*.py")) == sorted(PAPERS)
+
+
+def test_script_main_passes_its_arguments_to_wai_recipe(capsys):
+    from whileai.cli.recipe_cmd import script_main
+
+    assert script_main("sao", ["--seeds", "0"]) == 2
+    assert "seeds=0: need at least one seed" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- drift, hand-worked
+def test_drift_reached_pools_policy_steps_of_every_run():
+    """Run a: a warm-up step (left out) and steps with drift 0.1, 0.3; run b: drift 0.2. Mean 0.2, max 0.3;
+    admitted 1, 0.5, 0.75 -> 0.75; masked share only where recorded: (0.1 + 0.3) / 2."""
+    a = [{"policy_trained": False, "drift": 9.0, "admitted_share": 0.0, "mean_ratio": 5.0},
+         {"policy_trained": True, "drift": 0.1, "admitted_share": 1.0, "mean_ratio": 1.0,
+          "method/masked_token_share": 0.1},
+         {"policy_trained": True, "drift": 0.3, "admitted_share": 0.5, "mean_ratio": 1.2,
+          "method/masked_token_share": 0.3}]
+    b = [{"policy_trained": True, "drift": 0.2, "admitted_share": 0.75, "mean_ratio": 0.8}]
+    runs = [SimpleNamespace(metrics=lambda rows=rows: rows) for rows in (a, b)]
+    assert drift_reached(runs) == pytest.approx({"sequence KL": 0.2, "sequence KL max": 0.3, "mean ratio": 1.0,
+                                                 "admitted share": 0.75, "tokens masked": 0.2})
+
+
+# ----------------------------------------------------------------------------- real runs on builtin:tiny
+@pytest.fixture(scope="module")
+def flash_result(tmp_path_factory):
+    return run_recipe(recipe("flash_reinforce"), seeds=2, run_dir=str(tmp_path_factory.mktemp("flash") / "r"), **TINY)
+
+
+def held_out(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "heldout.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_table_row_is_compare_on_every_seeds_held_out_rows(flash_result):
+    """Read each run's heldout.jsonl again, tag it by seed, and compare; then the delta by hand: the mean over
+    tasks of (recipe arm's pass share - baseline's), each task's share pooled over seeds and samples."""
+    (row,) = flash_result.comparisons
+    base_dirs, arm_dirs = (sorted(flash_result.dir.glob(f"{p}-seed*")) for p in ("stale-reinforce--gate-off",
+                                                                                 "flashreinforce"))
+    assert len(base_dirs) == len(arm_dirs) == 2
+
+    def pooled(dirs):
+        return [{**r, "seed": d.name.rsplit("seed", 1)[1]} for d in dirs for r in held_out(d)]
+
+    again = wai.compare(pooled(base_dirs), pooled(arm_dirs), threshold=1.0)
+    assert (row.baseline, row.treatment, row.delta, row.ci95, row.verdict) == \
+        (again.baseline, again.treatment, again.delta, again.ci95, again.verdict)
+    assert row.n_tasks == 8 and row.baseline_seeds == row.treatment_seeds == 2
+
+    def shares(dirs):
+        passes, counts = defaultdict(float), defaultdict(int)
+        for r in pooled(dirs):
+            passes[r["task_id"]] += r["reward"] >= 1.0
+            counts[r["task_id"]] += 1
+        return {t: passes[t] / counts[t] for t in counts}
+
+    b, t = shares(base_dirs), shares(arm_dirs)
+    assert all(n == 4 for n in [len(held_out(d)) // 8 * 2 for d in base_dirs])  # 8 tasks x 2 samples x 2 seeds
+    assert row.delta == pytest.approx(float(np.mean([t[k] - b[k] for k in b])), abs=1e-12)
+    assert row.baseline == pytest.approx(float(np.mean(list(b.values()))), abs=1e-12)
+    saved = json.loads((flash_result.dir / "recipe.json").read_text())
+    assert saved["rows"][0]["delta"] == row.delta and saved["rows"][0]["ci95"] == list(row.ci95)
+
+
+@pytest.mark.slow
+def test_reported_drift_is_the_runs_recorded_metrics(flash_result):
+    """The metrics' `drift` is FlashReinforce's mean_sequence_kl stat (the Update's), step by step."""
+    for label, runs in flash_result.runs.items():
+        records = [json.loads(line) for run in runs for line in (run.dir / "metrics.jsonl").read_text().splitlines()]
+        assert all(r["drift"] == r["method/mean_sequence_kl"] for r in records)
+        reached = flash_result.drift[label]
+        assert reached["sequence KL"] == pytest.approx(np.mean([r["drift"] for r in records]), abs=0)
+        assert reached["sequence KL max"] == max(r["drift"] for r in records)
+        assert reached["admitted share"] == pytest.approx(np.mean([r["admitted_share"] for r in records]), abs=0)
+        assert reached["sequence KL max"] > 0  # lag 2 really made the rollouts stale
+    assert flash_result.drift["stale REINFORCE, gate off"]["admitted share"] == 1.0  # the gate never closed
+
+
+@pytest.mark.slow
+def test_identical_arms_report_a_delta_of_exactly_zero(tmp_path):
+    same = Recipe("same", "both arms FlashReinforce", lambda lag: (Arm("first", "flash_reinforce"),
+                                                                   Arm("second", "flash_reinforce")))
+    result = run_recipe(same, seeds=2, run_dir=str(tmp_path / "r"), **TINY)
+    (row,) = result.comparisons
+    assert row.delta == 0.0 and row.sd == 0.0 and row.baseline == row.treatment
+    # every task's difference is 0, so compare's zero-spread interval: +/- (1 - 0.025 ** (1 / 8)) = +/- 0.3694
+    share = 1.0 - 0.025 ** (1.0 / 8)
+    assert row.ci95 == pytest.approx((-share, share)) and share == pytest.approx(0.3694, abs=1e-4)
+    assert row.verdict == "unresolved"
+    assert result.drift["first"] == result.drift["second"]
+    for seed in (0, 1):
+        assert held_out(tmp_path / "r" / f"first-seed{seed}") == held_out(tmp_path / "r" / f"second-seed{seed}")
+
+
+@pytest.mark.slow
+def test_cli_json_is_the_recipe_json(tmp_path, capsys):
+    argv = ["recipe", "flash_reinforce", "--seeds", "2", "--steps", "3", "--eval-tasks", "4", "--eval-samples", "2",
+            "--rollouts-per-step", "8", "--lag", "1", "--run-dir", str(tmp_path / "r"), "--json"]
+    assert main(argv) == 0
+    saved = json.loads((tmp_path / "r" / "recipe.json").read_text())
+    assert json.loads(capsys.readouterr().out) == saved  # stdout is the JSON only: the runs' logs go to stderr
+    assert saved["settings"]["lag"] == 1 and saved["settings"]["steps"] == 3 and saved["seeds"] == [0, 1]
+    assert [a["knobs"] for a in saved["arms"]] == [{"off_policy_steps": 8, "trust": NEVER}, {"off_policy_steps": 8}]
+
+
+@pytest.mark.slow
+def test_both_arms_draw_the_same_first_lag_batches(flash_result):
+    """Same seed, same sampler seeds: the first `lag` (2) batches come from the same starting weights in both arms,
+    so their rewards are equal step for step; afterwards each arm samples from its own policy."""
+    gate_off, gated = flash_result.runs.values()
+    for a, b in zip(gate_off, gated):
+        first, second = a.metrics(), b.metrics()
+        assert [r["reward"] for r in first[:2]] == [r["reward"] for r in second[:2]]
+        assert [r["sampled_at_step"] for r in first] == [r["sampled_at_step"] for r in second]
+    assert [r.config.seed for r in gate_off] == [r.config.seed for r in gated] == [0, 1]
