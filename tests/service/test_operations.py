@@ -100,6 +100,27 @@ def test_policy_step_gives_the_same_update_through_the_service(client: Client, s
     _same(_probe(run), _probe(engine))
 
 
+@pytest.mark.parametrize("method", [wai.SAO(), wai.BPCO()], ids=["sao", "bpco"])
+def test_a_critic_method_steps_through_the_service_as_through_the_engine(client: Client, method):
+    """add_critic on a policy run, then the step's critic values, value loss and critic steps over HTTP."""
+    run = client.create_session().create_run("builtin:tiny", seed=6)
+    engine = TrainingEngine("builtin:tiny", seed=6)
+    critic = method.run_spec().critic
+    for trainer in (run, engine):
+        trainer.add_critic(1e-2, reward_range=critic.reward_range)
+    rows_remote, rows_local = _rows(run), _rows(engine)
+    params = {"max_tokens": 5, "temperature": 1.0}
+    a = policy_step(run, method, rows_remote, adam=ADAM, sampling_params=params, critic_steps=2)
+    b = policy_step(engine, method, rows_local, adam=ADAM, sampling_params=params, critic_steps=2)
+    assert "critic_loss" in a.metrics
+    assert a.metrics["critic_loss"] == pytest.approx(b.metrics["critic_loss"], rel=1e-5)
+    for c1, c2 in zip(a.update.coefficients, b.update.coefficients):
+        np.testing.assert_allclose(c1, c2, rtol=1e-5, atol=1e-9)
+    _same(_probe(run), _probe(engine))
+    again = policy_step(run, method, rows_remote, adam=ADAM, sampling_params=params, critic_steps=2)
+    assert again.metrics["critic_loss"] != a.metrics["critic_loss"]  # the value head moved
+
+
 def _rl_datum(advantage: float) -> dict:
     return make_datum([1, 72, 105], [33, 40, 2], logprobs=[-1.2, -0.9, -2.0], advantages=[advantage] * 3)
 

@@ -354,6 +354,11 @@ class RunClient:
         result = self.call("optim_step", {"adam_params": adam_params})
         return OptimResult(float(result["grad_norm"]), result["metrics"], self.last_version or 0)
 
+    def add_critic(self, learning_rate: float, *, reward_range: Sequence[float] | None = None) -> None:
+        """Attach a value head to this run, as ``TrainingEngine.add_critic`` does (critic methods need one)."""
+        self.call("add_critic", {"learning_rate": learning_rate,
+                                 "reward_range": None if reward_range is None else list(reward_range)})
+
     def save_weights_for_sampler(self) -> int:
         return int(self.call("save_weights_for_sampler")["version"])
 

@@ -129,6 +129,12 @@ class LocalRun:
     def op_save_weights_for_sampler(self, body: schemas.Op) -> Outcome:
         return self._done({"version": self.engine.save_weights_for_sampler()})
 
+    def op_add_critic(self, body: schemas.AddCritic) -> Outcome:
+        """A value head on this policy run (what a critic method needs: ``ppo_critic`` then trains it)."""
+        options = {} if body.reward_range is None else {"reward_range": tuple(body.reward_range)}
+        self.engine.add_critic(body.learning_rate, **options)
+        return self._done({"critic": True})
+
     def op_sample(self, body: schemas.Sample) -> Outcome:
         prompts = body.prompt_tokens
         single = bool(prompts) and isinstance(prompts[0], int)

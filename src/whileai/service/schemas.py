@@ -72,6 +72,11 @@ class State(Op):
     optimizer: bool = Field(True, description="load_state: restore the optimizer's moments too (False: fresh)")
 
 
+class AddCritic(Op):
+    learning_rate: float = Field(gt=0, description="the value head's own AdamW learning rate")
+    reward_range: tuple[float, float] | None = Field(None, description="bound the value head to [low, high]")
+
+
 class Export(Op):
     merged: bool = Field(False, description="a full merged model instead of a LoRA adapter")
 
@@ -87,6 +92,7 @@ OPERATIONS: dict[str, type[Op]] = {
     "save_state": State,
     "load_state": State,
     "export_lora": Export,
+    "add_critic": AddCritic,
     "finish": Op,
     "noop": Op,
 }

@@ -68,7 +68,7 @@ class TinkerProvider:
         convention = ("as the wai serve behind it takes them" if remote is not None else
                       "loss_config keys clip_low_threshold / clip_high_threshold (absolute ratios)")
         return {"provider": self.name, "upstream": self.url, "models": self.models,
-                "operations": [op for op in schemas.OPERATIONS if op != "export_lora"], "losses": losses,
+                "operations": [op for op in schemas.OPERATIONS if op not in ("export_lora", "add_critic")], "losses": losses,
                 "clip_thresholds": convention}
 
     def open_run(self, run_id: str, spec: dict[str, Any], *, restarted: bool) -> TinkerRun:
