@@ -42,7 +42,7 @@ def test_after_a_crash_the_last_saved_state_and_the_history_survive(tmp_path: Pa
 
         def in_flight() -> None:  # a long sample, running when the server dies; the client keeps retrying
             try:
-                run.sample([[1, 72]] * 8, 8, {"max_tokens": 200, "seed": 0})
+                run.sample([[1, 72]] * 32, 16, {"max_tokens": 200, "seed": 0})
             except BaseException as err:  # noqa: BLE001 - the test inspects it below
                 caught.append(err)
 

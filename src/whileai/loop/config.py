@@ -282,9 +282,9 @@ def with_lag(config: TrainConfig, method: Any) -> TrainConfig:
 
 
 def taskset_recommendation(config: TrainConfig, taskset: Any) -> Any:
-    """The taskset's ``Recommended`` settings when they apply (a built-in model trained on the taskset's own
-    tasks, not on rows), else None."""
-    if taskset is None or config.rows is not None or config.taskset is None or not config.model.startswith("builtin:"):
+    """The taskset's ``Recommended`` settings when they apply (a built-in model with the taskset's own tasks;
+    a rows run takes only its warm start, see ``resolve``), else None."""
+    if taskset is None or config.taskset is None or not config.model.startswith("builtin:"):
         return None
     return getattr(taskset, "recommended", None)  # a taskset-like object without the attribute declares nothing
 
@@ -310,16 +310,20 @@ def resolve(config: TrainConfig, taskset: Any, declared_learning_rate: float | N
     recommendation (a built-in model), else the loop's default above. ``declared_learning_rate``: the
     method's (its run spec's)."""
     hint = taskset_recommendation(config, taskset)
+    # rows as pushed (SFT, DPO, RM with a taskset for the warm start and the eval) take the taskset's warm start
+    # only: its RL steps and learning rate were measured for rollouts, not for those rows
+    training = ("warm_start_steps", "warm_start_learning_rate") if config.rows is not None else ()
 
     def pick(name: str, default: Any) -> Any:
         given = getattr(config, name)
         if given is not None:
             return given
-        value = getattr(hint, name, None)
+        value = getattr(hint, name, None) if not training or name in training else None
         return default if value is None else value
 
     learning_rate = config.learning_rate if config.learning_rate is not None else default_learning_rate(
-        config.model, config.lora_rank, declared_learning_rate, getattr(hint, "learning_rate", None))
+        config.model, config.lora_rank, declared_learning_rate,
+        None if training else getattr(hint, "learning_rate", None))
     return Resolved(steps=pick("steps", DEFAULT_STEPS),
                     warm_start_steps=pick("warm_start_steps", 0) if taskset is not None else 0,
                     warm_start_learning_rate=pick("warm_start_learning_rate", DEFAULT_WARM_START_LEARNING_RATE),
