@@ -14,13 +14,11 @@ process. No request header is stored (an upstream API key passes through and is 
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from whileai.database import Database
 
 DB_NAME = "record.db"
 SCHEMA = """
@@ -48,37 +46,11 @@ class AlreadyScored(Exception):
         self.reward = reward
 
 
-class RecordStore:
+class RecordStore(Database):
     """The recorder's database at ``data_dir/record.db``; one connection, one lock."""
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / DB_NAME
-        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.lock = threading.Lock()
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.executescript(SCHEMA)
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self.lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.db
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
-
-    def rows(self, sql: str, *args: Any) -> list[dict[str, Any]]:
-        with self.lock:
-            return [dict(r) for r in self.db.execute(sql, args).fetchall()]
-
-    def close(self) -> None:
-        with self.lock:
-            self.db.close()
+        super().__init__(data_dir, DB_NAME, SCHEMA, "FULL")
 
     # ------------------------------------------------------------------ conversations
     def continues(self, key: str) -> dict[str, Any] | None:

@@ -11,13 +11,11 @@ committed with ``synchronous=FULL`` (durable across a power cut as well).
 from __future__ import annotations
 
 import json
-import sqlite3
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from whileai.database import Database
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, owner TEXT NOT NULL, created REAL NOT NULL,
@@ -33,37 +31,11 @@ CREATE TABLE IF NOT EXISTS states (run_id TEXT NOT NULL, name TEXT NOT NULL, pat
 """
 
 
-class Store:
+class Store(Database):
     """The service's SQLite database at ``data_dir/service.db``."""
 
     def __init__(self, data_dir: Path) -> None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.path = data_dir / "service.db"
-        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self.db.row_factory = sqlite3.Row
-        self.lock = threading.Lock()
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        with self.lock:
-            self.db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self.db
-            except BaseException:
-                self.db.execute("ROLLBACK")
-                raise
-            self.db.execute("COMMIT")
-
-    def _rows(self, sql: str, *args: Any) -> list[dict[str, Any]]:
-        with self.lock:
-            return [dict(r) for r in self.db.execute(sql, args).fetchall()]
-
-    def close(self) -> None:
-        with self.lock:
-            self.db.close()
+        super().__init__(data_dir, "service.db", SCHEMA, "NORMAL")
 
     # ------------------------------------------------------------------ sessions and runs
     def add_session(self, session_id: str, owner: str) -> None:
@@ -71,11 +43,11 @@ class Store:
             db.execute("INSERT INTO sessions VALUES (?, ?, ?, NULL)", (session_id, owner, time.time()))
 
     def session(self, session_id: str) -> dict[str, Any] | None:
-        rows = self._rows("SELECT * FROM sessions WHERE id = ?", session_id)
+        rows = self.rows("SELECT * FROM sessions WHERE id = ?", session_id)
         return rows[0] if rows else None
 
     def sessions(self, owner: str) -> list[dict[str, Any]]:
-        return self._rows("SELECT * FROM sessions WHERE owner = ? AND closed IS NULL ORDER BY created", owner)
+        return self.rows("SELECT * FROM sessions WHERE owner = ? AND closed IS NULL ORDER BY created", owner)
 
     def close_session(self, session_id: str) -> None:
         with self._write() as db:
@@ -88,11 +60,11 @@ class Store:
                        (run_id, session_id, owner, json.dumps(spec), time.time()))
 
     def run(self, run_id: str) -> dict[str, Any] | None:
-        rows = self._rows("SELECT * FROM runs WHERE id = ?", run_id)
+        rows = self.rows("SELECT * FROM runs WHERE id = ?", run_id)
         return _run(rows[0]) if rows else None
 
     def runs(self, session_id: str) -> list[dict[str, Any]]:
-        return [_run(r) for r in self._rows("SELECT * FROM runs WHERE session_id = ? ORDER BY created", session_id)]
+        return [_run(r) for r in self.rows("SELECT * FROM runs WHERE session_id = ? ORDER BY created", session_id)]
 
     def set_status(self, run_id: str, status: str) -> None:
         with self._write() as db:
@@ -107,15 +79,15 @@ class Store:
             db.execute("UPDATE runs SET step = ? WHERE id = ?", (step, run_id))
 
     def operation(self, run_id: str, seq: int) -> dict[str, Any] | None:
-        rows = self._rows("SELECT * FROM operations WHERE run_id = ? AND seq = ?", run_id, seq)
+        rows = self.rows("SELECT * FROM operations WHERE run_id = ? AND seq = ?", run_id, seq)
         return rows[0] if rows else None
 
     def next_seq(self, run_id: str) -> int:
-        rows = self._rows("SELECT MAX(seq) AS last FROM operations WHERE run_id = ?", run_id)
+        rows = self.rows("SELECT MAX(seq) AS last FROM operations WHERE run_id = ?", run_id)
         return 0 if rows[0]["last"] is None else int(rows[0]["last"]) + 1
 
     def history(self, run_id: str) -> list[dict[str, Any]]:
-        rows = self._rows("SELECT seq, op, status, answer, finished FROM operations WHERE run_id = ? ORDER BY seq",
+        rows = self.rows("SELECT seq, op, status, answer, finished FROM operations WHERE run_id = ? ORDER BY seq",
                           run_id)
         out = []
         for row in rows:
@@ -135,7 +107,7 @@ class Store:
                 self.db.execute("PRAGMA synchronous=NORMAL")
 
     def states(self, run_id: str) -> list[dict[str, Any]]:
-        return self._rows("SELECT name, path, step, created FROM states WHERE run_id = ? ORDER BY created", run_id)
+        return self.rows("SELECT name, path, step, created FROM states WHERE run_id = ? ORDER BY created", run_id)
 
 
 def _run(row: dict[str, Any]) -> dict[str, Any]:
