@@ -2,12 +2,13 @@
 
     python benchmarks/train_step.py            # builtin:small (~25M parameters), 4 x 512 tokens a step
     python benchmarks/train_step.py --json
+    python benchmarks/train_step.py --device cuda --precision bf16
 
 One step = ``TrainingEngine.forward_backward(data, "cross_entropy")`` + ``optim_step(AdamParams())``
-with full fine-tuning, float32. Achieved FLOP/s uses the usual 6 * N * tokens rule (2 N for the
+with full fine-tuning, float32 (``--precision bf16``: float32 weights under bfloat16 autocast). Achieved FLOP/s uses the usual 6 * N * tokens rule (2 N for the
 forward, 4 N for the backward), with N the parameters that take part in matrix multiplies (the
 input embedding is a lookup and is left out); attention-score FLOPs are ignored, which understates
-the work done. The peak is ``torch.matmul`` of two float32 square matrices (default 2048) on the
+the work done. The peak is ``torch.matmul`` of two square matrices in the compute dtype (default 2048) on the
 same cores and thread count, measured in the same run: the script alternates a peak measurement and
 one timed step, several rounds, and reports the fastest step against the highest peak (on a shared
 machine both are then the least disturbed), plus the median over rounds of each step against the
@@ -29,9 +30,15 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_peak(size: int, seconds: float, device: str = "cpu") -> float:
-    """FLOP/s of repeated ``a @ b`` on (size, size) float32 matrices for about ``seconds``."""
-    a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
+PRECISIONS = {"float32": ("float32", "off", torch.float32), "bf16": ("float32", "bfloat16", torch.bfloat16)}
+"""--precision -> (the engine's weight dtype, its autocast, the peak matmul's dtype): bf16 is what the engine does
+on CUDA by default for full fine-tuning (float32 weights, bfloat16 autocast), against a bfloat16 matmul peak"""
+
+
+def matmul_peak(size: int, seconds: float, device: str = "cpu", dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of repeated ``a @ b`` on (size, size) matrices of ``dtype`` for about ``seconds``."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     torch.matmul(a, b)  # warm up
     _sync(device)
     flops_each = 2 * size**3
@@ -67,16 +74,16 @@ def run(args: argparse.Namespace) -> dict:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    # float32 weights and compute everywhere (no bf16 autocast on a GPU): the peak is a float32 matmul
-    engine = TrainingEngine(args.model, micro_batch_tokens=args.batch * args.length, dtype="float32",
-                            autocast="off", device=args.device)
+    weights, autocast, peak_dtype = PRECISIONS[args.precision]
+    engine = TrainingEngine(args.model, micro_batch_tokens=args.batch * args.length, dtype=weights,
+                            autocast=autocast, device=args.device)
     data = make_data(args.batch, args.length, engine.vocab_size)
     adam = AdamParams(learning_rate=1e-4)
     engine.forward_backward(data, "cross_entropy")  # warm up (allocator, kernels)
     engine.optim_step(adam)
     peaks, step_seconds = [], []
     for _ in range(args.rounds):
-        peaks.append(matmul_peak(args.matmul_size, args.matmul_seconds, args.device))
+        peaks.append(matmul_peak(args.matmul_size, args.matmul_seconds, args.device, peak_dtype))
         start = time.perf_counter()
         engine.forward_backward(data, "cross_entropy")
         engine.optim_step(adam)
@@ -88,7 +95,7 @@ def run(args: argparse.Namespace) -> dict:
     achieved = flops_per_step / min(step_seconds)  # best step against best peak: both least disturbed
     adjacent = sorted(flops_per_step / s / p for s, p in zip(step_seconds, peaks))
     return {
-        "model": args.model, "parameters": sum(p.numel() for p in engine.model.parameters()),
+        "model": args.model, "device": args.device, "precision": args.precision, "parameters": sum(p.numel() for p in engine.model.parameters()),
         "matmul_parameters": n_matmul, "tokens_per_step": tokens, "step_seconds": step_seconds,
         "tokens_per_second": tokens / min(step_seconds), "achieved_flops": achieved,
         "matmul_peak_flops": peaks, "fraction_of_peak": achieved / max(peaks),
@@ -105,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5,
                         help="rounds of (matmul peak, one timed step) after one warm-up step (default 5)")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run (default cpu)")
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="float32",
+                        help="float32 (default): float32 weights and compute; bf16: float32 weights under bfloat16 "
+                        "autocast (the engine's CUDA default), against a bfloat16 matmul peak")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default 0: torch's default)")
     parser.add_argument("--matmul-size", type=int, default=2048, help="side of the peak matmul (default 2048)")
     parser.add_argument("--matmul-seconds", type=float, default=1.5,
@@ -117,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2))
         return 0
     print(f"{result['model']}: {result['parameters']:,} parameters ({result['matmul_parameters']:,} in matmuls), "
-          f"{result['tokens_per_step']:,} tokens a step, {result['torch_threads']} threads, float32, full fine-tune, "
+          f"{result['tokens_per_step']:,} tokens a step, {result['torch_threads']} threads, {result['precision']} on {result['device']}, full fine-tune, "
           f"load average {result['load_average_1min']:.1f} on {os.cpu_count()} cores")
     print("step seconds: " + ", ".join(f"{s:.2f}" for s in result["step_seconds"]))
     print(f"tokens/s: {result['tokens_per_second']:,.0f} (fastest step)")

@@ -1,4 +1,5 @@
-"""GRPO's loss types: grpo (1/(B T_i)) against bnpo (1/N) and dr_grpo (1/(B max_tokens)).
+"""GRPO's loss types: grpo (1/(B T_i)) against bnpo (1/N) and dr_grpo (1/(B max_tokens), max_tokens the
+run's generation cap).
 
 Run: python recipes/papers/grpo_loss_types.py [--seeds N] [--lag L] [--steps S] [--model PATH] [--device cuda]
 (the same as `wai recipe grpo_loss_types ...`; every flag: --help). The arms are in src/whileai/evidence/papers.py;

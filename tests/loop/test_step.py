@@ -80,3 +80,19 @@ def test_the_single_pass_equals_score_then_train():
         np.testing.assert_allclose(c1, c2, rtol=1e-6, atol=1e-9)
     for name, p in one.named_params.items():
         torch.testing.assert_close(p, two.named_params[name], rtol=1e-5, atol=1e-6)
+
+
+def test_step_stats_report_reply_lengths_over_every_row_and_the_failed_ones():
+    """Rows of 3, 5 (2 of them the env's) and 1 tokens with rewards 1, 0, 0.5: replies 3, 3, 1 action tokens,
+    mean 7/3; the two that did not pass (reward < 1) average (3 + 1) / 2 = 2."""
+    from types import SimpleNamespace
+
+    from whileai.loop.step import step_stats
+
+    rows = [{"reward": 1.0, "tokens": [1, 2, 3]},
+            {"reward": 0.0, "tokens": [1, 2, 3, 4, 5], "action_mask": [True, False, False, True, True]},
+            {"reward": 0.5, "tokens": [7]}]
+    stats = step_stats(SimpleNamespace(admitted=[True] * 3, stats={}), rows)
+    assert stats["reply_tokens"] == pytest.approx(7 / 3) and stats["failed_reply_tokens"] == 2.0
+    passed = step_stats(SimpleNamespace(admitted=[True], stats={}), rows[:1])
+    assert passed["reply_tokens"] == 3.0 and "failed_reply_tokens" not in passed

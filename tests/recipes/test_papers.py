@@ -22,6 +22,7 @@ from whileai.cli import main
 from whileai.errors import ConfigError
 from whileai.evidence import PAPERS, Arm, Recipe, drift_reached, recipe, run_recipe
 from whileai.evidence.papers import NEVER
+from whileai.evidence.runner import ArmContext, _resolved, recipe_arms, with_knobs
 
 TINY = {"steps": 4, "eval_tasks": 8, "eval_samples": 2, "rollouts_per_step": 16}
 
@@ -38,10 +39,14 @@ def method_of(arm: Arm):
     return wai.method(arm.method, **arm.knobs)
 
 
+def at(lag: int, max_tokens: int | None = 4) -> ArmContext:
+    return ArmContext(lag, max_tokens)
+
+
 # ----------------------------------------------------------------------------- the arms, no model needed
 def test_every_recipe_has_a_baseline_and_at_least_one_recipe_arm_with_distinct_labels():
     for name, item in PAPERS.items():
-        arms = item.arms(4)
+        arms = item.arms(at(4))
         assert len(arms) >= 2, name
         assert len({a.label for a in arms}) == len(arms), name
         for arm in arms:
@@ -51,7 +56,7 @@ def test_every_recipe_has_a_baseline_and_at_least_one_recipe_arm_with_distinct_l
 def test_flash_reinforce_baseline_is_the_same_estimator_with_the_gate_off():
     """Row 1's mean Bernoulli KL is (0.5 ln(0.5/0.05) + 0.5 ln(0.5/0.95)) / 2 = (1.1513 - 0.3209) / 2 = 0.415,
     over trust 0.003: the recipe arm drops it, the baseline keeps it; where both admit, c is the same."""
-    baseline, flash = (method_of(a) for a in recipe("flash_reinforce").arms(2))
+    baseline, flash = (method_of(a) for a in recipe("flash_reinforce").arms(at(2)))
     gated, open_ = flash.update(STALE), baseline.update(STALE)
     assert gated.admitted.tolist() == [True, False] and open_.admitted.tolist() == [True, True]
     assert gated.stats["mean_sequence_kl"] == pytest.approx((0.5 * math.log(10) + 0.5 * math.log(0.5 / 0.95)) / 4)
@@ -61,14 +66,14 @@ def test_flash_reinforce_baseline_is_the_same_estimator_with_the_gate_off():
 
 
 def test_flash_reinforce_arms_follow_a_lag_past_the_default_bound():
-    assert all(method_of(a).off_policy_steps == 16 for a in recipe("flash_reinforce").arms(16))
-    assert all(method_of(a).off_policy_steps == 8 for a in recipe("flash_reinforce").arms(2))
+    assert all(method_of(a).off_policy_steps == 16 for a in recipe("flash_reinforce").arms(at(16)))
+    assert all(method_of(a).off_policy_steps == 8 for a in recipe("flash_reinforce").arms(at(2)))
 
 
 def test_sao_baseline_never_masks_and_otherwise_equals_sao():
     """Row 1's first token has ratio 0.1, below SAO's band (0.7, 6.0): SAO masks it, the baseline does not; every
     other token's c is the same in both."""
-    baseline, sao = (method_of(a) for a in recipe("sao").arms(2))
+    baseline, sao = (method_of(a) for a in recipe("sao").arms(at(2)))
     masked, kept = sao.update(STALE), baseline.update(STALE)
     assert masked.stats["masked_token_share"] == 0.25 and kept.stats["masked_token_share"] == 0.0
     assert masked.coefficients[1][0] == 0.0 and kept.coefficients[1][0] != 0.0
@@ -77,7 +82,7 @@ def test_sao_baseline_never_masks_and_otherwise_equals_sao():
 
 
 def test_bpco_baseline_shares_bpcos_critic_schedule():
-    baseline, bpco = (method_of(a) for a in recipe("bpco").arms(2))
+    baseline, bpco = (method_of(a) for a in recipe("bpco").arms(at(2)))
     assert baseline.name == "sao" and bpco.name == "bpco"
     assert baseline.ratio == (0.8, 1.2) and baseline.gae_alpha == bpco.gae_alpha
     assert baseline.run_spec().critic.warmup == bpco.run_spec().critic.warmup
@@ -86,9 +91,112 @@ def test_bpco_baseline_shares_bpcos_critic_schedule():
 
 
 def test_grpo_recipe_differs_only_in_loss_type():
-    arms = [method_of(a) for a in recipe("grpo_loss_types").arms(2)]
+    arms = [method_of(a) for a in recipe("grpo_loss_types").arms(at(2))]
     assert [m.loss_type for m in arms] == ["grpo", "bnpo", "dr_grpo"]
     assert {m.replace(loss_type="grpo") == arms[0] for m in arms} == {True}
+
+
+@pytest.mark.parametrize("train,cap", [({}, 4), ({"taskset_options": {"completion_len": 6}}, 6),
+                                       ({"taskset": "builtin:add"}, 3), ({"max_tokens": 7}, 7)])
+def test_dr_grpo_divides_by_the_runs_generation_cap(train, cap):
+    """The cap the loop samples to (the config's max_tokens, else the taskset's: builtin:case's completion_len,
+    4 by default; builtin:add's digits + 1 = 3) is dr_grpo's L_max; no arm keeps the method's 1024."""
+    from whileai.envs import load_taskset
+
+    shared, context = _resolved(recipe("grpo_loss_types"), {"taskset": "builtin:case", **train})
+    if "max_tokens" not in train:
+        assert load_taskset(shared["taskset"], **shared.get("taskset_options", {})).max_tokens == cap
+    assert context.max_tokens == cap
+    assert shared.get("max_tokens") == train.get("max_tokens")  # the arms' runs sample as the loop would anyway
+    arms = [method_of(a) for a in recipe_arms(recipe("grpo_loss_types"), context, {})]
+    assert [m.max_tokens for m in arms] == [cap, cap, cap]
+
+
+def test_dr_grpo_weight_at_the_cap_equals_grpos_on_replies_at_the_cap():
+    """Two groups of two 4-token replies, rewards (1, 0) each: mean 0.5 per group. dr_grpo's weight with L_max = 4
+    is 1/(B 4) = grpo's 1/(B T_i), so the only difference left is grpo's division by the group's std: for every
+    token, c_grpo = c_dr / (std + eps), the same factor everywhere. With the method's 1024 the dr_grpo c would be
+    256 times smaller."""
+    lp = [math.log(0.5)] * 4
+    batch = [{"reward": r, "task_id": t, "logprobs": lp, "behavior_logprobs": lp} for t in "ab" for r in (1.0, 0.0)]
+    grpo, _, dr = (method_of(a).update(batch).coefficients for a in recipe("grpo_loss_types").arms(at(2)))
+    ratio = np.concatenate(grpo) / np.concatenate(dr)
+    np.testing.assert_allclose(ratio, ratio[0], rtol=1e-12)
+    np.testing.assert_allclose(np.concatenate(dr), np.repeat([0.5, -0.5, 0.5, -0.5], 4) / (4 * 4), rtol=1e-12)
+    wide = wai.method("grpo", loss_type="dr_grpo").update(batch).coefficients
+    np.testing.assert_allclose(np.concatenate(wide) * 256, np.concatenate(dr), rtol=1e-12)
+
+
+def test_without_a_cap_every_arm_keeps_the_methods_own_which_is_also_what_it_samples_to():
+    arms = [method_of(a) for a in recipe("grpo_loss_types").arms(at(2, None))]
+    assert [m.max_tokens for m in arms] == [1024] * 3 == [m.run_spec().max_tokens for m in arms]
+
+
+# ----------------------------------------------------------------------------- --set: per-arm knobs
+def test_a_knob_reaches_only_the_arms_it_targets():
+    """flash_reinforce's arms: the baseline (trust 1e300) and the recipe arm (trust 0.003 by default)."""
+    flash = recipe("flash_reinforce")
+    baseline, gated = (method_of(a) for a in recipe_arms(flash, at(4), {"recipe:trust": 0.01}))
+    assert (baseline.trust, gated.trust) == (NEVER, 0.01)
+    baseline, gated = (method_of(a) for a in recipe_arms(flash, at(4), {"stale-reinforce--gate-off:trust": 0.5}))
+    assert (baseline.trust, gated.trust) == (0.5, 0.003)
+    baseline, gated = (method_of(a) for a in recipe_arms(flash, at(4), {"off_policy_steps": 12}))
+    assert (baseline.off_policy_steps, gated.off_policy_steps, baseline.trust) == (12, 12, NEVER)
+    grpo, bnpo, dr = recipe_arms(recipe("grpo_loss_types"), at(4), {"dr-grpo:max_tokens": 64, "recipe:beta": 0.1})
+    assert [method_of(a).max_tokens for a in (grpo, bnpo, dr)] == [4, 4, 64]  # the user's value wins over the cap
+    assert [method_of(a).beta for a in (grpo, bnpo, dr)] == [0.0, 0.1, 0.1]
+
+
+def test_the_most_specific_target_wins_whatever_the_order():
+    arms = recipe("flash_reinforce").arms(at(2))
+    for knobs in ({"trust": 0.1, "recipe:trust": 0.2, "flashreinforce:trust": 0.3},
+                  {"flashreinforce:trust": 0.3, "recipe:trust": 0.2, "trust": 0.1}):
+        assert [a.knobs["trust"] for a in with_knobs(arms, knobs)] == [0.1, 0.3]
+    assert [a.knobs["trust"] for a in with_knobs(arms, {"baseline:trust": 0.2, "trust": 0.1})] == [0.2, 0.1]
+
+
+@pytest.mark.parametrize("knobs,match", [
+    ({"nope:trust": 1.0}, "no arm 'nope' in recipe flash_reinforce; ARM is one of baseline, recipe, "
+                          "stale-reinforce--gate-off, flashreinforce"),
+    ({"recipe:ratio": [0.5, 2.0]}, "arm 'flashreinforce' \\(FlashReinforce\\) of recipe flash_reinforce: flash_reinforce "
+                                   "has no knob 'ratio'; its knobs are trust, off_policy_steps"),
+    ({"baseline:trust": -1.0}, "arm 'stale-reinforce--gate-off'.*trust"),
+    ({"recipe:": 1.0}, "no knob name after the arm"),
+    ({"recipe": {"trust": 0.01}}, "knobs\\['recipe'\\] is a mapping; knobs are flat: write \\{'recipe:KEY': value\\}"),
+    (["trust"], "give a mapping of '\\[ARM:\\]KEY' strings"),
+])
+def test_a_bad_arm_or_knob_is_refused_before_training(knobs, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        run_recipe(recipe("flash_reinforce"), seeds=2, knobs=knobs, run_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
+
+
+def test_arms_made_identical_by_a_knob_are_warned_about_not_refused():
+    from whileai.evidence.runner import _same_arms
+
+    arms = recipe_arms(recipe("sao"), at(2), {"baseline:ratio": [0.7, 6.0]})  # SAO's own band on the baseline
+    (line,) = _same_arms(arms)
+    assert line.startswith("warning: arms 'same critic, ratio never masked' and 'SAO' run the same method")
+    assert _same_arms(recipe("sao").arms(at(2))) == []
+
+
+def test_cli_list_shows_each_arms_knobs_after_set(capsys):
+    assert main(["recipe", "grpo_loss_types", "--list", "--set", "dr-grpo:max_tokens=8", "--set", "recipe:beta=0.1",
+                 "--lag", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1:] == ["  at lag 3, generation cap 4:",
+                       '  baseline: grpo [grpo] (grpo {"loss_type": "grpo", "max_tokens": 4})',
+                       '  recipe arm: bnpo [bnpo] (grpo {"loss_type": "bnpo", "max_tokens": 4, "beta": 0.1})',
+                       '  recipe arm: dr_grpo [dr-grpo] (grpo {"loss_type": "dr_grpo", "max_tokens": 8, "beta": 0.1})']
+
+
+def test_cli_refuses_set_on_a_missing_arm_and_list_set_without_a_name(capsys):
+    assert main(["recipe", "sao", "--set", "dr-grpo:max_tokens=8", "--run-dir", "/nonexistent/never"]) == 2
+    assert "no arm 'dr-grpo' in recipe sao; ARM is one of baseline, recipe, same-critic" in capsys.readouterr().err
+    assert main(["recipe", "--list", "--set", "trust=1"]) == 2
+    assert "--list with --set needs a recipe NAME" in capsys.readouterr().err
+    assert main(["recipe", "sao", "--set", "ratio"]) == 2
+    assert "--set 'ratio': expected KEY=VALUE" in capsys.readouterr().err
 
 
 def test_never_is_beyond_any_drift():
@@ -102,7 +210,7 @@ def test_unknown_recipe_lists_the_names():
 
 
 @pytest.mark.parametrize("bad,match", [({"method": "grpo"}, "method"), ({"eval_tasks": 0}, "eval_tasks"),
-                                       ({"knobs": {"trust": 1}}, "knobs")])
+                                       ({"resume": "runs/x"}, "resume")])
 def test_bad_settings_are_refused_before_training(bad, match, tmp_path):
     with pytest.raises(ConfigError, match=match):
         run_recipe(recipe("flash_reinforce"), seeds=2, run_dir=str(tmp_path / "r"), **bad)
@@ -115,7 +223,7 @@ def test_zero_seeds_is_refused(tmp_path):
 
 
 def test_a_bad_knob_in_an_arm_is_refused_before_training(tmp_path):
-    bad = Recipe("bad", "a knob out of range", lambda lag: (Arm("a", "flash_reinforce"),
+    bad = Recipe("bad", "a knob out of range", lambda run: (Arm("a", "flash_reinforce"),
                                                             Arm("b", "flash_reinforce", {"trust": -1.0})))
     with pytest.raises(ConfigError, match="trust"):
         run_recipe(bad, seeds=2, run_dir=str(tmp_path / "r"))
@@ -135,7 +243,7 @@ def test_every_recipe_has_its_script_and_a_readme_row():
         source = (folder / f"{name}.py").read_text()
         assert f'script_main("{name}")' in source, name
         assert f"| `{name}` |" in readme, name
-    assert sorted(p.stem for p in folder.glob("*.py")) == sorted(PAPERS)
+    assert sorted(p.stem for p in folder.glob("*.py")) == sorted([*PAPERS, "lag_table"])  # + `wai lags`
 
 
 def test_script_main_passes_its_arguments_to_wai_recipe(capsys):
@@ -218,9 +326,11 @@ def test_reported_drift_is_the_runs_recorded_metrics(flash_result):
 
 @pytest.mark.slow
 def test_identical_arms_report_a_delta_of_exactly_zero(tmp_path):
-    same = Recipe("same", "both arms FlashReinforce", lambda lag: (Arm("first", "flash_reinforce"),
+    same = Recipe("same", "both arms FlashReinforce", lambda run: (Arm("first", "flash_reinforce"),
                                                                    Arm("second", "flash_reinforce")))
     result = run_recipe(same, seeds=2, run_dir=str(tmp_path / "r"), **TINY)
+    warning = "warning: arms 'first' and 'second' run the same method with the same knobs"
+    assert result.warnings[0].startswith(warning) and warning in str(result)
     (row,) = result.comparisons
     assert row.delta == 0.0 and row.sd == 0.0 and row.baseline == row.treatment
     # every task's difference is 0, so compare's zero-spread interval: +/- (1 - 0.025 ** (1 / 8)) = +/- 0.3694
@@ -235,12 +345,21 @@ def test_identical_arms_report_a_delta_of_exactly_zero(tmp_path):
 @pytest.mark.slow
 def test_cli_json_is_the_recipe_json(tmp_path, capsys):
     argv = ["recipe", "flash_reinforce", "--seeds", "2", "--steps", "3", "--eval-tasks", "4", "--eval-samples", "2",
-            "--rollouts-per-step", "8", "--lag", "1", "--run-dir", str(tmp_path / "r"), "--json"]
+            "--rollouts-per-step", "8", "--lag", "1", "--run-dir", str(tmp_path / "r"), "--json",
+            "--set", "recipe:trust=0.01"]
     assert main(argv) == 0
     saved = json.loads((tmp_path / "r" / "recipe.json").read_text())
     assert json.loads(capsys.readouterr().out) == saved  # stdout is the JSON only: the runs' logs go to stderr
     assert saved["settings"]["lag"] == 1 and saved["settings"]["steps"] == 3 and saved["seeds"] == [0, 1]
-    assert [a["knobs"] for a in saved["arms"]] == [{"off_policy_steps": 8, "trust": NEVER}, {"off_policy_steps": 8}]
+    assert [a["knobs"] for a in saved["arms"]] == [{"off_policy_steps": 8, "trust": NEVER},
+                                                   {"off_policy_steps": 8, "trust": 0.01}]
+    assert saved["knobs_set"] == {"recipe:trust": 0.01} and saved["warnings"] == []
+    assert '  recipe arm: FlashReinforce [flashreinforce] (flash_reinforce {"off_policy_steps": 8, "trust": 0.01})' \
+        in saved["report"].splitlines()
+    for seed in (0, 1):  # what each arm's run was really given: summary.json's method, with its knobs
+        gated, open_ = (json.loads((tmp_path / "r" / f"{slug}-seed{seed}" / "summary.json").read_text())["method"]
+                        for slug in ("flashreinforce", "stale-reinforce--gate-off"))
+        assert "trust=0.01," in gated and "trust=1e+300," in open_
 
 
 @pytest.mark.slow

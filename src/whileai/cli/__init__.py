@@ -26,6 +26,7 @@ COMMANDS: tuple[str, ...] = (
     "whileai.cli.policy_cmd",
     "whileai.cli.record_cmd",
     "whileai.cli.recipe_cmd",
+    "whileai.cli.lags_cmd",
 )
 
 

@@ -2,7 +2,9 @@
 
 Prints the lesson's table row per recipe arm (both arms' held-out pass@1, the paired delta with its 95%
 interval, ``compare``'s verdict) and the drift each arm reached; writes RUN_DIR/recipe.json and recipe.txt.
-``wai recipe --list`` names the recipes and their arms. See docs/evidence.md.
+``wai recipe --list`` names the recipes and their arms (``wai recipe NAME --list --set ...``: one recipe's arms as
+they would run). ``--set [ARM:]KEY=VALUE`` changes a knob of every arm, of ``baseline``, of every ``recipe`` arm,
+or of one arm by its slug (the name in brackets in the list). See docs/evidence.md.
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ def register(subparsers: Any) -> None:
                     "taskset, seeds, lag, steps and learning rate; only the method differs), then print held-out "
                     "pass@1 of each arm, the paired delta with its 95% interval and verdict, and the drift reached.")
     p.add_argument("name", nargs="?", metavar="NAME", help=f"the recipe: one of {', '.join(PAPERS)}")
-    p.add_argument("--list", action="store_true", help="list the recipes, their claims and their arms")
+    p.add_argument("--list", action="store_true", help="list the recipes, their claims and their arms (with NAME: "
+                   "that recipe's arms as they would run, --set applied); nothing trains")
+    p.add_argument("--set", action="append", default=[], metavar="[ARM:]KEY=VALUE", dest="knobs",
+                   help="change a method knob (value read as JSON when it parses, as `wai train --set`): of every "
+                   "arm, or of ARM = baseline, recipe (every recipe arm) or an arm's slug, e.g. --set "
+                   "recipe:trust=0.01, --set dr-grpo:max_tokens=8; repeatable")
     p.add_argument("--seeds", type=int, default=5, help="training seeds per arm (default 5; compare needs >= 2)")
     p.add_argument("--seed", type=int, default=0, help="the first seed; the arms run seeds SEED .. SEED+N-1 "
                    "(default 0)")
@@ -43,6 +50,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rollouts-per-step", type=int, default=32, help="trajectories per step (default 32)")
     p.add_argument("--eval-tasks", type=int, default=64, help="held-out tasks the arms are compared on (default 64)")
     p.add_argument("--eval-samples", type=int, default=4, help="samples per held-out task (default 4)")
+    p.add_argument("--max-tokens", type=int, default=None, help="generation cap per rollout, the same for every "
+                   "run (default: the taskset's, else the method's)")
     p.add_argument("--run-dir", default=None, help="where the runs and recipe.json go (default "
                    "runs/recipe-NAME-TIME)")
     p.add_argument("--progress", action="store_true", help="show each run's progress bar (default off)")
@@ -51,31 +60,47 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_recipe(args: argparse.Namespace) -> int:
+    from whileai.cli.train_cmd import _pairs
     from whileai.errors import ConfigError
     from whileai.evidence import PAPERS, recipe, run_recipe
 
+    knobs = _pairs(args.knobs, "--set")
     if args.list:
-        for item in PAPERS.values():
-            arms = item.arms(2)
-            print(f"{item.name}: {item.claim}")
-            print(f"  baseline: {arms[0].label} ({arms[0].method} {json.dumps(dict(arms[0].knobs))})")
-            for arm in arms[1:]:
-                print(f"  recipe arm: {arm.label} ({arm.method} {json.dumps(dict(arm.knobs))})")
-        return 0
+        return _list(args, knobs)
     if not args.name:
         raise ConfigError(f"give a recipe NAME, one of {', '.join(PAPERS)} (`wai recipe --list` shows their arms)")
     chosen = recipe(args.name)
-    train: dict[str, Any] = {"lag": args.lag, "steps": args.steps, "learning_rate": args.learning_rate,
-                             "model": args.model, "taskset": args.taskset, "device": args.device,
-                             "lora_rank": args.lora_rank, "rollouts_per_step": args.rollouts_per_step,
-                             "eval_tasks": args.eval_tasks, "eval_samples": args.eval_samples,
-                             "run_dir": args.run_dir, "seed": args.seed}
-    if args.critic_learning_rate is not None:
-        train["critic_learning_rate"] = args.critic_learning_rate
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):  # --json: stdout is the JSON only
-        result = run_recipe(chosen, seeds=args.seeds, progress=args.progress,
-                            **{k: v for k, v in train.items() if v is not None})
+        result = run_recipe(chosen, seeds=args.seeds, progress=args.progress, knobs=knobs, run_dir=args.run_dir,
+                            seed=args.seed, **_shared(args))
     print(json.dumps(result.to_dict(), indent=2) if args.json else result)
+    return 0
+
+
+def _shared(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags every arm shares, as ``wai.train`` settings (those left unset are left out)."""
+    train = {"lag": args.lag, "steps": args.steps, "learning_rate": args.learning_rate, "model": args.model,
+             "taskset": args.taskset, "device": args.device, "lora_rank": args.lora_rank,
+             "rollouts_per_step": args.rollouts_per_step, "eval_tasks": args.eval_tasks,
+             "eval_samples": args.eval_samples, "max_tokens": args.max_tokens, "critic_learning_rate": args.critic_learning_rate}
+    return {k: v for k, v in train.items() if v is not None}
+
+
+def _list(args: argparse.Namespace, knobs: dict[str, Any]) -> int:
+    """Each recipe's claim and its arms as they would run under these flags (NAME: that recipe only)."""
+    from whileai.errors import ConfigError
+    from whileai.evidence import PAPERS, recipe
+    from whileai.evidence.runner import _resolved, describe_arms, recipe_arms
+
+    if knobs and not args.name:
+        raise ConfigError("--list with --set needs a recipe NAME: an arm's knobs are checked against its recipe, "
+                          "e.g. wai recipe grpo_loss_types --list --set dr-grpo:max_tokens=8")
+    for item in [recipe(args.name)] if args.name else PAPERS.values():
+        context = _resolved(item, _shared(args))[1]
+        arms = recipe_arms(item, context, knobs)
+        cap = context.max_tokens or "each method's max_tokens"
+        print(f"{item.name}: {item.claim}\n  at lag {context.lag}, generation cap {cap}:")
+        print("\n".join(describe_arms(arms)))
     return 0
 
 

@@ -8,23 +8,23 @@ recipes/papers/README.md names the knobs that reach each paper's regime.
 from __future__ import annotations
 
 from whileai.errors import ConfigError
-from whileai.evidence.runner import Arm, Recipe
+from whileai.evidence.runner import Arm, ArmContext, Recipe
 
 NEVER = 1e300  # a gate or band bound no finite drift or ratio reaches: the correction never acts
 FLASH_OFF_POLICY = 8  # FlashReinforce's default off_policy_steps; raised to the lag when the lag is longer
 BUILTIN_CRITIC_RATE = 1e-2  # the papers' critic rates (5e-6, 1e-5) leave a random-init built-in's head frozen
 
 
-def _flash_reinforce(lag: int) -> tuple[Arm, ...]:
+def _flash_reinforce(run: ArmContext) -> tuple[Arm, ...]:
     """Baseline: FlashReinforce with the trust gate never closing (trust = 1e300): the same estimator (batch-mean
     baseline, 1/T, the unclipped ratio inside c) trained on every stale trajectory. The library has no REINFORCE
     without the ratio; this is the paper's estimator minus its correction, so the delta is the gate's."""
-    steps = {"off_policy_steps": max(FLASH_OFF_POLICY, lag)}
+    steps = {"off_policy_steps": max(FLASH_OFF_POLICY, run.lag)}
     return (Arm("stale REINFORCE, gate off", "flash_reinforce", {**steps, "trust": NEVER}),
             Arm("FlashReinforce", "flash_reinforce", steps))
 
 
-def _sao(lag: int) -> tuple[Arm, ...]:
+def _sao(run: ArmContext) -> tuple[Arm, ...]:
     """Baseline: SAO with the ratio band (0, 1e300): the same critic, GAE and c = rho * A / N, and no token is
     ever masked (a ratio is always above 0)."""
     return (Arm("same critic, ratio never masked", "sao", {"ratio": [0.0, NEVER]}), Arm("SAO", "sao", {}))
@@ -33,7 +33,7 @@ def _sao(lag: int) -> tuple[Arm, ...]:
 BPCO_AS_SAO = {"gae_alpha": 0.4, "critic_steps": 1, "critic_warmup": 15, "critic_learning_rate": 1e-5}
 
 
-def _bpco(lag: int) -> tuple[Arm, ...]:
+def _bpco(run: ArmContext) -> tuple[Arm, ...]:
     """Baseline: the standard PPO critic recipe as the library can run it: SAO's unbounded critic with its ratio
     band at PPO's epsilon, [0.8, 1.2], and BPCO's GAE alpha, critic steps, warm-up and critic rate, so what
     differs is BPCO's bounded (arctan) critic and DPPO's probability-dependent clip. It is not PPO exactly:
@@ -43,11 +43,16 @@ def _bpco(lag: int) -> tuple[Arm, ...]:
             Arm("BPCO", "bpco", {}))
 
 
-def _grpo(lag: int) -> tuple[Arm, ...]:
+def _grpo(run: ArmContext) -> tuple[Arm, ...]:
     """GRPO's three length weights on the same surrogate: grpo 1/(B T_i) (short replies weigh more per token),
-    bnpo 1/N (every token the same), dr_grpo 1/(B max_tokens) (no length bias, no std)."""
-    return (Arm("grpo", "grpo", {"loss_type": "grpo"}), Arm("bnpo", "grpo", {"loss_type": "bnpo"}),
-            Arm("dr_grpo", "grpo", {"loss_type": "dr_grpo"}))
+    bnpo 1/N (every token the same), dr_grpo 1/(B max_tokens) (no length bias, no std).
+
+    Every arm's max_tokens is the run's generation cap where the run has one (Dr. GRPO's constant is the
+    generation budget; the method's 1024 on builtin:case's 4-token replies made each dr_grpo token's weight
+    256 times smaller than grpo's). Only dr_grpo's weight reads it; the loop samples up to the run's cap
+    whatever the method's knob says."""
+    cap = {} if run.max_tokens is None else {"max_tokens": run.max_tokens}
+    return tuple(Arm(loss, "grpo", {"loss_type": loss, **cap}) for loss in ("grpo", "bnpo", "dr_grpo"))
 
 
 CRITIC = {"critic_learning_rate": BUILTIN_CRITIC_RATE}

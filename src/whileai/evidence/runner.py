@@ -9,6 +9,11 @@ the same speed), warm start and held-out tasks; only the method and its knobs di
 task order and the same sampler seeds at every draw; the rollouts themselves differ as soon as the two
 policies do (the first ``lag`` batches are drawn from the same starting weights in both arms).
 
+``knobs`` changes an arm's method knobs before anything trains: ``{"[ARM:]KEY": value}``, where ARM is
+``baseline``, ``recipe`` (every recipe arm) or an arm's label slug (its run folder's name, e.g. ``dr-grpo``), and
+no ARM means every arm; the more specific target wins (slug over baseline/recipe over every arm). The knobs each
+arm ran are in recipe.json and in the report.
+
 The delta is ``wai.compare`` on every seed's held-out rows pooled and tagged by seed: paired over the held-out
 tasks, and its verdict needs two or more seeds per arm that separate (``compare``'s vocabulary). The drift is
 read from each run's metrics.jsonl, the numbers the method's ``Update.stats`` gave at every step the policy
@@ -21,7 +26,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +43,8 @@ DRIFT_KEYS: tuple[tuple[str, str, str], ...] = (
     ("admitted_share", "admitted share", "mean"),
     ("method/masked_token_share", "tokens masked", "mean"),
     ("method/clipped_token_share", "tokens clipped", "mean"),
+    ("reply_tokens", "reply tokens", "mean"),
+    ("failed_reply_tokens", "failed reply tokens", "mean"),
 )
 
 
@@ -54,6 +61,20 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class ArmContext:
+    """What a recipe's arms may follow, resolved once for the run before any arm is built."""
+
+    lag: int
+    """the sampler lag in optimizer steps every arm trains at"""
+    max_tokens: int | None
+    """the run's generation cap: the config's max_tokens, else the taskset's; None when neither sets one (each
+    arm then samples up to its own method's max_tokens, the loop's rule)"""
+
+
+ARM_GROUPS = ("baseline", "recipe")  # the --set targets besides an arm's slug; no arm may be named so
+
+
+@dataclass(frozen=True)
 class Recipe:
     """A paper's claim as a run: a baseline arm and the recipe arm(s) it is compared with."""
 
@@ -61,9 +82,9 @@ class Recipe:
     """the recipe's name (``wai recipe NAME``)"""
     claim: str
     """one sentence: what the paper claims and what the arms test"""
-    arms: Callable[[int], tuple[Arm, ...]]
-    """the arms at a lag: the baseline first, then each recipe arm (a knob such as off_policy_steps may follow
-    the lag)"""
+    arms: Callable[[ArmContext], tuple[Arm, ...]]
+    """the arms for a run: the baseline first, then each recipe arm (a knob such as off_policy_steps may follow
+    the lag, dr_grpo's max_tokens the generation cap)"""
     builtin_settings: Mapping[str, Any] = field(default_factory=dict)
     """``wai.train`` settings applied on a built-in (random-init) model when not given, e.g. a critic rate the
     papers' billion-parameter values would leave frozen"""
@@ -86,11 +107,16 @@ class RecipeResult:
     drift: dict[str, dict[str, float]]
     """arm label -> what its runs reached (DRIFT_KEYS' labels)"""
     seconds: float
+    knobs: dict[str, Any] = field(default_factory=dict)
+    """the knobs the user set (``{"[ARM:]KEY": value}``), already merged into ``arms``"""
+    warnings: list[str] = field(default_factory=list)
+    """lines the report prints before the table, e.g. two arms that run the same method and knobs"""
 
     def to_dict(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "seeds": list(self.seeds), "settings": self.settings,
                 "arms": [{"label": a.label, "method": a.method, "knobs": dict(a.knobs)} for a in self.arms],
                 "runs": {label: [str(r.dir) for r in runs] for label, runs in self.runs.items()},
+                "knobs_set": dict(self.knobs), "warnings": list(self.warnings),
                 "rows": [c.to_dict() for c in self.comparisons], "drift": self.drift,
                 "seconds": round(self.seconds, 1), "report": str(self)}
 
@@ -102,8 +128,12 @@ class RecipeResult:
                  f"lag {self.settings['lag']}, {self.settings['steps']} steps, learning rate "
                  f"{self.settings['learning_rate']:g}, model {self.settings['model']}; held-out pass@1, paired over "
                  "tasks, seeds pooled",
+                 *self.warnings,
                  format_table([TABLE_HEADER, *(c.row() for c in self.comparisons)])]
         lines += [f"{c.treatment_name}: {c.verdict}: {c.reason}" for c in self.comparisons]
+        knobs_set = ", ".join(f"{k}={json.dumps(v)}" for k, v in self.knobs.items())
+        lines.append("arms as run (method and knobs" + (f"; knobs set: {knobs_set})" if knobs_set else ")") + ":")
+        lines += describe_arms(self.arms)
         lines.append("drift reached (policy steps of every seed; mean unless marked max):")
         for arm in self.arms:
             lines.append(f"  {arm.label}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in self.drift[arm.label].items()))
@@ -115,13 +145,20 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1e-2 and value != 0 else f"{value:.3f}"
 
 
+def describe_arms(arms: Sequence[Arm]) -> list[str]:
+    """One line per arm: its role, label, slug (the --set target and run folder) and what it runs."""
+    return [f"  {'baseline' if i == 0 else 'recipe arm'}: {arm.label} [{_slug(arm.label)}] "
+            f"({arm.method} {json.dumps(dict(arm.knobs))})" for i, arm in enumerate(arms)]
+
+
 def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, progress: bool = False,
-               **train: Any) -> RecipeResult:
+               knobs: Mapping[str, Any] | None = None, **train: Any) -> RecipeResult:
     """Train every arm of ``recipe`` at every seed on one budget; compare each recipe arm with the baseline.
 
     ``train`` holds ``wai.train``'s settings shared by every arm (model, taskset, lag, steps, learning_rate,
-    rollouts_per_step, eval_tasks, device, ...; not method, knobs, seed or resume). ``seeds``: how many seeds
-    per arm, counted up from ``train['seed']`` (default 0), or the seeds themselves. Writes
+    rollouts_per_step, eval_tasks, device, ...; not method, seed or resume). ``seeds``: how many seeds
+    per arm, counted up from ``train['seed']`` (default 0), or the seeds themselves. ``knobs``:
+    ``{"[ARM:]KEY": value}`` (the module docstring). Writes
     RUN_DIR/LABEL-seedS/ per run and recipe.json, recipe.txt under ``run_dir`` (default
     runs/recipe-NAME-TIME)."""
     import whileai as wai
@@ -132,11 +169,11 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
     base = Path(train.pop("run_dir", None) or f"runs/recipe-{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     if (base / "recipe.json").exists():
         raise ConfigError(f"run_dir {str(base)!r} already holds a recipe's runs; pick another --run-dir")
-    shared = _pinned(recipe, train)
-    arms = recipe.arms(int(shared["lag"]))
-    _check_arms(arms)
-    for arm in arms:  # every arm's method is built (and its knobs checked) before anything trains
-        wai.method(arm.method, **arm.knobs)
+    shared, context = _resolved(recipe, train)
+    arms = recipe_arms(recipe, context, knobs or {})
+    warnings = _same_arms(arms)
+    for line in warnings:
+        print(line)
     runs: dict[str, list[Any]] = {arm.label: [] for arm in arms}
     for seed in seed_list:
         for arm in arms:
@@ -152,7 +189,7 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
     drift = {arm.label: drift_reached(runs[arm.label]) for arm in arms}
     settings = {k: v for k, v in shared.items() if k not in ("export",)}
     result = RecipeResult(base, recipe.name, tuple(seed_list), settings, arms, runs, comparisons, drift,
-                          time.perf_counter() - began)
+                          time.perf_counter() - began, dict(knobs or {}), warnings)
     (base / "recipe.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     (base / "recipe.txt").write_text(str(result) + "\n")
     return result
@@ -179,17 +216,86 @@ def _check_train(train: Mapping[str, Any]) -> None:
         raise ConfigError("eval_tasks = 0: a recipe compares the arms on held-out pass@1; give eval_tasks >= 1")
 
 
+def recipe_arms(recipe: Recipe, context: ArmContext, knobs: Mapping[str, Any]) -> tuple[Arm, ...]:
+    """The recipe's arms for ``context`` with ``knobs`` merged in, every arm's method built (so every knob is
+    checked) before anything trains; a ConfigError names the arm."""
+    import whileai as wai
+
+    arms = recipe.arms(context)
+    _check_arms(arms)
+    arms = with_knobs(arms, knobs, recipe.name)
+    for arm in arms:
+        try:
+            wai.method(arm.method, **arm.knobs)
+        except ConfigError as e:
+            raise ConfigError(f"arm {_slug(arm.label)!r} ({arm.label}) of recipe {recipe.name}: {e}") from e
+    return arms
+
+
+def with_knobs(arms: Sequence[Arm], knobs: Mapping[str, Any],
+               recipe: str = "this recipe") -> tuple[Arm, ...]:
+    """``arms`` with ``{"[ARM:]KEY": value}`` merged into their knobs. ARM: ``baseline``, ``recipe`` (every arm
+    after the first) or an arm's slug; none: every arm. A slug beats baseline/recipe, which beat no ARM."""
+    targets: dict[str, Sequence[Arm]] = {"baseline": arms[:1], "recipe": arms[1:],
+                                         **{_slug(a.label): (a,) for a in arms}}
+    added: dict[str, dict[str, Any]] = {a.label: {} for a in arms}
+    if not isinstance(knobs, Mapping) or not all(isinstance(k, str) for k in knobs):
+        raise ConfigError(f"knobs={knobs!r}: give a mapping of '[ARM:]KEY' strings to values, e.g. "
+                          "{'recipe:trust': 0.01}")
+    nested = [k for k in knobs if k in targets and isinstance(knobs[k], Mapping)]
+    if nested:
+        raise ConfigError(f"knobs[{nested[0]!r}] is a mapping; knobs are flat: write "
+                          f"{{'{nested[0]}:KEY': value}}, e.g. {{'{nested[0]}:trust': 0.01}}")
+
+    def specificity(key: str) -> int:
+        target = key.rpartition(":")[0]
+        return 0 if not target else 1 if target in ARM_GROUPS else 2
+
+    for key in sorted(knobs, key=specificity):
+        target, sep, name = key.rpartition(":")
+        if not name:
+            raise ConfigError(f"knob {key!r}: no knob name after the arm; write [ARM:]KEY=VALUE, "
+                              "e.g. recipe:trust=0.01")
+        if sep and target not in targets:
+            raise ConfigError(f"knob {key!r}: no arm {target!r} in recipe {recipe}; ARM is one of "
+                              f"{', '.join(targets)} (or none, for every arm)")
+        for arm in targets[target] if sep else arms:
+            added[arm.label][name] = knobs[key]
+    return tuple(replace(a, knobs={**a.knobs, **added[a.label]}) for a in arms)
+
+
+def _same_arms(arms: Sequence[Arm]) -> list[str]:
+    """A warning per pair of arms that build the same method with the same knobs (a sanity check, not an error:
+    their delta is 0 by construction)."""
+    import whileai as wai
+
+    built = [wai.method(a.method, **a.knobs) for a in arms]
+    return [f"warning: arms {a.label!r} and {b.label!r} run the same method with the same knobs; their delta is "
+            "0 by construction (a sanity check, not a comparison)"
+            for i, a in enumerate(arms) for j, b in enumerate(arms) if i < j and built[i] == built[j]]
+
+
 def _check_arms(arms: Sequence[Arm]) -> None:
     labels = [a.label for a in arms]
     if len(arms) < 2:
         raise ConfigError(f"a recipe needs a baseline arm and at least one recipe arm, got {labels}")
     if len(set(map(_slug, labels))) != len(labels):
         raise ConfigError(f"the arms' labels {labels} must differ (they name the run folders)")
+    reserved = [label for label in labels if _slug(label) in ARM_GROUPS]
+    if reserved:
+        raise ConfigError(f"arm label {reserved[0]!r}: {', '.join(ARM_GROUPS)} name groups of arms for --set; "
+                          "label the arm otherwise")
 
 
 def _pinned(recipe: Recipe, train: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared settings with every method-independent value resolved once (``_resolved``'s first half)."""
+    return _resolved(recipe, train)[0]
+
+
+def _resolved(recipe: Recipe, train: Mapping[str, Any]) -> tuple[dict[str, Any], ArmContext]:
     """The shared settings with every method-independent value resolved once, by the loop's rules: steps,
-    warm start, lag, and the learning rate without any method's declared rate."""
+    warm start, lag, and the learning rate without any method's declared rate; and what the arms follow: the
+    lag and the generation cap (the config's max_tokens, else the taskset's, as the loop samples)."""
     from whileai.envs import load_taskset
     from whileai.loop import config as config_io
 
@@ -210,7 +316,7 @@ def _pinned(recipe: Recipe, train: Mapping[str, Any]) -> dict[str, Any]:
     shared.setdefault("model", config.model)
     shared.setdefault("taskset", config.taskset)
     shared.setdefault("export", False)  # the arms' weights are not what a recipe is for
-    return shared
+    return shared, ArmContext(int(resolved.lag), config.max_tokens or taskset.max_tokens)
 
 
 def _same_budget(runs: Mapping[str, Sequence[Any]], arms: Sequence[Arm]) -> None:

@@ -329,9 +329,24 @@ def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, floa
         if isinstance(value, (int, float)) and np.isfinite(value):
             stats[f"method/{key}"] = float(value)
     stats["mean_ratio"] = float(update.stats.get("mean_ratio", 1.0))
+    stats.update(_reply_lengths(rows, rewards))
     # the method's own drift measure when it has one (FlashReinforce's Bernoulli KL), else the k3 estimate
     stats["drift"] = float(update.stats.get("mean_sequence_kl", _drift(rows)))
     return stats
+
+
+def _reply_lengths(rows: Sequence[Mapping[str, Any]], rewards: np.ndarray) -> dict[str, float]:
+    """Mean action tokens per trajectory, over every row and over the rows that did not pass (a length weight's
+    bias shows in the second: 1/T_i spreads a failed reply's penalty thinner the longer it runs)."""
+    if not rows or any("tokens" not in r for r in rows):
+        return {}
+    tokens = np.asarray([int(np.sum(r["action_mask"])) if "action_mask" in r else len(r["tokens"]) for r in rows],
+                        dtype=np.float64)
+    out = {"reply_tokens": float(tokens.mean())}
+    failed = rewards < 1.0
+    if failed.any():
+        out["failed_reply_tokens"] = float(tokens[failed].mean())
+    return out
 
 
 def _drift(rows: Sequence[Mapping[str, Any]]) -> float:
