@@ -78,13 +78,17 @@ def test_a_cell_s_share_is_per_seed_over_the_same_method_s_lag_zero():
     assert cell.shares == {0: pytest.approx(0.75), 1: pytest.approx(1.0)}
     assert cell.share == pytest.approx(0.875) and cell.score == pytest.approx(0.45)
     assert cell.drift == drift_reached(runs["grpo", 4])
-    assert cell.drift["sequence KL"] == pytest.approx(0.2) and cell.drift["sequence KL max"] == pytest.approx(0.3)
+    assert cell.drift["drift"] == pytest.approx(0.2) and cell.drift["drift max"] == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize("bad,match", [({"methods": ["nope"]}, "unknown lag-table method 'nope'"),
                                        ({"methods": "grpo"}, "give a list"),
                                        ({"lags": [0, -1]}, "distinct integers >= 0"),
-                                       ({"lags": [2, 2]}, "distinct integers >= 0"),
+                                       ({"lags": [0, 2, 2]}, "distinct integers >= 0"),
+                                       ({"lags": [2, 4]}, "has no 0: each cell's share is over"),
+                                       ({"methods": ["grpo", "GRPO"]}, "names a method twice"),
+                                       ({"knobs": {"nope:trust": 1}}, "no method 'nope' in the lag table"),
+                                       ({"knobs": {"trust": 0.01}}, "trust"),
                                        ({"lag": 4}, "not lag"),
                                        ({"method": "sao"}, "method"),
                                        ({"eval_tasks": 0}, "eval_tasks")])
@@ -100,9 +104,21 @@ def test_the_loop_s_checks_run_for_every_method_and_lag_before_anything_trains(t
     with pytest.raises(ConfigError) as caught:
         run_lag_table(methods=["flash_reinforce", "sao"], lags=[0, 2], seeds=2, steps=3, run_dir=str(tmp_path / "t"))
     text = str(caught.value)
-    assert "sao {} at lag 0: steps = 3 leaves no policy step" in text and "sao {} at lag 2" in text
+    assert "1 problem" in text and "sao at lag 0, sao at lag 2: steps = 3 leaves no policy step" in text
     assert "flash_reinforce" not in text
     assert not (tmp_path / "t").exists()
+
+
+def test_knobs_reach_only_their_method_and_every_lag():
+    """sao:critic_warmup goes to SAO's arm at every lag and nowhere else; a knob with no METHOD goes to every row
+    (and a row whose method lacks it is refused when the run is checked); names take '-' for '_'."""
+    knobs = {"sao:critic_warmup": 5, "flash-reinforce:trust": 0.01}
+    for lag in LAGS:
+        assert lag_arm("sao", lag, knobs).knobs == {"critic_warmup": 5}
+        assert lag_arm("flash_reinforce", lag, knobs).knobs == {"off_policy_steps": max(8, lag), "trust": 0.01}
+        assert lag_arm("reinforce", lag, knobs).knobs["trust"] == NEVER
+        assert lag_arm("grpo", lag, knobs).knobs == {}
+    assert lag_arm("GRPO", 0, {"temperature": 0.7}).knobs == {"temperature": 0.7}
 
 
 def test_cli_refuses_bad_lags(capsys):
@@ -124,14 +140,14 @@ def test_a_tiny_sweep_reports_its_runs_and_reads_them_back(tmp_path):
         summaries = {int(d.name[-1]): json.loads((d / "summary.json").read_text()) for d in dirs}
         assert cell.scores == {s: summary["eval_after"]["pass_at_1"] for s, summary in summaries.items()}
         metrics = [json.loads(line) for d in dirs for line in (d / "metrics.jsonl").read_text().splitlines()]
-        assert cell.drift["sequence KL max"] == max(r["drift"] for r in metrics if r.get("policy_trained", True))
+        assert cell.drift["drift max"] == max(r["drift"] for r in metrics if r.get("policy_trained", True))
         config = (dirs[0] / "config.toml").read_text()
         assert f"lag = {lag}\n" in config and "learning_rate = 0.01" in config
     lag0 = table.cells["grpo", 0].scores
     assert table.cells["grpo", 2].shares == {s: v / lag0[s] for s, v in table.cells["grpo", 2].scores.items()
                                              if lag0[s] > 0}
-    assert table.cells["flash_reinforce", 0].drift["sequence KL max"] == 0.0  # on-policy: the sampler's weights
-    assert table.cells["flash_reinforce", 2].drift["sequence KL max"] > 0.0
+    assert table.cells["flash_reinforce", 0].drift["drift max"] == 0.0  # on-policy: the sampler's weights
+    assert table.cells["flash_reinforce", 2].drift["drift max"] > 0.0
     saved = json.loads((out / "lags.json").read_text())
     assert saved["report"] == str(table) and "AReaL decoupled PPO" in saved["report"]
 
@@ -143,9 +159,9 @@ def test_a_tiny_sweep_reports_its_runs_and_reads_them_back(tmp_path):
         run_lag_table(methods=["grpo"], lags=[0, 2], seeds=2, run_dir=str(out), **{**TINY, "steps": 5})
     assert json.loads((out / "grpo-lag0-seed0" / "summary.json").read_text())["steps"] == 4  # left as it was
 
-    Path(out / "grpo-lag2-seed1" / "summary.json").unlink()
-    with pytest.raises(ConfigError, match="did not finish"):
-        run_lag_table(methods=["grpo"], lags=[0, 2], seeds=2, run_dir=str(out), **TINY)
+    Path(out / "grpo-lag2-seed1" / "summary.json").unlink()  # as if stopped after its last checkpoint
+    resumed = run_lag_table(methods=["grpo"], lags=[0, 2], seeds=2, run_dir=str(out), **TINY)
+    assert resumed.trained == 1 and (out / "grpo-lag2-seed1" / "summary.json").is_file()
 
 
 @pytest.mark.slow
@@ -164,3 +180,34 @@ def test_a_local_model_directory_goes_to_every_run_unchanged(tmp_path):
     for lag in (0, 2):
         saved = (tmp_path / "t" / f"grpo-lag{lag}-seed0" / "config.toml").read_text()
         assert f'model = "{tmp_path / "model"}"' in saved
+
+
+@pytest.mark.slow
+def test_a_stopped_run_is_resumed_a_finished_one_read_back_and_a_foreign_folder_refused(tmp_path):
+    """train_or_read: the first call trains; the second reads the same run back (no training); with its summary
+    gone (a run stopped after a checkpoint) it is resumed from the checkpoint to the end; a folder holding other
+    files, or a run with no checkpoint, is an error naming the folder."""
+    from whileai.evidence.plan import train_or_read
+
+    settings = {"method": "grpo", "knobs": {}, "seed": 0, "lag": 2, "steps": 3, "rollouts_per_step": 16,
+                "eval_tasks": 4, "eval_samples": 1, "export": False, "progress": False, "save_every": 1,
+                "run_dir": str(tmp_path / "run")}
+    first, trained = train_or_read(settings)
+    assert trained and first.summary["steps"] == 3
+    again, trained = train_or_read(settings)
+    assert not trained and again.summary == first.summary
+    (tmp_path / "run" / "summary.json").unlink()
+    resumed, trained = train_or_read(settings)
+    assert trained and (tmp_path / "run" / "summary.json").is_file() and resumed.summary["steps"] == 3
+    with pytest.raises(ConfigError, match="holds a run with other settings.*'lag': \\(2, 4\\)"):
+        train_or_read({**settings, "lag": 4})
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="holds no run"):
+        train_or_read({**settings, "run_dir": str(tmp_path / "junk")})
+    assert (tmp_path / "junk" / "notes.txt").read_text() == "mine"
+    import shutil
+    shutil.rmtree(tmp_path / "run" / "checkpoint")
+    (tmp_path / "run" / "summary.json").unlink()
+    with pytest.raises(ConfigError, match="stopped before its first checkpoint"):
+        train_or_read(settings)

@@ -264,7 +264,7 @@ def test_drift_reached_pools_policy_steps_of_every_run():
           "method/masked_token_share": 0.3}]
     b = [{"policy_trained": True, "drift": 0.2, "admitted_share": 0.75, "mean_ratio": 0.8}]
     runs = [SimpleNamespace(metrics=lambda rows=rows: rows) for rows in (a, b)]
-    assert drift_reached(runs) == pytest.approx({"sequence KL": 0.2, "sequence KL max": 0.3, "mean ratio": 1.0,
+    assert drift_reached(runs) == pytest.approx({"drift": 0.2, "drift max": 0.3, "mean ratio": 1.0,
                                                  "admitted share": 0.75, "tokens masked": 0.2})
 
 
@@ -317,10 +317,10 @@ def test_reported_drift_is_the_runs_recorded_metrics(flash_result):
         records = [json.loads(line) for run in runs for line in (run.dir / "metrics.jsonl").read_text().splitlines()]
         assert all(r["drift"] == r["method/mean_sequence_kl"] for r in records)
         reached = flash_result.drift[label]
-        assert reached["sequence KL"] == pytest.approx(np.mean([r["drift"] for r in records]), abs=0)
-        assert reached["sequence KL max"] == max(r["drift"] for r in records)
+        assert reached["drift"] == pytest.approx(np.mean([r["drift"] for r in records]), abs=0)
+        assert reached["drift max"] == max(r["drift"] for r in records)
         assert reached["admitted share"] == pytest.approx(np.mean([r["admitted_share"] for r in records]), abs=0)
-        assert reached["sequence KL max"] > 0  # lag 2 really made the rollouts stale
+        assert reached["drift max"] > 0  # lag 2 really made the rollouts stale
     assert flash_result.drift["stale REINFORCE, gate off"]["admitted share"] == 1.0  # the gate never closed
 
 
@@ -372,3 +372,54 @@ def test_both_arms_draw_the_same_first_lag_batches(flash_result):
         assert [r["reward"] for r in first[:2]] == [r["reward"] for r in second[:2]]
         assert [r["sampled_at_step"] for r in first] == [r["sampled_at_step"] for r in second]
     assert [r.config.seed for r in gate_off] == [r.config.seed for r in gated] == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["sao", "bpco", "grpo_loss_types"])
+def test_every_other_recipe_s_rows_are_compare_on_its_runs_and_its_drift_their_metrics(name, tmp_path):
+    """Each recipe at a tiny size (critic recipes past their warm-up): every recipe arm's row is `compare` of its
+    runs' held-out rows against the baseline's, seeds pooled; the drift is the runs' metrics; masked (SAO) and
+    clipped (BPCO, GRPO) shares are the methods' own Update stats as the loop recorded them."""
+    steps = {"sao": 12, "bpco": 17, "grpo_loss_types": 4}[name]
+    result = run_recipe(recipe(name), seeds=2, run_dir=str(tmp_path / "r"), **{**TINY, "steps": steps})
+    baseline = result.arms[0]
+
+    def pooled(label):
+        return [{**r, "seed": str(run.config.seed)} for run in result.runs[label] for r in held_out(run.dir)]
+
+    assert len(result.comparisons) == len(result.arms) - 1
+    for arm, row in zip(result.arms[1:], result.comparisons):
+        again = wai.compare(pooled(baseline.label), pooled(arm.label), threshold=1.0)
+        assert (row.baseline, row.treatment, row.delta, row.ci95, row.verdict) == \
+            (again.baseline, again.treatment, again.delta, again.ci95, again.verdict)
+    for arm in result.arms:
+        label, runs = arm.label, result.runs[arm.label]
+        stat = "masked_token_share" if arm.method == "sao" else "clipped_token_share"
+        records = [r for run in runs for r in run.metrics() if r.get("policy_trained", True)]
+        assert records and all(f"method/{stat}" in r for r in records), label
+        key = "tokens masked" if stat == "masked_token_share" else "tokens clipped"
+        assert result.drift[label][key] == pytest.approx(np.mean([r[f"method/{stat}"] for r in records]), abs=0)
+        assert result.drift[label]["drift max"] == max(r["drift"] for r in records)
+
+
+def test_knobs_that_would_change_more_than_the_method_are_refused_before_training(tmp_path):
+    """Another temperature in one arm (the arms would not sample the same distribution), or an arm's own critic
+    rate under the run's shared critic_learning_rate (shown but not used): refused, nothing written."""
+    with pytest.raises(ConfigError, match="different temperatures"):
+        run_recipe(recipe("flash_reinforce"), seeds=2, knobs={"recipe:temperature": 0.5}, run_dir=str(tmp_path / "a"))
+    with pytest.raises(ConfigError, match="critic rate of 'same critic, ratio never masked', 'SAO'.*shared"):
+        run_recipe(recipe("sao"), seeds=2, knobs={"critic_learning_rate": 1e-3}, run_dir=str(tmp_path / "b"))
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    run_recipe_ok = run_recipe  # the same knob with one temperature for every arm is accepted (checked, not run)
+    from whileai.evidence.runner import check_recipe
+
+    assert check_recipe(recipe("flash_reinforce"), {"temperature": 0.5})[2][1].knobs["temperature"] == 0.5
+    assert run_recipe_ok is run_recipe
+
+
+def test_the_loop_s_checks_run_for_every_arm_before_the_first_trains(tmp_path):
+    """A lag beyond the recipe arm's bound is the loop's refusal; it comes before the baseline trains."""
+    with pytest.raises(ConfigError, match="arm 'flashreinforce': lag = 4 is beyond the 1 steps"):
+        run_recipe(recipe("flash_reinforce"), seeds=2, lag=4, knobs={"recipe:off_policy_steps": 1},
+                   run_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()

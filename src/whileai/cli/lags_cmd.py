@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import json
 import sys
+import time
 from typing import Any
 
 
@@ -31,14 +32,17 @@ def register(subparsers: Any) -> None:
         "lags", help="the lag table: held-out pass@1 at sampler lags 0..16 as a share of each method's lag 0",
         description="Train each method at each sampler lag and seed on one fixed budget (same model, taskset, steps, "
                     "rollouts per step and learning rate everywhere), then print held-out pass@1 per cell and its "
-                    "share of the same method's lag-0 result, with a 95%% interval over seeds, next to AReaL's "
-                    "published 97.6%% at lag 8 and 92.1%% at lag 16.")
+                    "share of the same method's lag-0 result, with a 95% interval over seeds, next to AReaL's "
+                    "published 97.6% at lag 8 and 92.1% at lag 16.")
     p.add_argument("--methods", type=_names, default=list(LAG_METHODS),
                    help=f"comma-separated rows (default all: {','.join(LAG_METHODS)})")
     p.add_argument("--lags", type=_ints, default=list(LAGS),
                    help=f"comma-separated lags (default {','.join(map(str, LAGS))}; include 0 for the shares)")
     p.add_argument("--seeds", type=int, default=LAG_SEEDS, help=f"training seeds per cell (default {LAG_SEEDS})")
     p.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+    p.add_argument("--set", dest="knobs", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
+                   help="a method knob for every run of METHOD (one of the rows; none: every method), e.g. "
+                   "--set sao:critic_warmup=5; repeatable")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps per run, the fixed budget (default: "
                    "the taskset's recommendation on a built-in model, else 40)")
     p.add_argument("--learning-rate", type=float, default=None, help="the policy's learning rate, the same for "
@@ -63,15 +67,19 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_lags(args: argparse.Namespace) -> int:
+    from whileai.cli.recipe_cmd import stopped_kept
+    from whileai.cli.train_cmd import _pairs
     from whileai.evidence.lags import run_lag_table
 
     train: dict[str, Any] = {"steps": args.steps, "learning_rate": args.learning_rate,
                              "critic_learning_rate": args.critic_learning_rate, "model": args.model,
                              "taskset": args.taskset, "device": args.device, "lora_rank": args.lora_rank,
                              "rollouts_per_step": args.rollouts_per_step, "eval_tasks": args.eval_tasks,
-                             "eval_samples": args.eval_samples, "max_tokens": args.max_tokens, "run_dir": args.run_dir, "seed": args.seed}
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):
+                             "eval_samples": args.eval_samples, "max_tokens": args.max_tokens, "seed": args.seed}
+    run_dir = args.run_dir or f"runs/lags-{time.strftime('%Y%m%d-%H%M%S')}"
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout), stopped_kept("wai lags", run_dir):
         table = run_lag_table(methods=args.methods, lags=args.lags, seeds=args.seeds, progress=args.progress,
+                              knobs=_pairs(args.knobs, "--set"), run_dir=run_dir,
                               **{k: v for k, v in train.items() if v is not None})
     print(json.dumps(table.to_dict(), indent=2) if args.json else table)
     return 0

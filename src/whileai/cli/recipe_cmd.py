@@ -13,6 +13,8 @@ import argparse
 import contextlib
 import json
 import sys
+import time
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -70,11 +72,27 @@ def cmd_recipe(args: argparse.Namespace) -> int:
     if not args.name:
         raise ConfigError(f"give a recipe NAME, one of {', '.join(PAPERS)} (`wai recipe --list` shows their arms)")
     chosen = recipe(args.name)
-    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout):  # --json: stdout is the JSON only
-        result = run_recipe(chosen, seeds=args.seeds, progress=args.progress, knobs=knobs, run_dir=args.run_dir,
+    run_dir = args.run_dir or f"runs/recipe-{chosen.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout), \
+            stopped_kept("wai recipe", run_dir):  # --json: stdout is the JSON only
+        result = run_recipe(chosen, seeds=args.seeds, progress=args.progress, knobs=knobs, run_dir=run_dir,
                             seed=args.seed, **_shared(args))
     print(json.dumps(result.to_dict(), indent=2) if args.json else result)
     return 0
+
+
+@contextlib.contextmanager
+def stopped_kept(command: str, run_dir: str) -> Iterator[None]:
+    """Ctrl-C during a sweep of runs: one line saying what is kept and the command that continues, not a
+    traceback nor the single run's `wai train --resume` hint (the sweep resumes its stopped run itself)."""
+    from whileai.errors import WhileaiError
+    from whileai.loop.run import Interrupted
+
+    try:
+        yield
+    except (KeyboardInterrupt, Interrupted):
+        raise WhileaiError(f"interrupted; the finished runs and the stopped run's checkpoint are kept in {run_dir}: "
+                           f"run the same {command} command with --run-dir {run_dir} to continue from them") from None
 
 
 def _shared(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,17 +108,18 @@ def _list(args: argparse.Namespace, knobs: dict[str, Any]) -> int:
     """Each recipe's claim and its arms as they would run under these flags (NAME: that recipe only)."""
     from whileai.errors import ConfigError
     from whileai.evidence import PAPERS, recipe
-    from whileai.evidence.runner import _resolved, describe_arms, recipe_arms
+    from whileai.evidence.runner import check_recipe, describe_arms
 
     if knobs and not args.name:
         raise ConfigError("--list with --set needs a recipe NAME: an arm's knobs are checked against its recipe, "
                           "e.g. wai recipe grpo_loss_types --list --set dr-grpo:max_tokens=8")
+    if args.json:
+        raise ConfigError("--json prints a finished run's recipe.json; --list prints the arms as text (drop one)")
     for item in [recipe(args.name)] if args.name else PAPERS.values():
-        context = _resolved(item, _shared(args))[1]
-        arms = recipe_arms(item, context, knobs)
+        _, context, arms, warnings = check_recipe(item, knobs, seed=args.seed, **_shared(args))
         cap = context.max_tokens or "each method's max_tokens"
         print(f"{item.name}: {item.claim}\n  at lag {context.lag}, generation cap {cap}:")
-        print("\n".join(describe_arms(arms)))
+        print("\n".join(describe_arms(arms) + warnings))
     return 0
 
 

@@ -22,7 +22,7 @@ import json
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from whileai.errors import ConfigError
 from whileai.evidence.papers import BUILTIN_CRITIC_RATE, FLASH_OFF_POLICY, NEVER
+from whileai.evidence.plan import precheck, train_or_read
 from whileai.evidence.runner import Arm, Recipe, _check_train, _fmt, _pinned, drift_reached
 from whileai.loop.controls import _seeds
 
@@ -40,27 +41,37 @@ AREAL_SHARE = {8: 0.976, 16: 0.921}
 LAG_SEEDS = 5
 
 
-def lag_arm(name: str, lag: int) -> Arm:
+def lag_arm(name: str, lag: int, knobs: Mapping[str, Any] | None = None) -> Arm:
     """The lag table's arm for ``name`` at ``lag``: each method at its defaults, FlashReinforce's bound on the lag
-    raised to the lag where it is longer, and uncorrected REINFORCE as the flash_reinforce recipe's baseline
-    (FlashReinforce's estimator with the trust gate never closing)."""
+    raised to the lag where it is longer, and "reinforce" the flash_reinforce recipe's baseline (FlashReinforce's
+    estimator with the trust gate never closing: no trajectory is dropped, the unclipped per-token ratio stays
+    in c). ``knobs``: ``{"[METHOD:]KEY": value}``, merged in (METHOD: one of LAG_METHODS; none: every method)."""
     bound = {"off_policy_steps": max(FLASH_OFF_POLICY, lag)}
     arms = {"flash_reinforce": Arm("FlashReinforce", "flash_reinforce", bound),
             "sao": Arm("SAO", "sao", {}),
             "bpco": Arm("BPCO", "bpco", {}),
             "grpo": Arm("GRPO", "grpo", {}),
-            "reinforce": Arm("uncorrected REINFORCE", "flash_reinforce", {**bound, "trust": NEVER})}
-    if name not in arms:
+            "reinforce": Arm("stale REINFORCE, gate off", "flash_reinforce", {**bound, "trust": NEVER})}
+    key = name.strip().lower().replace("-", "_")
+    if key not in arms:
         raise ConfigError(f"unknown lag-table method {name!r}; choose from {', '.join(arms)}")
-    return arms[name]
+    arm = arms[key]
+    added = {}
+    for target_key, value in (knobs or {}).items():
+        target, _, knob = target_key.rpartition(":")
+        if target and target.replace("-", "_") not in arms:
+            raise ConfigError(f"knob {target_key!r}: no method {target!r} in the lag table; METHOD is one of "
+                              f"{', '.join(arms)} (or none, for every method)")
+        if not knob:
+            raise ConfigError(f"knob {target_key!r}: no knob name; write [METHOD:]KEY=VALUE, e.g. sao:critic_warmup=5")
+        if not target or target.replace("-", "_") == key:
+            added[knob] = value
+    return Arm(arm.label, arm.method, {**arm.knobs, **added})
 
 
 LAG_METHODS = ("flash_reinforce", "sao", "bpco", "grpo", "reinforce")
 """the rows of the lag table, in order (``lag_arm`` names each)"""
 _SETTINGS = Recipe("lags", "the lag table", lambda run: (), {"critic_learning_rate": BUILTIN_CRITIC_RATE})
-# the keys a finished run's saved config must match for the sweep to read it back instead of training it
-_SAME = ("method", "seed", "lag", "steps", "rollouts_per_step", "learning_rate", "critic_learning_rate", "model", "max_tokens",
-         "taskset", "eval_tasks", "eval_samples", "warm_start_steps", "lora_rank", "device")
 
 
 @dataclass
@@ -117,13 +128,15 @@ class LagTable:
     cells: dict[tuple[str, int], Cell]
     seconds: float
     trained: int
-    """runs trained by this call (the rest were read back from RUN_DIR)"""
+    """runs trained (or resumed) by this call; the rest were read back from RUN_DIR"""
+    knobs: dict[str, Any] = field(default_factory=dict)
+    """the knobs the user set (``{"[METHOD:]KEY": value}``)"""
 
     def to_dict(self) -> dict[str, Any]:
         return {"methods": list(self.methods), "lags": list(self.lags), "seeds": list(self.seeds),
                 "settings": self.settings, "areal_share": {str(k): v for k, v in AREAL_SHARE.items()},
                 "cells": [c.to_dict() for c in self.cells.values()], "seconds": round(self.seconds, 1),
-                "trained": self.trained, "report": str(self)}
+                "trained": self.trained, "knobs_set": dict(self.knobs), "report": str(self)}
 
     def __str__(self) -> str:
         from whileai.rows.stats import format_table
@@ -135,13 +148,20 @@ class LagTable:
                  f"model {s['model']}, taskset {s['taskset']}; held-out pass@1 after the budget, and its share of "
                  "the method's lag-0 result per seed (95% interval over seeds)"]
         header = ["Method", *(f"lag {lag}" for lag in self.lags)]
-        rows = [[lag_arm(m, 0).label + _per_prompt(m)] + [self._cell_text(m, lag) for lag in self.lags]
+        rows = [[lag_arm(m, 0).label + _per_prompt(m, self.knobs)] + [self._cell_text(m, lag) for lag in self.lags]
                 for m in self.methods]
-        areal = ["AReaL decoupled PPO (16 per prompt; published)"] + [
-            "1.00" if lag == 0 else (f"{AREAL_SHARE[lag]:.3f}" if lag in AREAL_SHARE else "-") for lag in self.lags]
+        areal = ["AReaL decoupled PPO (16 per prompt; published share)"] + [
+            "-" if lag == 0 else (f"- ({AREAL_SHARE[lag]:.1%})" if lag in AREAL_SHARE else "-") for lag in self.lags]
         lines.append(format_table([header, *rows, areal]))
-        lines.append("drift reached (policy steps of every seed; sequence KL mean / max, admitted share, tokens "
-                     "masked or clipped):")
+        if self.knobs:
+            lines.append("knobs set: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in self.knobs.items()))
+        lines.append("per seed (held-out pass@1, seeds in order):")
+        for m in self.methods:
+            parts = [f"lag {lag}: " + " ".join(f"{v:.3f}" for v in self.cells[m, lag].scores.values())
+                     for lag in self.lags]
+            lines.append(f"  {lag_arm(m, 0).label}: " + "; ".join(parts))
+        lines.append("drift reached (policy steps of every seed; drift mean / max, admitted share, tokens masked or "
+                     "clipped; drift is FlashReinforce's sequence KL for its rows, the per-token k3 KL otherwise):")
         for m in self.methods:
             parts = [f"lag {lag}: {_drift_text(self.cells[m, lag].drift)}" for lag in self.lags]
             lines.append(f"  {lag_arm(m, 0).label}: " + "; ".join(parts))
@@ -151,7 +171,7 @@ class LagTable:
 
     def _cell_text(self, method: str, lag: int) -> str:
         cell = self.cells[method, lag]
-        if lag == 0 or 0 not in self.lags:
+        if lag == 0:
             return f"{cell.score:.3f}"
         lo, hi = cell.share_interval
         share = "n/a" if math.isnan(cell.share) else (
@@ -159,16 +179,16 @@ class LagTable:
         return f"{cell.score:.3f} ({share})"
 
 
-def _per_prompt(method: str) -> str:
+def _per_prompt(method: str, knobs: Mapping[str, Any]) -> str:
     import whileai as wai
 
-    arm = lag_arm(method, 0)
+    arm = lag_arm(method, 0, knobs)
     n = wai.method(arm.method, **arm.knobs).run_spec().rollouts_per_prompt
     return f" ({n} per prompt)"
 
 
 def _drift_text(drift: Mapping[str, float]) -> str:
-    parts = [f"{_fmt(drift.get('sequence KL', math.nan))} / {_fmt(drift.get('sequence KL max', math.nan))}",
+    parts = [f"{_fmt(drift.get('drift', math.nan))} / {_fmt(drift.get('drift max', math.nan))}",
              f"admitted {drift.get('admitted share', 1.0):.2f}"]
     for key in ("tokens masked", "tokens clipped"):
         if key in drift:
@@ -177,102 +197,65 @@ def _drift_text(drift: Mapping[str, float]) -> str:
 
 
 def run_lag_table(*, methods: Sequence[str] = LAG_METHODS, lags: Sequence[int] = LAGS,
-                  seeds: int | Sequence[int] = LAG_SEEDS, progress: bool = False, **train: Any) -> LagTable:
+                  seeds: int | Sequence[int] = LAG_SEEDS, progress: bool = False,
+                  knobs: Mapping[str, Any] | None = None, **train: Any) -> LagTable:
     """Train every method at every lag and seed on one budget; each cell's pass@1 and share of lag 0.
 
     ``train`` holds ``wai.train``'s settings shared by every run (model, taskset, steps, learning_rate,
-    rollouts_per_step, eval_tasks, device, run_dir, ...; not method, knobs, lag or resume). The learning rate is
+    rollouts_per_step, eval_tasks, device, run_dir, ...; not method, lag or resume); ``knobs``:
+    ``{"[METHOD:]KEY": value}`` (``lag_arm``). The learning rate is
     pinned once by the loop's rule without any method's declared rate, so every method moves at the same speed;
     on a built-in model the critic methods get critic_learning_rate 1e-2 unless given (as in the recipes).
-    Writes RUN_DIR/METHOD-lagL-seedS/ per run (reused when already finished with the same settings), and
-    lags.json, lags.txt under ``run_dir`` (default runs/lags-TIME)."""
-    import whileai as wai
-
+    Writes RUN_DIR/METHOD-lagL-seedS/ per run (read back when finished with the same settings, resumed when
+    stopped: ``whileai.evidence.plan``), and lags.json, lags.txt under ``run_dir`` (default runs/lags-TIME)."""
     began = time.perf_counter()
     methods, lags = _check(methods, lags, train)
     seed_list = _seeds(seeds, train.pop("seed", 0))
     base = Path(train.pop("run_dir", None) or f"runs/lags-{time.strftime('%Y%m%d-%H%M%S')}")
     shared = _pinned(_SETTINGS, {**train, "lag": 0})
     shared.pop("lag")
-    plan = [(m, lag, {**shared, "method": lag_arm(m, lag).method, "knobs": dict(lag_arm(m, lag).knobs),
+    knobs = dict(knobs or {})
+    plan = [(m, lag, {**shared, "method": lag_arm(m, lag, knobs).method, "knobs": dict(lag_arm(m, lag, knobs).knobs),
                       "seed": seed, "lag": lag, "progress": progress,
                       "run_dir": str(base / f"{m.replace('_', '-')}-lag{lag}-seed{seed}")})
             for seed in seed_list for m in methods for lag in lags]
-    precheck([settings for _, _, settings in plan[:len(methods) * len(lags)]])  # before anything trains
+    names = {id(settings): f"{m} at lag {lag}" for m, lag, settings in plan}
+    precheck([settings for _, _, settings in plan[:len(methods) * len(lags)]],  # before anything trains
+             label=lambda settings: names[id(settings)])
     runs: dict[tuple[str, int], list[Any]] = {}
     trained = 0
     for m, lag, settings in plan:
-        run = _finished(settings)
-        if run is None:
-            run = wai.train(**settings)
-            trained += 1
+        run, fresh = train_or_read(settings)
+        trained += fresh
         runs.setdefault((m, lag), []).append(run)
     cells = {key: _cell(key, runs, lags) for key in runs}
     settings_out = {k: v for k, v in shared.items() if k != "export"}
     table = LagTable(base, tuple(methods), tuple(lags), tuple(seed_list), settings_out, cells,
-                     time.perf_counter() - began, trained)
+                     time.perf_counter() - began, trained, knobs)
     (base / "lags.json").write_text(json.dumps(table.to_dict(), indent=2) + "\n")
     (base / "lags.txt").write_text(str(table) + "\n")
     return table
-
-
-def precheck(plans: Sequence[Mapping[str, Any]]) -> None:
-    """The loop's own checks of every run's settings (the method's knobs, its lag bound, the steps a critic's
-    warm-up leaves), all problems at once, so that a sweep cannot fail hours in on its last row."""
-    import whileai as wai
-    from whileai.loop import config as config_io
-    from whileai.loop.run import _load_taskset, check, resolve_method
-
-    problems: list[str] = []
-    for settings in plans:
-        wai.method(settings["method"], **settings["knobs"])
-        config = config_io.build(None, **{k: v for k, v in settings.items() if k != "run_dir"})
-        method, found = resolve_method(config)
-        config = config_io.with_lag(config, method)
-        taskset, more = _load_taskset(config)
-        where = f"{settings['method']} {json.dumps(settings['knobs'])} at lag {settings['lag']}: "
-        problems += [where + p for p in found + more + (check(config, method, taskset) if taskset else [])]
-    if problems:
-        raise ConfigError(config_io._listing(problems))
 
 
 def _check(methods: Sequence[str], lags: Sequence[int], train: Mapping[str, Any]) -> tuple[list[str], list[int]]:
     if isinstance(methods, str) or not methods:
         raise ConfigError(f"methods={methods!r}: give a list of one or more of {', '.join(LAG_METHODS)}")
     for m in methods:
-        lag_arm(m, 0)
+        lag_arm(m, 0)  # an unknown name is refused with the choices
+    keys = [m.strip().lower().replace("-", "_") for m in methods]
     bad = [lag for lag in lags if isinstance(lag, bool) or not isinstance(lag, int) or lag < 0]
     if isinstance(lags, str) or not lags or bad or len(set(lags)) != len(lags):
         raise ConfigError(f"lags={lags!r}: give distinct integers >= 0, e.g. {list(LAGS)}")
-    if len(set(methods)) != len(methods):
+    if 0 not in lags:
+        raise ConfigError(f"lags={list(lags)!r} has no 0: each cell's share is over the same method's lag-0 "
+                          f"result; add 0, e.g. {[0, *sorted(lags)]}")
+    if len(set(keys)) != len(keys):
         raise ConfigError(f"methods={methods!r} names a method twice")
     taken = sorted(set(train) & {"lag"})
     if taken:
         raise ConfigError("the lag table sets each run's lag from lags; give lags=[...], not lag")
     _check_train(train)
-    return list(methods), sorted(lags)
-
-
-def _finished(settings: Mapping[str, Any]) -> Any | None:
-    """The run already in settings['run_dir'] when it finished with these settings; None when there is none; an
-    error when the folder holds something else (a different run, or one that stopped before its end)."""
-    from whileai.loop import config as config_io
-    from whileai.loop.run import Run
-
-    run_dir = Path(settings["run_dir"])
-    if not run_dir.exists():
-        return None
-    if not (run_dir / "summary.json").is_file() or not (run_dir / "heldout.jsonl").is_file():
-        raise ConfigError(f"{run_dir} holds a run that did not finish; resume it with `wai train --resume {run_dir}` "
-                          "or remove the folder, then run the lag table again")
-    saved = config_io.build(str(run_dir / "config.toml"))
-    wanted = config_io.build(None, **{k: v for k, v in settings.items() if k not in ("progress", "run_dir")})
-    differ = {k: (getattr(saved, k), getattr(wanted, k)) for k in (*_SAME, "knobs")
-              if getattr(saved, k) != getattr(wanted, k)}
-    if differ:
-        raise ConfigError(f"{run_dir} holds a run with other settings (saved, wanted): {differ}; give another "
-                          "run_dir or remove that folder")
-    return Run(run_dir, saved, json.loads((run_dir / "summary.json").read_text()))
+    return keys, sorted(lags)
 
 
 def _cell(key: tuple[str, int], runs: Mapping[tuple[str, int], Sequence[Any]], lags: Sequence[int]) -> Cell:

@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError, WhileaiError
+from whileai.evidence.plan import precheck, train_or_read
 from whileai.loop.controls import _held_out_rows, _pooled, _seeds
 from whileai.loop.evaluate import PASS
 
 RECIPE_SEEDS = 5  # seeds per arm by default: the issue's >= 5; compare needs >= 2 to show anything
 # the drift a run reached: metrics.jsonl key -> (label, how it is pooled over steps and seeds)
 DRIFT_KEYS: tuple[tuple[str, str, str], ...] = (
-    ("drift", "sequence KL", "mean"),
-    ("drift", "sequence KL max", "max"),
+    ("drift", "drift", "mean"),
+    ("drift", "drift max", "max"),
     ("mean_ratio", "mean ratio", "mean"),
     ("admitted_share", "admitted share", "mean"),
     ("method/masked_token_share", "tokens masked", "mean"),
@@ -134,6 +135,13 @@ class RecipeResult:
         knobs_set = ", ".join(f"{k}={json.dumps(v)}" for k, v in self.knobs.items())
         lines.append("arms as run (method and knobs" + (f"; knobs set: {knobs_set})" if knobs_set else ")") + ":")
         lines += describe_arms(self.arms)
+        if self.settings.get("critic_learning_rate") is not None:
+            lines.append(f"  critic learning rate {self.settings['critic_learning_rate']:g} for every critic arm (a "
+                         "shared setting: it overrides an arm's own critic rate knob)")
+        lines.append("held-out pass@1 per seed (seeds in order):")
+        for arm in self.arms:
+            lines.append(f"  {arm.label}: " + " ".join(f"{run.summary['eval_after']['pass_at_1']:.3f}"
+                                                       for run in self.runs[arm.label]))
         lines.append("drift reached (policy steps of every seed; mean unless marked max):")
         for arm in self.arms:
             lines.append(f"  {arm.label}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in self.drift[arm.label].items()))
@@ -167,20 +175,17 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
     seed_list = _seeds(seeds, train.pop("seed", 0))
     _check_train(train)
     base = Path(train.pop("run_dir", None) or f"runs/recipe-{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if (base / "recipe.json").exists():
-        raise ConfigError(f"run_dir {str(base)!r} already holds a recipe's runs; pick another --run-dir")
-    shared, context = _resolved(recipe, train)
-    arms = recipe_arms(recipe, context, knobs or {})
-    warnings = _same_arms(arms)
+    shared, _, arms, warnings = check_recipe(recipe, knobs, **train, seed=seed_list[0])
+    plan = [(arm, {**shared, "method": arm.method, "knobs": dict(arm.knobs), "seed": seed, "progress": progress,
+                   "run_dir": str(base / f"{_slug(arm.label)}-seed{seed}")})
+            for seed in seed_list for arm in arms]
     for line in warnings:
         print(line)
     runs: dict[str, list[Any]] = {arm.label: [] for arm in arms}
-    for seed in seed_list:
-        for arm in arms:
-            run = wai.train(method=arm.method, knobs=dict(arm.knobs), seed=seed, progress=progress,
-                            run_dir=str(base / f"{_slug(arm.label)}-seed{seed}"), **shared)
-            _held_out_rows(run)
-            runs[arm.label].append(run)
+    for arm, settings in plan:
+        run, _ = train_or_read(settings)
+        _held_out_rows(run)
+        runs[arm.label].append(run)
     _same_budget(runs, arms)
     baseline = arms[0]
     comparisons = [wai.compare(_pooled(runs[baseline.label]), _pooled(runs[arm.label]), threshold=PASS,
@@ -193,6 +198,45 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
     (base / "recipe.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
     (base / "recipe.txt").write_text(str(result) + "\n")
     return result
+
+
+def check_recipe(recipe: Recipe, knobs: Mapping[str, Any] | None = None,
+                 **train: Any) -> tuple[dict[str, Any], ArmContext, tuple[Arm, ...], list[str]]:
+    """Everything ``run_recipe`` checks before it trains, without training: the shared settings resolved once,
+    what the arms follow, the arms with ``knobs`` merged in, the loop's checks of every arm's run (all problems
+    at once), and the warnings (two arms that run the same thing). ``wai recipe --list`` prints this."""
+    seed = train.pop("seed", 0)
+    shared, context = _resolved(recipe, train)
+    arms = recipe_arms(recipe, context, knobs or {})
+    _shared_run_settings(recipe, context, arms, knobs or {}, shared)
+    plans = [{**shared, "method": arm.method, "knobs": dict(arm.knobs), "seed": seed} for arm in arms]
+    names = {id(settings): f"arm {_slug(arm.label)!r}" for arm, settings in zip(arms, plans)}
+    precheck(plans, label=lambda settings: names[id(settings)])
+    return shared, context, arms, _same_arms(arms)
+
+
+def _shared_run_settings(recipe: Recipe, context: ArmContext, arms: Sequence[Arm], knobs: Mapping[str, Any],
+                         shared: Mapping[str, Any]) -> None:
+    """Refuse, before anything trains, knobs that would make the arms differ in more than the method: another
+    sampling temperature (the arms would not draw from the same distribution), or an arm's own critic rate
+    where the run's shared critic_learning_rate overrides it (the knob would be shown but not used)."""
+    import whileai as wai
+
+    specs = {arm.label: wai.method(arm.method, **arm.knobs).run_spec() for arm in arms}
+    temperatures = {label: spec.temperature for label, spec in specs.items()}
+    if len(set(temperatures.values())) > 1:
+        raise ConfigError(f"the arms would sample at different temperatures {temperatures}: a recipe compares methods "
+                          "on rollouts from the same distribution; set temperature for every arm "
+                          "(--set temperature=T, no ARM:)")
+    if shared.get("critic_learning_rate") is None:
+        return
+    plain = {a.label: wai.method(a.method, **a.knobs).run_spec() for a in recipe_arms(recipe, context, {})}
+    moved = [label for label, spec in specs.items() if spec.critic is not None and plain[label].critic is not None
+             and spec.critic.learning_rate != plain[label].critic.learning_rate]
+    if moved:
+        raise ConfigError(f"--set changes the critic rate of {', '.join(map(repr, moved))}, but the run's "
+                          f"critic_learning_rate {shared['critic_learning_rate']:g} is shared by every critic arm and "
+                          "overrides it; give --critic-learning-rate instead")
 
 
 def drift_reached(runs: Sequence[Any]) -> dict[str, float]:
