@@ -96,3 +96,18 @@ def test_step_stats_report_reply_lengths_over_every_row_and_the_failed_ones():
     assert stats["reply_tokens"] == pytest.approx(7 / 3) and stats["failed_reply_tokens"] == 2.0
     passed = step_stats(SimpleNamespace(admitted=[True], stats={}), rows[:1])
     assert passed["reply_tokens"] == 3.0 and "failed_reply_tokens" not in passed
+
+
+def test_settings_the_run_cannot_follow_as_given_are_said_in_the_log(tmp_path, capsys):
+    """--set max_tokens=2 on builtin:case (cap 4): the run samples to 4 and its log says so, naming --max-tokens;
+    eval_tasks beyond the test split: the log says how many are scored."""
+    import whileai as wai
+
+    run = wai.train(method="grpo", knobs={"max_tokens": 2}, steps=1, rollouts_per_step=8, eval_tasks=300,
+                    eval_samples=1, warm_start_steps=0, progress=False, export=False, run_dir=str(tmp_path / "r"))
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "sampling: temperature 1, max_tokens 4" in text
+    assert "note: the method's max_tokens 2 (--set) is not the sampling cap: the taskset's cap, 4, is" in text
+    assert "note: eval_tasks 300, but the taskset's test split holds 256 tasks: every evaluation scores all 256" in text
+    assert run.summary["eval_after"]["tasks"] == 256

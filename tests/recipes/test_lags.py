@@ -90,6 +90,7 @@ def test_a_cell_s_share_is_per_seed_over_the_same_method_s_lag_zero():
                                        ({"knobs": {"nope:trust": 1}}, "no method 'nope' in the lag table"),
                                        ({"knobs": {"trust": 0.01}}, "trust"),
                                        ({"lag": 4}, "not lag"),
+                                       ({"seed": -1}, "seed=-1: the first seed must be an integer >= 0"),
                                        ({"method": "sao"}, "method"),
                                        ({"eval_tasks": 0}, "eval_tasks")])
 def test_bad_requests_are_refused_before_training(bad, match, tmp_path):

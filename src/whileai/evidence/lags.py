@@ -30,7 +30,7 @@ import numpy as np
 
 from whileai.errors import ConfigError
 from whileai.evidence.papers import BUILTIN_CRITIC_RATE, FLASH_OFF_POLICY, NEVER
-from whileai.evidence.plan import precheck, train_or_read
+from whileai.evidence.plan import check_folder, precheck, train_or_read
 from whileai.evidence.runner import Arm, Recipe, _check_train, _fmt, _pinned, drift_reached
 from whileai.loop.controls import _seeds
 
@@ -211,7 +211,7 @@ def run_lag_table(*, methods: Sequence[str] = LAG_METHODS, lags: Sequence[int] =
     began = time.perf_counter()
     methods, lags = _check(methods, lags, train)
     seed_list = _seeds(seeds, train.pop("seed", 0))
-    base = Path(train.pop("run_dir", None) or f"runs/lags-{time.strftime('%Y%m%d-%H%M%S')}")
+    base = check_folder(Path(train.pop("run_dir", None) or f"runs/lags-{time.strftime('%Y%m%d-%H%M%S')}"))
     shared = _pinned(_SETTINGS, {**train, "lag": 0})
     shared.pop("lag")
     knobs = dict(knobs or {})

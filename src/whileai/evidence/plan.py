@@ -50,6 +50,14 @@ def precheck(plans: Sequence[Mapping[str, Any]], label: Any = None) -> None:
         raise ConfigError(config_io._listing(lines))
 
 
+def check_folder(base: Path) -> Path:
+    """``base`` when it is a folder or does not exist yet; a ConfigError when it is a file."""
+    if base.exists() and not base.is_dir():
+        raise ConfigError(f"run_dir {str(base)!r} is a file, not a folder; give a folder, or a path that does not "
+                          "exist yet")
+    return base
+
+
 def train_or_read(settings: Mapping[str, Any]) -> tuple[Any, bool]:
     """``(run, trained)``: the run in ``settings['run_dir']`` when it finished with these settings, resumed from
     its checkpoint when it stopped part way, trained when the folder does not exist. A folder that holds a run
@@ -58,6 +66,7 @@ def train_or_read(settings: Mapping[str, Any]) -> tuple[Any, bool]:
     from whileai.loop.run import Run
 
     run_dir = Path(settings["run_dir"])
+    check_folder(run_dir)
     if not (run_dir / "config.toml").is_file():
         if run_dir.exists() and any(run_dir.iterdir()):
             raise ConfigError(f"{run_dir} exists and holds no run (no config.toml); give another run_dir or empty "

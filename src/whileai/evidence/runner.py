@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError, WhileaiError
-from whileai.evidence.plan import precheck, train_or_read
+from whileai.evidence.plan import check_folder, precheck, train_or_read
 from whileai.loop.controls import _held_out_rows, _pooled, _seeds
 from whileai.loop.evaluate import PASS
 
@@ -174,7 +174,7 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
     began = time.perf_counter()
     seed_list = _seeds(seeds, train.pop("seed", 0))
     _check_train(train)
-    base = Path(train.pop("run_dir", None) or f"runs/recipe-{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    base = check_folder(Path(train.pop("run_dir", None) or f"runs/recipe-{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"))
     shared, _, arms, warnings = check_recipe(recipe, knobs, **train, seed=seed_list[0])
     plan = [(arm, {**shared, "method": arm.method, "knobs": dict(arm.knobs), "seed": seed, "progress": progress,
                    "run_dir": str(base / f"{_slug(arm.label)}-seed{seed}")})

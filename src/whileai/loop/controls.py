@@ -149,6 +149,8 @@ def train_with_controls(controls: Sequence[str], *, seeds: int | Sequence[int] =
 def _seeds(seeds: int | Sequence[int], first: int) -> list[int]:
     if isinstance(seeds, bool) or not isinstance(seeds, (int, Sequence)):
         raise ConfigError(f"seeds={seeds!r}: give how many seeds per arm (an integer >= 1) or a list of seeds")
+    if isinstance(seeds, int) and (isinstance(first, bool) or not isinstance(first, int) or first < 0):
+        raise ConfigError(f"seed={first!r}: the first seed must be an integer >= 0 (the runs use seed .. seed+N-1)")
     out = list(range(first, first + seeds)) if isinstance(seeds, int) else list(seeds)
     bad = [s for s in out if isinstance(s, bool) or not isinstance(s, int) or s < 0]
     if not out or bad or len(set(out)) != len(out):

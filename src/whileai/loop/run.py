@@ -432,6 +432,16 @@ class _Trainer:
             if self.method.run_spec().critic is not None:
                 log.write(f"critic learning rate {self._critic_rate():g} (" + ("--critic-learning-rate"
                           if self.config.critic_learning_rate else "the method's") + ")")
+            held = len(self.taskset.split("test")) if self._can_eval() else 0
+            if self._can_eval() and self.config.eval_tasks > held:
+                log.write(f"note: eval_tasks {self.config.eval_tasks}, but the taskset's test split holds {held} "
+                          f"tasks: every evaluation scores all {held}")
+            knob_cap = self.config.knobs.get("max_tokens")
+            if sampling is not None and knob_cap is not None and int(knob_cap) != sampling.max_tokens:
+                source = "--max-tokens" if self.config.max_tokens else "the taskset's cap"
+                log.write(f"note: the method's max_tokens {knob_cap} (--set) is not the sampling cap: {source}, "
+                          f"{sampling.max_tokens}, is (--max-tokens sets it); the knob still reaches an update that "
+                          "reads it (Dr. GRPO's length normaliser)")
             if sampling is not None and sampling.max_tokens >= LONG_CAP and self.config.max_tokens is None:
                 log.write(f"note: generations may run to {sampling.max_tokens} tokens (the method's max_tokens; the "
                           "taskset sets none): set --max-tokens, or max_tokens in the taskset, for short answers")
