@@ -17,7 +17,7 @@ from whileai.cli.skills_cmd import available, front_matter, skills_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 SIBLINGS = ("audit-your-judge", "dpo-pairs", "grpo-verifier", "pick-a-method", "sft-from-traces",
-            "strengthen-your-evals")
+            "stale-rollouts", "strengthen-your-evals")
 
 
 def _checker():
@@ -75,7 +75,7 @@ def test_a_block_that_raises_fails_and_names_its_line(tmp_path, monkeypatch):
 
 def test_blocks_share_a_namespace_and_console_output_and_status_are_checked(tmp_path, monkeypatch):
     ok = ("```python\nanswer = 42\n```\n```python\nprint(answer)\n```\n```text\n42\n```\n"
-          "```console\n$ wai skills install here\ncopied 6 skills to here: ...\n...\n```\n")
+          "```console\n$ wai skills install here\ncopied 7 skills to here: ...\n...\n```\n")
     assert len(_check(tmp_path, monkeypatch, ok)) == 3
     wrong_status = "```console\n$ wai report missing.jsonl\n...\n```\n"
     with pytest.raises(check_skills.Failure, match="exited 2 \\(expected 0\\)"):
@@ -140,13 +140,13 @@ def test_list_names_every_skill_with_its_version(capsys):
     assert main(["skills", "list"]) == 0
     out = capsys.readouterr().out
     assert all(f"{name} 1.0.0\n" in out for name in SIBLINGS)
-    assert out.rstrip().endswith(f"6 skills in {skills_dir()}; install them with: wai skills install DIR")
+    assert out.rstrip().endswith(f"7 skills in {skills_dir()}; install them with: wai skills install DIR")
 
 
 def test_install_copies_refuses_to_overwrite_and_replaces_with_force(tmp_path, capsys):
     target = tmp_path / "agent" / "skills"
     assert main(["skills", "install", str(target)]) == 0
-    assert f"copied 6 skills to {target}: audit-your-judge, dpo-pairs" in capsys.readouterr().out
+    assert f"copied 7 skills to {target}: audit-your-judge, dpo-pairs" in capsys.readouterr().out
     for name in SIBLINGS:
         assert (target / name / "SKILL.md").read_bytes() == (ROOT / "skills" / name / "SKILL.md").read_bytes()
     assert (target / "README.md").is_file() and (target / "pick-a-method" / "data" / "rows.jsonl").is_file()
