@@ -246,11 +246,14 @@ def test_reference_turns_without_a_stop_string_end_with_eos():
     assert mask == [True] * 3 + [False] * 3 + [True] * 4
 
 
-def test_a_plain_reference_keeps_the_old_eos_rule():
-    """EOS after the answer only when the taskset sets no cap (a fixed-length answer ends at the cap)."""
-    capped = Taskset("c", [Task("a", "p", "xy")], [Task("b", "q", "z")], lambda t, c: 1.0, 2)
+def test_a_plain_reference_ends_with_eos_unless_it_fills_the_cap():
+    """An answer that fills the taskset's cap ends at the cap (no EOS); a shorter one, or one under no cap, gets
+    EOS so that the warm start teaches the model to stop there (builtin:add's '7' under a cap of 3)."""
+    capped = Taskset("c", [Task("a", "p", "xy"), Task("s", "p", "x")], [Task("b", "q", "z")], lambda t, c: 1.0, 2)
     free = Taskset("f", [Task("a", "p", "xy")], [Task("b", "q", "z")], lambda t, c: 1.0, None)
-    assert reference_episode(capped, capped.split("train")[0], TOK) == (ids("xy"), [True, True])
+    full, short = capped.split("train")
+    assert reference_episode(capped, full, TOK) == (ids("xy"), [True, True])
+    assert reference_episode(capped, short, TOK) == (ids("x") + [EOS], [True, True])
     assert reference_episode(free, free.split("train")[0], TOK) == (ids("xy") + [EOS], [True] * 3)
 
 

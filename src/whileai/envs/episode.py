@@ -294,17 +294,18 @@ def reference_episode(taskset: Any, task: Task, tokenizer: Any) -> tuple[list[in
 
     The model's turns come from ``task.answer`` (one string for a plain taskset, a list of turns for an
     ``EnvTaskset``); the environment's replies in between come from playing them against a fresh env. A
-    turn that does not end on a stop string gets EOS, except a plain taskset's answer when the taskset
-    caps replies at their length (the cap ends it)."""
+    turn that does not end on a stop string gets EOS, except a plain taskset's answer that fills the taskset's
+    cap (the cap ends it); a shorter answer gets EOS, so that the model learns to stop there."""
     env = make_env(taskset, task)
     turns = _reference_turns(taskset, task)
     eos = getattr(tokenizer, "eos_token_id", None)
-    fixed_length = isinstance(env, OneTurn) and taskset.max_tokens is not None
+    capped = isinstance(env, OneTurn) and taskset.max_tokens is not None
     tokens: list[int] = []
     mask: list[bool] = []
     for k, turn in enumerate(turns, start=1):
         ids = [int(t) for t in tokenizer.encode(turn, add_special_tokens=False)]
-        if eos is not None and not fixed_length and not any(turn.endswith(s) for s in env.stop):
+        fills_cap = capped and len(ids) >= taskset.max_tokens
+        if eos is not None and not fills_cap and not any(turn.endswith(s) for s in env.stop):
             ids.append(int(eos))
         tokens += ids
         mask += [True] * len(ids)
