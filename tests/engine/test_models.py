@@ -174,3 +174,21 @@ def test_cuda_defaults_train_and_agree_with_the_cpu(lora_rank):
     assert gpu.optim_step(AdamParams(learning_rate=1e-3)).grad_norm > 0
     params = SamplingParams(max_tokens=5, seed=2)
     assert gpu.sample([1, 50], 2, params) == gpu.sample([1, 50], 2, params)
+
+
+def test_model_problem_names_what_is_wrong_without_loading(tmp_path):
+    from whileai.engine.models import model_problem
+
+    assert model_problem("builtin:tiny") is None and model_problem("Qwen/Qwen3-0.6B") is None  # a hub id: later
+    assert "not a built-in model; the built-ins are ['builtin:tiny'" in model_problem("builtin:huge")
+    assert "does not exist" in model_problem(str(tmp_path / "missing"))
+    assert "has no config.json" in model_problem(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    assert model_problem(str(tmp_path)) is None
+
+
+def test_wai_serve_refuses_a_model_it_could_never_load_before_starting(tmp_path, capsys):
+    from whileai.cli import main
+
+    assert main(["serve", "--model", str(tmp_path / "missing"), "--port", "0", "--data-dir", str(tmp_path / "d")]) == 2
+    assert "--model: model folder" in capsys.readouterr().err and not (tmp_path / "d").exists()

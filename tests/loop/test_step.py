@@ -111,3 +111,21 @@ def test_settings_the_run_cannot_follow_as_given_are_said_in_the_log(tmp_path, c
     assert "note: the method's max_tokens 2 (--set) is not the sampling cap: the taskset's cap, 4, is" in text
     assert "note: eval_tasks 300, but the taskset's test split holds 256 tasks: every evaluation scores all 256" in text
     assert run.summary["eval_after"]["tasks"] == 256
+
+
+def test_no_progress_also_silences_transformers_bars_and_sets_them_back(tmp_path, capsys):
+    """A model loaded from a folder shows transformers' 'Loading weights' bar; progress=False hides it for the
+    run, and the global setting is as it was afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    import whileai as wai
+    from whileai.engine.models import build_builtin
+
+    model, tokenizer = build_builtin("tiny")
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    assert hf_logging.is_progress_bar_enabled()
+    wai.train(model=str(tmp_path / "m"), steps=1, rollouts_per_step=8, eval_tasks=0, progress=False, export=False,
+              run_dir=str(tmp_path / "r"))
+    out = capsys.readouterr()
+    assert "Loading weights" not in out.err + out.out and hf_logging.is_progress_bar_enabled()

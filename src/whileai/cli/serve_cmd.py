@@ -64,6 +64,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                                                                                    args.max_samples) < 1:
         raise ConfigError("--order-timeout, --respond-within and --max-body-mb must be > 0, --max-datums and "
                           "--max-samples >= 1")
+    from whileai.engine.models import model_problem
+
+    problems = [p for p in map(model_problem, args.models or []) if p]
+    if problems:
+        raise ConfigError("--model: " + "; ".join(problems))
     tokens, generated = read_tokens(args.token_file)
     if args.threads:
         import torch

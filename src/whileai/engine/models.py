@@ -174,6 +174,22 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
+def model_problem(name: str) -> str | None:
+    """What is wrong with a model name that can be told without loading it, or None: an unknown built-in, a
+    path that is not a folder, a folder without config.json. (A hub id is only checked when loaded.)"""
+    builtins = ["builtin:" + n for n in BUILTINS]
+    if name.startswith("builtin:"):
+        return None if name in builtins else f"model {name!r} is not a built-in model; the built-ins are {builtins}"
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            return (f"model folder {name!r} has no config.json; pass a folder holding config.json, the tokenizer "
+                    "and the weights (what save_pretrained writes; a run's RUN_DIR/final)")
+        return None
+    if _looks_like_path(name) or os.path.exists(name):
+        return f"model folder {name!r} does not exist (or is not a folder); pass a model folder, a hub id or one of {builtins}"
+    return None
+
+
 def hub_unreachable(timeout: float = 3.0) -> str | None:
     """Why the Hugging Face hub cannot be reached (offline mode, or no TCP connection within
     ``timeout`` seconds), or None. Skipped (None) behind a proxy, which only a real request can test.

@@ -46,6 +46,22 @@ class Interrupted(WhileaiError):
         self.run_dir, self.step = run_dir, step
 
 
+@contextmanager
+def transformers_bars(show: bool) -> Iterator[None]:
+    """transformers' own progress bars (loading weights, writing shards) follow ``show`` inside the block and
+    are set back after it."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if was and not show:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was and not show:
+            hf_logging.enable_progress_bar()
+
+
 @dataclass
 class Run:
     """A finished (or resumed-and-finished) run: its directory, summary and final weights."""
@@ -397,6 +413,10 @@ class _Trainer:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> Run:
+        with transformers_bars(self.config.progress):  # --no-progress: no weight-loading / shard-writing bars
+            return self._run()
+
+    def _run(self) -> Run:
         started = time.perf_counter()
         # --method auto: a probe of rollouts, then route; otherwise the engine for the method
         engine = self._engine() if self.method is not None else self._route()
