@@ -75,3 +75,29 @@ def test_after_a_crash_the_last_saved_state_and_the_history_survive(tmp_path: Pa
         assert listed.compute_logprobs(PROBE)["logprobs"] == pytest.approx(after_save, abs=1e-6)
     finally:
         server.stop()
+
+
+@pytest.mark.slow
+def test_a_critic_added_to_a_run_comes_back_after_a_crash(tmp_path: Path):
+    """add_critic is part of the run: after SIGKILL and restart the run is re-created with its value head, so
+    load_state restores the trained head (it used to refuse: the saved state had a critic, the run had none)."""
+    from whileai.loop.step import value_datum
+
+    server = LocalServer(tmp_path / "data").start()
+    try:
+        client = Client(server.url, server.token, retries=10, backoff=0.5)
+        run = client.create_session().create_run("builtin:tiny", seed=7)
+        run.add_critic(1e-2, reward_range=[0.0, 1.0])
+        datum = value_datum({"prompt_tokens": [1, 72, 105], "tokens": [33, 2]}, [0.5, 0.5], [1.0, 1.0])
+        for _ in range(2):
+            run.forward_backward([datum], "ppo_critic")
+            run.optim_step(ADAM)
+        trained = run.forward([datum], "ppo_critic").loss_fn_outputs[0]["values"]
+        run.save_state("with-critic")
+        server.kill()
+        server.start()
+        [listed] = Client(server.url, server.token).sessions()[0].runs()
+        listed.load_state("with-critic")
+        assert listed.forward([datum], "ppo_critic").loss_fn_outputs[0]["values"] == pytest.approx(trained, abs=1e-7)
+    finally:
+        server.stop()

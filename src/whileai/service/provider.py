@@ -10,7 +10,7 @@ from __future__ import annotations
 import tarfile
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +32,8 @@ class Outcome:
     step: int
     saved_state: dict[str, Any] | None = None
     finished: bool = False
+    spec_update: dict[str, Any] | None = None
+    """fields the run's stored spec gains, so that a restart re-creates the run with them (an added critic)"""
 
 
 class ProviderRun(Protocol):
@@ -78,6 +80,10 @@ class LocalProvider:
         if spec["kind"] == "critic":
             options = {} if spec.get("reward_range") is None else {"reward_range": tuple(spec["reward_range"])}
             engine.add_critic(spec["critic_learning_rate"], **options)
+        if spec.get("added_critic") is not None:  # add_critic ran before a restart: the head comes back with the run
+            added = spec["added_critic"]
+            options = {} if added.get("reward_range") is None else {"reward_range": tuple(added["reward_range"])}
+            engine.add_critic(added["learning_rate"], **options)
         return LocalRun(engine, self.data_dir / "runs" / run_id, restarted)
 
 
@@ -133,7 +139,9 @@ class LocalRun:
         """A value head on this policy run (what a critic method needs: ``ppo_critic`` then trains it)."""
         options = {} if body.reward_range is None else {"reward_range": tuple(body.reward_range)}
         self.engine.add_critic(body.learning_rate, **options)
-        return self._done({"critic": True})
+        added = {"learning_rate": body.learning_rate,
+                 "reward_range": None if body.reward_range is None else list(body.reward_range)}
+        return replace(self._done({"critic": True}), spec_update={"added_critic": added})
 
     def op_sample(self, body: schemas.Sample) -> Outcome:
         prompts = body.prompt_tokens

@@ -213,6 +213,9 @@ class Runner:
             return status_of(err), text
         if outcome.saved_state is not None:
             self.store.add_state(slot.run_id, **outcome.saved_state)
+        if outcome.spec_update:
+            slot.spec = {**slot.spec, **outcome.spec_update}
+            self.store.update_spec(slot.run_id, slot.spec)
         if outcome.finished:
             self.store.set_status(slot.run_id, "finished")
             pending.finished = True

@@ -59,6 +59,10 @@ class Store(Database):
             db.execute("INSERT INTO runs VALUES (?, ?, ?, ?, 'open', 0, ?)",
                        (run_id, session_id, owner, json.dumps(spec), time.time()))
 
+    def update_spec(self, run_id: str, spec: dict[str, Any]) -> None:
+        with self._write() as db:
+            db.execute("UPDATE runs SET spec = ? WHERE id = ?", (json.dumps(spec), run_id))
+
     def run(self, run_id: str) -> dict[str, Any] | None:
         rows = self.rows("SELECT * FROM runs WHERE id = ?", run_id)
         return _run(rows[0]) if rows else None
