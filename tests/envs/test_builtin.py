@@ -151,3 +151,19 @@ def test_task_is_frozen():
     task = Task("1", "abq")
     with pytest.raises(AttributeError):
         task.prompt = "x"  # type: ignore[misc]
+
+
+def test_copy_declares_its_measured_settings_and_the_others_the_short_warm_start():
+    """builtin:copy learns only with a longer warm start and a 10x lower RL rate (docs/tasksets.md, 4 of 5 seeds);
+    the others keep the 14-step warm start and the loop's rates; resolve reads them for a built-in model."""
+    from whileai.envs import Recommended
+    from whileai.loop import config as config_io
+
+    assert load_taskset("builtin:copy").recommended == Recommended(warm_start_steps=60, learning_rate=1e-3)
+    for name in ("case", "reverse", "add"):
+        assert load_taskset(f"builtin:{name}").recommended == Recommended(warm_start_steps=14)
+    config = config_io.build(None, taskset="builtin:copy")
+    resolved = config_io.resolve(config, load_taskset("builtin:copy"), None)
+    assert (resolved.warm_start_steps, resolved.learning_rate) == (60, 1e-3)
+    loaded = config_io.build(None, taskset="builtin:copy", model="some/model")
+    assert config_io.resolve(loaded, load_taskset("builtin:copy"), None).warm_start_steps == 0  # not a built-in

@@ -60,7 +60,7 @@ class TrainConfig:
     method that learns from rollouts (a lagging sampler, as production has), 0 for rows from a file (no sampler)"""
     learning_rate: float | None = None
     """policy learning rate; None: the method's declared one, else on a built-in model (random init) the
-    taskset's recommendation (builtin:lookup: 1e-3) or 1e-2, 2e-4 with LoRA on a loaded model, 1e-5 for full
+    taskset's recommendation (builtin:copy, lookup: 1e-3) or 1e-2, 2e-4 with LoRA on a loaded model, 1e-5 for full
     fine-tuning of a loaded model"""
     lr_schedule: str = "linear"
     """'linear': the learning rate falls linearly to 0 at the last step (TRL's default); 'constant': it stays"""
@@ -76,7 +76,7 @@ class TrainConfig:
     """generation cap per rollout; None: the taskset's, else the method's"""
     warm_start_steps: int | None = None
     """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: the taskset's
-    recommendation for a built-in model (builtin:case, copy, reverse, add: 14; lookup: 200; a random-init model
+    recommendation for a built-in model (builtin:case, reverse, add: 14; copy: 60; lookup: 200; a random-init model
     learns little by RL alone), else 0"""
     warm_start_batch: int = 16
     """reference answers per supervised warm-start step"""
