@@ -89,17 +89,24 @@ def one_of(*choices: Any) -> Check:
     return check
 
 
-def interval(low: float | None = None, high: float | None = None) -> Check:
-    """A pair (a, b) of finite numbers with a < b, both inside [low, high]."""
+def interval(low: float | None = None, high: float | None = None, contains: float | None = None,
+             strictly: bool = False) -> Check:
+    """A pair (a, b) of finite numbers with a < b, both inside [low, high], and a <= ``contains`` <= b (a <
+    ``contains`` < b when ``strictly``: for a band whose ends are outside it)."""
     lo_br, hi_br = ("(" if low is None else "["), (")" if high is None else "]")
+    sign = "<" if strictly else "<="
     text = (f"a pair (low, high) of finite numbers with low < high, inside "
-            f"{lo_br}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_br}")
+            f"{lo_br}{'-inf' if low is None else low}, {'inf' if high is None else high}{hi_br}"
+            + ("" if contains is None else f", with low {sign} {contains:g} {sign} high (a band that leaves out "
+               f"{contains:g} acts on every on-policy token)"))
 
     def check(x: Any) -> str | None:
         if not isinstance(x, tuple) or len(x) != 2 or not all(_is_number(v) for v in x):
             return text
         a, b = x
         if a >= b or (low is not None and a < low) or (high is not None and b > high):
+            return text
+        if contains is not None and not (a < contains < b if strictly else a <= contains <= b):
             return text
         return None
 

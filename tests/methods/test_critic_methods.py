@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import whileai as wai
-from whileai.errors import BatchError
+from whileai.errors import BatchError, ConfigError
 from whileai.methods._ops import reverse_scan, scan_by_depth, scan_padded
 from whileai.methods.critic import BPCO, SAO
 from whileai.simulations.reference import bpco as slow_bpco
@@ -80,13 +80,17 @@ def test_sao_hand_worked():
     report = str(update)
     assert report.splitlines()[0] == "sao update: 2 of 2 trajectories admitted"
     assert "ratio 8 at token 1 of trajectory 0, 1.33x above 6" in report and "widen ratio" in report
-    # strictly inside: trajectory 1 is on-policy after this (rho = exp(0) = 1 exactly), which sits on the
-    # edge of the band (1.0, 6.0) and so is masked; trajectory 0's rho = 1 tokens are masked the same way
-    rows[1]["logprobs"] = rows[1]["behavior_logprobs"]
-    edge = SAO(ratio=(1.0, 6.0)).update(rows)
-    assert not np.concatenate(edge.coefficients).any()
-    assert list(edge.admitted) == [False, False]
-    assert any("2 trajectories (0, 1) had every action token outside the band" in n for n in edge.notes)
+    # strictly inside: trajectory 1's token at rho = 0.25 / 0.5 = 0.5 exactly sits on the edge of the band
+    # (0.5, 6.0) and so is masked (trajectory 0 keeps its rho = 1 tokens)
+    rows[1]["logprobs"], rows[1]["behavior_logprobs"] = [math.log(0.25)], [math.log(0.5)]
+    assert float(np.exp(rows[1]["logprobs"][0] - rows[1]["behavior_logprobs"][0])) == 0.5
+    edge = SAO(ratio=(0.5, 6.0)).update(rows)
+    assert not edge.coefficients[1].any() and edge.coefficients[0][0] != 0.0
+    assert list(edge.admitted) == [True, False]
+    assert any("1 trajectory (1) had every action token outside the band" in n for n in edge.notes)
+    # so a band with 1 on its edge would mask every on-policy token: refused with the reason
+    with pytest.raises(ConfigError, match="with low < 1 < high"):
+        SAO(ratio=(1.0, 6.0))
 
 
 def test_bpco_hand_worked():

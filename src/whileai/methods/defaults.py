@@ -71,7 +71,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
     },
     "sao": {
         "ratio": Knob((0.7, 6.0), "band (1 - eps_low, 1 + eps_high): a token whose ratio leaves it is masked",
-                      interval(0.0), f"{SAO_PAPER}, Eq. 2-3"),
+                      interval(0.0, contains=1.0, strictly=True), f"{SAO_PAPER}, Eq. 2-3"),
         "gae_alpha": Knob(1.5, "length-adaptive GAE: lambda = 1 - 1/(gae_alpha * L)",
                           number(0.0, open_low=True), f"{SAO_PAPER}, Eq. 5"),
         "critic_steps": Knob(2, "critic updates per policy update", integer(1), f"{SAO_PAPER}, training setup"),
@@ -175,7 +175,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                           "epsilon = 0.3)", paper_value=0.3,
                           why="prime-rl's own ipo_threshold default is 0.1; the spec's 0.3 is used here"),
         "ratio": Knob((0.5, 5.0), "icepop: the band [low, high] a token's ratio must stay inside",
-                      interval(0.0), f"{ICEPOP_PAPER}; OpenRLHF is_correction thresholds [0.5, 5.0]"),
+                      interval(0.0, contains=1.0), f"{ICEPOP_PAPER}; OpenRLHF is_correction thresholds [0.5, 5.0]"),
         "max_ratio": Knob(2.0, "tis: the cap on the ratio inside c", number(1.0),
                           "verl rollout_correction TIS; Yao et al. 2025 (C = 2)"),
     },
