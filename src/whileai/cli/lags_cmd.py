@@ -26,6 +26,7 @@ def _names(text: str) -> list[str]:
 
 
 def register(subparsers: Any) -> None:
+    from whileai.cli.recipe_cmd import add_budget_flags
     from whileai.evidence.lags import LAG_METHODS, LAG_SEEDS, LAGS
 
     p = subparsers.add_parser(
@@ -43,22 +44,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--set", dest="knobs", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
                    help="a method knob for every run of METHOD (one of the rows; none: every method), e.g. "
                    "--set sao:critic_warmup=5; repeatable")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run, the fixed budget (default: "
-                   "the taskset's recommendation on a built-in model, else 40)")
-    p.add_argument("--learning-rate", type=float, default=None, help="the policy's learning rate, the same for "
-                   "every run (default: the loop's rule for the model, without any method's declared rate)")
-    p.add_argument("--critic-learning-rate", type=float, default=None, help="the critic's rate for SAO and BPCO "
-                   "(default: 1e-2 on a built-in model, else each method's own)")
-    p.add_argument("--model", default="builtin:tiny", help="builtin:NAME or a local model directory "
-                   "(default builtin:tiny)")
-    p.add_argument("--taskset", default="builtin:case", help="the taskset (default builtin:case)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train (default cpu)")
-    p.add_argument("--lora-rank", type=int, default=0, help="0 trains every weight; > 0 LoRA adapters (default 0)")
-    p.add_argument("--rollouts-per-step", type=int, default=32, help="trajectories per step (default 32)")
-    p.add_argument("--eval-tasks", type=int, default=64, help="held-out tasks (default 64)")
-    p.add_argument("--eval-samples", type=int, default=4, help="samples per held-out task (default 4)")
-    p.add_argument("--max-tokens", type=int, default=None, help="generation cap per rollout, the same for every "
-                   "run (default: the taskset's, else the method's)")
+    add_budget_flags(p)
     p.add_argument("--run-dir", default=None, help="where the runs and lags.json go (default runs/lags-TIME); "
                    "finished runs there are reused")
     p.add_argument("--progress", action="store_true", help="show each run's progress bar (default off)")
@@ -67,19 +53,14 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_lags(args: argparse.Namespace) -> int:
-    from whileai.cli.recipe_cmd import stopped_kept
+    from whileai.cli.recipe_cmd import budget, stopped_kept
     from whileai.cli.train_cmd import _pairs
     from whileai.evidence.lags import run_lag_table
 
-    train: dict[str, Any] = {"steps": args.steps, "learning_rate": args.learning_rate,
-                             "critic_learning_rate": args.critic_learning_rate, "model": args.model,
-                             "taskset": args.taskset, "device": args.device, "lora_rank": args.lora_rank,
-                             "rollouts_per_step": args.rollouts_per_step, "eval_tasks": args.eval_tasks,
-                             "eval_samples": args.eval_samples, "max_tokens": args.max_tokens, "seed": args.seed}
     run_dir = args.run_dir or f"runs/lags-{time.strftime('%Y%m%d-%H%M%S')}"
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout), stopped_kept("wai lags", run_dir):
         table = run_lag_table(methods=args.methods, lags=args.lags, seeds=args.seeds, progress=args.progress,
                               knobs=_pairs(args.knobs, "--set"), run_dir=run_dir,
-                              **{k: v for k, v in train.items() if v is not None})
+                              seed=args.seed, **budget(args))
     print(json.dumps(table.to_dict(), indent=2) if args.json else table)
     return 0

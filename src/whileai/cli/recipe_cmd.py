@@ -37,23 +37,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="the first seed; the arms run seeds SEED .. SEED+N-1 "
                    "(default 0)")
     p.add_argument("--lag", type=int, default=None, help="sampler lag in optimizer steps (default: the loop's, 2)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: the taskset's "
-                   "recommendation on a built-in model, else 40)")
-    p.add_argument("--learning-rate", type=float, default=None, help="the policy's learning rate, the same for "
-                   "every arm (default: the loop's rule for the model, without any method's declared rate)")
-    p.add_argument("--critic-learning-rate", type=float, default=None, help="the critic's rate for critic arms "
-                   "(default: 1e-2 on a built-in model, else each method's own)")
-    p.add_argument("--model", default="builtin:tiny", help="builtin:NAME or a local model directory "
-                   "(default builtin:tiny)")
-    p.add_argument("--taskset", default="builtin:case", help="the taskset to train on and evaluate on its test "
-                   "split (default builtin:case)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train (default cpu)")
-    p.add_argument("--lora-rank", type=int, default=0, help="0 trains every weight; > 0 LoRA adapters (default 0)")
-    p.add_argument("--rollouts-per-step", type=int, default=32, help="trajectories per step (default 32)")
-    p.add_argument("--eval-tasks", type=int, default=64, help="held-out tasks the arms are compared on (default 64)")
-    p.add_argument("--eval-samples", type=int, default=4, help="samples per held-out task (default 4)")
-    p.add_argument("--max-tokens", type=int, default=None, help="generation cap per rollout, the same for every "
-                   "run (default: the taskset's, else the method's)")
+    add_budget_flags(p)
     p.add_argument("--run-dir", default=None, help="where the runs and recipe.json go (default "
                    "runs/recipe-NAME-TIME)")
     p.add_argument("--progress", action="store_true", help="show each run's progress bar (default off)")
@@ -95,13 +79,40 @@ def stopped_kept(command: str, run_dir: str) -> Iterator[None]:
                            f"run the same {command} command with --run-dir {run_dir} to continue from them") from None
 
 
-def _shared(args: argparse.Namespace) -> dict[str, Any]:
-    """The flags every arm shares, as ``wai.train`` settings (those left unset are left out)."""
-    train = {"lag": args.lag, "steps": args.steps, "learning_rate": args.learning_rate, "model": args.model,
+def add_budget_flags(p: argparse.ArgumentParser) -> None:
+    """The flags every run of a sweep shares (`wai recipe`, `wai lags`): one budget, model and taskset."""
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (default: the taskset's "
+                   "recommendation on a built-in model, else 40)")
+    p.add_argument("--learning-rate", type=float, default=None, help="the policy's learning rate, the same for "
+                   "every run (default: the loop's rule for the model, without any method's declared rate)")
+    p.add_argument("--critic-learning-rate", type=float, default=None, help="the critic's rate for critic methods "
+                   "(default: 1e-2 on a built-in model, else each method's own)")
+    p.add_argument("--model", default="builtin:tiny", help="builtin:NAME or a local model directory "
+                   "(default builtin:tiny)")
+    p.add_argument("--taskset", default="builtin:case", help="the taskset to train on and evaluate on its test "
+                   "split (default builtin:case)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train (default cpu)")
+    p.add_argument("--lora-rank", type=int, default=0, help="0 trains every weight; > 0 LoRA adapters (default 0)")
+    p.add_argument("--rollouts-per-step", type=int, default=32, help="trajectories per step (default 32)")
+    p.add_argument("--eval-tasks", type=int, default=64, help="held-out tasks every run is scored on (default 64)")
+    p.add_argument("--eval-samples", type=int, default=4, help="samples per held-out task (default 4)")
+    p.add_argument("--max-tokens", type=int, default=None, help="generation cap per rollout, the same for every "
+                   "run (default: the taskset's, else the method's)")
+
+
+def budget(args: argparse.Namespace) -> dict[str, Any]:
+    """``add_budget_flags``' values as ``wai.train`` settings (those left unset are left out)."""
+    train = {"steps": args.steps, "learning_rate": args.learning_rate, "model": args.model,
              "taskset": args.taskset, "device": args.device, "lora_rank": args.lora_rank,
              "rollouts_per_step": args.rollouts_per_step, "eval_tasks": args.eval_tasks,
-             "eval_samples": args.eval_samples, "max_tokens": args.max_tokens, "critic_learning_rate": args.critic_learning_rate}
+             "eval_samples": args.eval_samples, "max_tokens": args.max_tokens,
+             "critic_learning_rate": args.critic_learning_rate}
     return {k: v for k, v in train.items() if v is not None}
+
+
+def _shared(args: argparse.Namespace) -> dict[str, Any]:
+    """A recipe's shared settings: the budget and the lag."""
+    return {**budget(args), **({} if args.lag is None else {"lag": args.lag})}
 
 
 def _list(args: argparse.Namespace, knobs: dict[str, Any]) -> int:
