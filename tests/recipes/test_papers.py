@@ -410,7 +410,9 @@ def test_knobs_that_would_change_more_than_the_method_are_refused_before_trainin
     with pytest.raises(ConfigError, match="critic rate of 'same critic, ratio never masked', 'SAO'.*shared"):
         run_recipe(recipe("sao"), seeds=2, knobs={"critic_learning_rate": 1e-3}, run_dir=str(tmp_path / "b"))
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
-    from whileai.evidence.runner import check_recipe  # one temperature for every arm is accepted (checked only)
+    from whileai.evidence.runner import (
+        check_recipe,  # one temperature for every arm is accepted (checked only)
+    )
 
     arms = check_recipe(recipe("flash_reinforce"), {"temperature": 0.5})[2]
     assert [arm.knobs["temperature"] for arm in arms] == [0.5, 0.5]
