@@ -98,6 +98,12 @@ class RunSpec:
     """'policy': the coefficients weight log-probabilities; 'score': a scalar head's output (RM)"""
     teacher: TeacherSpec | None = None
     """the teacher that fills ``teacher_logprobs`` / ``teacher_topk`` (None: the method needs none)"""
+    loss: str = "cross_entropy"
+    """the engine loss the step runs: 'cross_entropy' takes ``Update.coefficients`` as its weights; a named loss
+    (ppo, cispo, gspo, dppo, sapo, dro, importance_sampling) takes ``Update.advantages`` per token, with the rows'
+    ``behavior_logprobs`` as the sampler's log-probabilities, and computes the live ratio inside the graph"""
+    loss_config: tuple[tuple[str, float], ...] = ()
+    """the named loss's config (Tinker's ``loss_fn_config``) as sorted (key, value) pairs; () for cross_entropy"""
     plan: Callable[[Iterable[Mapping[str, Any]], Iterable[Hashable]], Any] | None = None
     """adaptive sampling: ``plan(rows_so_far, task_ids)`` returns an object whose ``resample`` maps
     task_id -> more rollouts to draw (empty when done); None: one round of ``rollouts_per_prompt``"""
