@@ -7,8 +7,10 @@ gives each sampled token's log-probability under the distribution it was drawn f
 top-k and top-p: vLLM's ``processed_logprobs``; ``top_k`` is taken as vLLM's extra field). Every answer
 carries headers naming the model, the weights version and the logprobs mode::
 
-    x-whileai-model             what it serves (a built-in name, or the weights folder)
-    x-whileai-weights-version   a digest of the weights files (a built-in: its name and seed)
+    x-whileai-model             what answered: the served model (a built-in name, or the weights folder) or the
+                                LoRA adapter the request named (``model=<lora_name>``)
+    x-whileai-weights-version   a digest of the weights files (a built-in: its name and seed; an adapter:
+                                ``<lora_name>@<digest>``); it changes when new weights are loaded
     x-whileai-logprobs-mode     processed_logprobs
     x-whileai-sampling          the temperature, top_p and top_k this answer was sampled with (JSON)
 
@@ -19,13 +21,14 @@ a model that writes tool calls returns them in the content.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,23 @@ class Served:
     engine: Any
     name: str
     version: str
+    adapters: dict[str, str] = field(default_factory=dict)
+    """LoRA adapters loaded at runtime (``record.weights``): name -> weights version."""
+    peft: Any = None
+    """The PEFT wrapper around ``engine.model`` holding those adapters (None while none is loaded)."""
+
+
+@contextlib.contextmanager
+def use_adapter(served: Served, name: str | None) -> Iterator[None]:
+    """Run a block on the named runtime adapter, or (None) on the base model with every adapter off."""
+    if served.peft is None:
+        yield
+    elif name is None:
+        with served.peft.disable_adapter():
+            yield
+    else:
+        served.peft.set_adapter(name)
+        yield
 
 
 def resolve_weights(spec: str) -> str:
@@ -84,11 +104,12 @@ def load(spec: str, seed: int = 0) -> Served:
 
 # ----------------------------------------------------------------------------- sampling
 class Policy:
-    """Samples for requests, one at a time (the engine is not thread-safe)."""
+    """Samples for requests, one at a time (the engine is not thread-safe). ``lock`` is re-entrant: hold it
+    around a sample and its headers so a weight reload cannot fall between them."""
 
     def __init__(self, served: Served) -> None:
         self.served = served
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
 
     @property
     def tokenizer(self) -> Any:
@@ -113,14 +134,14 @@ class Policy:
         from whileai.engine.sampling import SamplingParams
 
         prompt = self.prompt_ids(ask)
-        stops = [chat.encode(self.tokenizer, s) for s in ask.stop]
+        stops = [chat.encode(self.tokenizer, s) for s in ask.stop] + [[t] for t in ask.stop_token_ids]
         engine = self.served.engine
         if len(prompt) >= engine.max_context:
             raise RequestError(f"the prompt has {len(prompt)} tokens; the model's context is {engine.max_context}. "
                                "Fix: shorten the prompt", param="messages" if ask.chat else "prompt")
         params = SamplingParams(max_tokens=ask.max_tokens, temperature=ask.temperature, top_p=ask.top_p,
                                 top_k=ask.top_k, stop=stops, seed=ask.seed)
-        with self.lock:
+        with self.lock, use_adapter(self.served, ask.adapter):
             samples = engine.sample(prompt, ask.n, params)
             tops = [self._top(prompt, s.tokens, ask) for s in samples]
         return prompt, samples, tops
@@ -136,9 +157,16 @@ class Policy:
             sampling_params={"temperature": ask.temperature, "top_p": ask.top_p, "top_k": ask.top_k})
         return [[(i, v) for i, v in pairs if v > float("-inf")] for pairs in scored["topk"][len(prompt):]]
 
+    def answered_by(self, ask: Ask) -> tuple[str, str]:
+        """The name and weights version of what answers ``ask``: its adapter, or the base model."""
+        if ask.adapter is not None and ask.adapter in self.served.adapters:
+            return ask.adapter, self.served.adapters[ask.adapter]
+        return self.served.name, self.served.version
+
     def headers(self, ask: Ask) -> dict[str, str]:
         sampling = {"temperature": ask.temperature, "top_p": ask.top_p, "top_k": ask.top_k}
-        return {"x-whileai-model": self.served.name, "x-whileai-weights-version": self.served.version,
+        name, version = self.answered_by(ask)
+        return {"x-whileai-model": name, "x-whileai-weights-version": version,
                 "x-whileai-logprobs-mode": LOGPROBS_MODE, "x-whileai-sampling": json.dumps(sampling)}
 
 
@@ -154,22 +182,27 @@ def _reply_ids(tokenizer: Any, sample: Any) -> list[int]:
     return sample.tokens[:-1] if ended_on_eos else sample.tokens
 
 
-def _piece(tokenizer: Any, token: int) -> str:
+def _piece(tokenizer: Any, token: int, as_id: bool = False) -> str:
+    if as_id:  # vLLM's return_tokens_as_token_ids
+        return f"token_id:{token}"
     return chat.decode(tokenizer, [token]) if token != tokenizer.eos_token_id else str(tokenizer.eos_token)
 
 
-def _chat_logprob(tokenizer: Any, token: int, logprob: float, top: list[tuple[int, float]] | None) -> dict[str, Any]:
-    piece = _piece(tokenizer, token)
-    alternatives = [{"token": _piece(tokenizer, i), "logprob": v, "bytes": list(_piece(tokenizer, i).encode())}
-                    for i, v in (top or [])]
+def _chat_logprob(tokenizer: Any, token: int, logprob: float, top: list[tuple[int, float]] | None,
+                  as_ids: bool = False) -> dict[str, Any]:
+    piece = _piece(tokenizer, token, as_ids)
+    alternatives = [{"token": _piece(tokenizer, i, as_ids), "logprob": v,
+                     "bytes": list(_piece(tokenizer, i, as_ids).encode())} for i, v in (top or [])]
     return {"token": piece, "logprob": logprob, "bytes": list(piece.encode()), "top_logprobs": alternatives}
 
 
 def _completion_logprobs(tokenizer: Any, tokens: list[int], logprobs: list[float],
-                         top: list[list[tuple[int, float]]] | None, start: int = 0) -> dict[str, Any]:
-    pieces = [_piece(tokenizer, t) for t in tokens]
+                         top: list[list[tuple[int, float]]] | None, start: int = 0,
+                         as_ids: bool = False) -> dict[str, Any]:
+    pieces = [_piece(tokenizer, t, as_ids) for t in tokens]
     offsets = [start + sum(len(p) for p in pieces[:j]) for j in range(len(pieces))]
-    tops = [{_piece(tokenizer, i): v for i, v in alt} for alt in top] if top is not None else [None] * len(tokens)
+    tops = ([{_piece(tokenizer, i, as_ids): v for i, v in alt} for alt in top] if top is not None
+            else [None] * len(tokens))
     return {"tokens": pieces, "token_logprobs": list(logprobs), "top_logprobs": tops, "text_offset": offsets}
 
 
@@ -184,12 +217,13 @@ def answer(policy: Policy, ask: Ask) -> dict[str, Any]:
         if ask.chat:
             choice["message"] = {"role": "assistant", "content": text}
             if ask.logprobs is not None:
-                choice["logprobs"] = {"content": [_chat_logprob(tok, t, v, top[j] if top else None)
+                choice["logprobs"] = {"content": [_chat_logprob(tok, t, v, top[j] if top else None, ask.tokens_as_ids)
                                                   for j, (t, v) in enumerate(zip(sample.tokens, sample.logprobs))]}
         else:
             choice["text"] = text
             if ask.logprobs is not None:
-                choice["logprobs"] = _completion_logprobs(tok, sample.tokens, sample.logprobs, top)
+                choice["logprobs"] = _completion_logprobs(tok, sample.tokens, sample.logprobs, top,
+                                                          as_ids=ask.tokens_as_ids)
             if ask.return_token_ids:
                 choice["prompt_token_ids"] = prompt
         if ask.return_token_ids:
@@ -205,9 +239,9 @@ def answer(policy: Policy, ask: Ask) -> dict[str, Any]:
 
 def _envelope(policy: Policy, ask: Ask, chunk: bool = False) -> dict[str, Any]:
     kind = ("chat.completion" if ask.chat else "text_completion") + (".chunk" if chunk and ask.chat else "")
+    name, version = policy.answered_by(ask)
     return {"id": ("chatcmpl-" if ask.chat else "cmpl-") + uuid.uuid4().hex[:24], "object": kind,
-            "created": int(time.time()), "model": policy.served.name,
-            "system_fingerprint": policy.served.version}
+            "created": int(time.time()), "model": name, "system_fingerprint": version}
 
 
 def _usage(prompt: list[int], samples: list[Any]) -> dict[str, int]:
@@ -218,9 +252,9 @@ def _usage(prompt: list[int], samples: list[Any]) -> dict[str, int]:
 def stream(policy: Policy, ask: Ask) -> tuple[list[int], list[Any], Iterator[str]]:
     """Sample first (errors surface before the stream starts), then the SSE lines of the chunks."""
     prompt, samples, tops = policy.sample(ask)
+    base = _envelope(policy, ask, chunk=True)
 
     def lines() -> Iterator[str]:
-        base = _envelope(policy, ask, chunk=True)
         first = True
         for k, (sample, top) in enumerate(zip(samples, tops)):
             for chunk in _choice_chunks(policy.tokenizer, ask, k, sample, top):
@@ -263,13 +297,14 @@ def _choice_chunks(tokenizer: Any, ask: Ask, k: int, sample: Any, top: Any) -> I
         if ask.chat:
             choice["delta"] = {"content": deltas[j]}
             if ask.logprobs is not None:
-                choice["logprobs"] = {"content": [_chat_logprob(tokenizer, token, logprob, top[j] if top else None)]}
+                choice["logprobs"] = {"content": [_chat_logprob(tokenizer, token, logprob, top[j] if top else None,
+                                                                ask.tokens_as_ids)]}
         else:
             choice["text"] = deltas[j]
             choice["finish_reason"] = _finish(sample) if last else None
             if ask.logprobs is not None:
                 choice["logprobs"] = _completion_logprobs(tokenizer, [token], [logprob], [top[j]] if top else None,
-                                                          offset)
+                                                          offset, as_ids=ask.tokens_as_ids)
                 offset += len(choice["logprobs"]["tokens"][0])
         if ask.return_token_ids:
             choice["token_ids"] = [token]

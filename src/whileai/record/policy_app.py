@@ -4,9 +4,14 @@
     GET  /v1/models               the one model served, with its weights version
     POST /v1/completions          text or token-id prompt; logprobs=N; return_token_ids; stream
     POST /v1/chat/completions     messages (+ tools); logprobs / top_logprobs; return_token_ids; stream
+    POST /v1/load_lora_adapter    {lora_name, lora_path, load_inplace?}: then model=<lora_name> samples with it
+    POST /v1/unload_lora_adapter  {lora_name}
+    POST /update_weights_from_disk {model_path, weight_version?} -> {success, message} (SGLang's shape)
+
+The weight routes are record.weights; each answer's ``x-whileai-weights-version`` header is the new version.
 
 Errors are OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, so the official client
-raises them with the message. ``--api-key`` (optional) makes every /v1 route ask for ``Bearer KEY``.
+raises them with the message. ``--api-key`` (optional) makes every /v1 route and the reload route ask for ``Bearer KEY``.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ import json
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from whileai.record import weights
 from whileai.record.policy import Policy, Served, answer, stream
 from whileai.record.requests import RequestError, parse_ask
 
@@ -53,20 +59,28 @@ def create_policy_app(served: Served, api_key: str | None = None) -> FastAPI:
         refused = refuse_key(request)
         if refused is not None:
             return refused
+        adapters = [{"id": name, "object": "model", "created": 0, "owned_by": "whileai", "parent": served.name,
+                     "weights_version": version} for name, version in served.adapters.items()]
         return JSONResponse({"object": "list", "data": [{"id": served.name, "object": "model", "created": 0,
-                                                         "owned_by": "whileai", "weights_version": served.version}]})
+                                                         "owned_by": "whileai", "weights_version": served.version},
+                                                        *adapters]})
+
+    def respond(ask: Any) -> tuple[Any, dict[str, str]]:
+        with policy.lock:  # the sample and the version in its headers, with no reload between them
+            if ask.stream:
+                return stream(policy, ask)[2], policy.headers(ask)
+            return answer(policy, ask), policy.headers(ask)
 
     async def complete(request: Request, chat: bool) -> Response:
         refused = refuse_key(request)
         if refused is not None:
             return refused
         try:
-            ask = parse_ask(await read_json(request), chat, served.name)
+            ask = parse_ask(await read_json(request), chat, served.name, tuple(served.adapters))
+            body, headers = await run_in_threadpool(respond, ask)
             if ask.stream:
-                _, _, lines = await run_in_threadpool(stream, policy, ask)
-                return StreamingResponse(lines, media_type="text/event-stream", headers=policy.headers(ask))
-            body = await run_in_threadpool(answer, policy, ask)
-            return JSONResponse(body, headers=policy.headers(ask))
+                return StreamingResponse(body, media_type="text/event-stream", headers=headers)
+            return JSONResponse(body, headers=headers)
         except RequestError as err:
             return err.response()
 
@@ -78,4 +92,49 @@ def create_policy_app(served: Served, api_key: str | None = None) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         return await complete(request, chat=True)
 
+    add_weight_routes(app, policy, refuse_key)
     return app
+
+
+def add_weight_routes(app: FastAPI, policy: Policy, refuse_key: Any) -> None:
+    """vLLM's runtime LoRA routes and SGLang's full reload (record.weights), serialised with sampling."""
+    served = policy.served
+
+    def under_lock(change: Any, body: Any) -> Any:
+        with policy.lock:
+            return change(served, body)
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora_adapter(request: Request) -> Response:
+        if (refused := refuse_key(request)) is not None:
+            return refused
+        try:
+            body = await read_json(request)
+            version = await run_in_threadpool(under_lock, weights.load_adapter, body)
+        except RequestError as err:
+            return err.response()
+        return PlainTextResponse(f"Success: LoRA adapter '{body['lora_name']}' added successfully.",
+                                 headers={"x-whileai-model": body["lora_name"], "x-whileai-weights-version": version})
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora_adapter(request: Request) -> Response:
+        if (refused := refuse_key(request)) is not None:
+            return refused
+        try:
+            name = await run_in_threadpool(under_lock, weights.unload_adapter, await read_json(request))
+        except RequestError as err:
+            return err.response()
+        return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request) -> Response:
+        if (refused := refuse_key(request)) is not None:
+            return refused
+        try:
+            new, path = await run_in_threadpool(weights.read_full, served, await read_json(request))
+        except RequestError as err:
+            return JSONResponse({"success": False, "message": str(err)}, status_code=400)
+        dropped = await run_in_threadpool(under_lock, weights.swap_full, new)
+        also = f"; unloaded the LoRA adapters {dropped}, trained on the old weights" if dropped else ""
+        return JSONResponse({"success": True, "message": f"Succeeded to update model weights from {path}{also}."},
+                            headers={"x-whileai-model": served.name, "x-whileai-weights-version": served.version})

@@ -8,12 +8,13 @@ would change the sampled distribution, and the recorded log-probabilities would 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 COMMON = {"model", "max_tokens", "temperature", "top_p", "top_k", "n", "seed", "stop", "stream",
-          "stream_options", "logprobs", "return_token_ids", "frequency_penalty", "presence_penalty", "user"}
+          "stream_options", "logprobs", "return_token_ids", "frequency_penalty", "presence_penalty", "user",
+          "stop_token_ids", "return_tokens_as_token_ids"}
 CHAT = COMMON | {"messages", "max_completion_tokens", "top_logprobs", "tools"}
 COMPLETIONS = COMMON | {"prompt", "echo"}
 DEFAULT_MAX_TOKENS = 16  # the OpenAI completions API's default
@@ -59,6 +60,9 @@ class Ask:
     include_usage: bool
     logprobs: int | None  # None: not asked; chat: top_logprobs (0 = only the sampled token)
     return_token_ids: bool
+    adapter: str | None = None  # a LoRA adapter loaded at runtime (model=<lora_name>); None: the base model
+    stop_token_ids: tuple[int, ...] = ()  # vLLM's extra field: token ids that end a sample (kept in it)
+    tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: logprobs name tokens 'token_id:<int>'
 
 
 def _number(body: Mapping[str, Any], name: str, default: float, low: float, high: float,
@@ -111,16 +115,28 @@ def _prompt(body: Mapping[str, Any], chat: bool, problems: list[str]) -> Any:
     return None
 
 
-def parse_ask(body: Any, chat: bool, served: str) -> Ask:
-    """A checked ``Ask`` from a request body, or a ``RequestError`` listing every problem."""
+def _stop_token_ids(body: Mapping[str, Any], problems: list[str]) -> tuple[int, ...]:
+    ids = body.get("stop_token_ids")
+    if ids is None:
+        return ()
+    if not isinstance(ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids):
+        problems.append(f"'stop_token_ids' is {str(ids)[:60]!r}; it must be a list of token ids (integers >= 0)")
+        return ()
+    return tuple(ids)
+
+
+def parse_ask(body: Any, chat: bool, served: str, adapters: Collection[str] = ()) -> Ask:
+    """A checked ``Ask`` from a request body, or a ``RequestError`` listing every problem. ``adapters``: the
+    LoRA adapters loaded at runtime, which ``model`` may also name."""
     if not isinstance(body, Mapping):
         raise RequestError("the body must be a JSON object (the OpenAI request fields)")
     known = CHAT if chat else COMPLETIONS
     problems = [f"unknown field {k!r}: this server cannot apply it, and ignoring it would change what was "
                 f"sampled; known fields: {sorted(known)}" for k in sorted(set(body) - known)]
-    if body.get("model") not in (None, served):
-        raise RequestError(f"model {body.get('model')!r} is not served here; this server serves {served!r}. Fix: "
-                           f"send model={served!r}", status=404, param="model")
+    if body.get("model") not in (None, served, *adapters):
+        also = f" and the LoRA adapters {sorted(adapters)}" if adapters else ""
+        raise RequestError(f"model {body.get('model')!r} is not served here; this server serves {served!r}{also}. "
+                           f"Fix: send model={served!r}", status=404, param="model")
     for name in ("frequency_penalty", "presence_penalty"):
         if body.get(name) not in (None, 0, 0.0):
             problems.append(f"'{name}' is {body[name]!r}; only 0 is supported (penalties are not applied)")
@@ -132,7 +148,7 @@ def parse_ask(body: Any, chat: bool, served: str) -> Ask:
     if not isinstance(stream_options, Mapping) or set(stream_options) - {"include_usage"}:
         problems.append(f"'stream_options' is {stream_options!r}; only {{'include_usage': bool}} is supported")
         stream_options = {}
-    for name in ("stream", "return_token_ids"):
+    for name in ("stream", "return_token_ids", "return_tokens_as_token_ids"):
         if body.get(name) not in (None, True, False):
             problems.append(f"'{name}' is {body[name]!r}; it must be true or false")
     ask = Ask(chat=chat, prompt=_prompt(body, chat, problems), tools=body.get("tools") if chat else None,
@@ -143,7 +159,10 @@ def parse_ask(body: Any, chat: bool, served: str) -> Ask:
               n=_whole(body, "n", 1, 1, MAX_N, problems) or 1, seed=_whole(body, "seed", None, 0, 2**63, problems),
               stop=_stop(body, problems), stream=bool(body.get("stream")),
               include_usage=bool(stream_options.get("include_usage")), logprobs=logprobs,
-              return_token_ids=bool(body.get("return_token_ids")))
+              return_token_ids=bool(body.get("return_token_ids")),
+              adapter=body["model"] if body.get("model") in adapters else None,
+              stop_token_ids=_stop_token_ids(body, problems),
+              tokens_as_ids=bool(body.get("return_tokens_as_token_ids")))
     if problems:
         raise RequestError("; ".join(problems) + ". Fix each field and send again")
     return ask
