@@ -218,12 +218,17 @@ def _tokens_and_logprobs(url: str, choice: dict[str, Any], prompt: list[int]) ->
 
 
 # ----------------------------------------------------------------------------- weights to push
-@lru_cache(maxsize=8)
 def folder_version(path: str) -> str:
-    """The digest ``wai policy`` reports for a weights folder (read once per folder and process)."""
+    """The digest ``wai policy`` reports for a weights folder (read now: a rewritten folder has a new one)."""
     from whileai.record.policy import weights_version
 
     return weights_version(path, 0)
+
+
+@lru_cache(maxsize=8)
+def _base_digest(path: str) -> str:
+    """A base model folder's digest, read once per process (a base does not change while it is trained on)."""
+    return folder_version(path)
 
 
 def base_version(engine: Any) -> str | None:
@@ -234,7 +239,7 @@ def base_version(engine: Any) -> str | None:
     name = str(engine.loaded.name)
     if name.startswith("builtin:"):
         return weights_version(name, int(engine.loaded.load_args["seed"]))
-    return folder_version(str(Path(name).resolve())) if Path(name).is_dir() else None
+    return _base_digest(str(Path(name).resolve())) if Path(name).is_dir() else None
 
 
 def write_weights(engine: Any, folder: str | Path) -> str:
