@@ -4,6 +4,9 @@ changes the version every answer reports; bad pushes get clear 400s; a killed se
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -104,3 +107,12 @@ def test_a_full_fine_tuning_push_reloads_every_weight_and_a_killed_server_is_nam
             sampler.sample(PROMPTS)
         with pytest.raises(SamplerError, match="no inference server answers at"):
             sampler.sync(engine, tmp_path / "full")
+
+
+def test_the_docs_example_runs_against_a_server(server, tmp_path):
+    page = (Path(__file__).resolve().parents[2] / "docs" / "record.md").read_text(encoding="utf-8")
+    section = page.split("## Weight sync", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "http://127.0.0.1:8300" in code and "/tmp/wai-sync" in code
+    exec(code.replace("http://127.0.0.1:8300", server.url).replace("/tmp/wai-sync", str(tmp_path)), {})
+    assert httpx.post(server.url + "/v1/unload_lora_adapter", json={"lora_name": "policy"}).status_code == 200
