@@ -15,7 +15,7 @@ import torch
 from whileai.engine import TrainingEngine
 from whileai.loop.server_sampler import SamplerError, ServerSampler, write_weights
 from whileai.record import weights
-from whileai.record.policy import load, use_adapter
+from whileai.record.policy import Policy, load, use_adapter
 from whileai.record.requests import RequestError, parse_ask
 from whileai.service.launch import free_port
 
@@ -227,3 +227,14 @@ def test_a_vllm_without_runtime_lora_says_which_flags_it_needs_and_a_taken_name_
             sampler.push_full(tmp_path, weight_version="step1")
     finally:
         stub.close()
+
+
+def test_an_adapter_unloaded_after_its_request_was_read_is_a_404_not_a_crash(tmp_path):
+    served = load("builtin:tiny")
+    weights.load_adapter(served, {"lora_name": "a", "lora_path": write_weights(
+        moved(TrainingEngine("builtin:tiny", lora_rank=2)), tmp_path / "a")})
+    ask = parse_ask({"model": "a", "prompt": [1, 2]}, chat=False, served="builtin:tiny", adapters=("a",))
+    weights.unload_adapter(served, {"lora_name": "a"})
+    with pytest.raises(RequestError, match="the adapter was unloaded") as caught:
+        Policy(served).sample(ask)
+    assert caught.value.status == 404

@@ -56,6 +56,9 @@ class Served:
 @contextlib.contextmanager
 def use_adapter(served: Served, name: str | None) -> Iterator[None]:
     """Run a block on the named runtime adapter, or (None) on the base model with every adapter off."""
+    if name is not None and name not in served.adapters:  # unloaded since the request was read
+        raise RequestError(f"model {name!r} is not served here any more: the adapter was unloaded; loaded: "
+                           f"{sorted(served.adapters)}", status=404, param="model")
     if served.peft is None:
         yield
     elif name is None:
