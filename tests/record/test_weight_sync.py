@@ -97,7 +97,7 @@ def test_a_full_fine_tuning_push_reloads_every_weight_and_a_killed_server_is_nam
         assert len(set(versions)) == 3 and versions[1].startswith("sha256:")
         assert [m["id"] for m in httpx.get(server.url + "/v1/models").json()["data"]] == [MODEL]  # 'old' dropped
         reply = httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(tmp_path / "none")})
-        assert reply.status_code == 400 and reply.json()["success"] is False
+        assert reply.status_code == 400 and reply.json()["success"] is False and reply.json()["num_paused_requests"] == 0
         assert "could not be loaded" in reply.json()["message"]
         named = httpx.post(server.url + "/update_weights_from_disk",
                            json={"model_path": str(tmp_path / "full"), "weight_version": "step6"})

@@ -1,5 +1,6 @@
 """`wai policy MODEL|RUN_DIR`: serve a model over the OpenAI API (completions and chat, streaming and not) with
-token ids and the sampler's own log-probabilities, bound to 127.0.0.1 unless told otherwise. docs/record.md."""
+token ids and the sampler's own log-probabilities, bound to 127.0.0.1 unless told otherwise; new weights load while it runs
+(vLLM's runtime LoRA routes, SGLang's full reload: record.weights). docs/record.md."""
 
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ def register(subparsers: Any) -> None:
         "policy", help="serve a model (built-in, folder, or a run's final weights) over the OpenAI API",
         description="An OpenAI-compatible server (/v1/completions, /v1/chat/completions, streaming and not) for "
                     "the model being trained: token ids on request (return_token_ids) and log-probabilities of "
-                    "the distribution each token was sampled from. Put `wai record` in front of it to record traces.")
+                    "the distribution each token was sampled from. Put `wai record` in front of it to record traces. "
+                    "New weights load while it runs: POST /v1/load_lora_adapter (then model=<lora_name>), "
+                    "/v1/unload_lora_adapter, /update_weights_from_disk (docs/record.md, Weight sync).")
     policy.add_argument("model", metavar="MODEL", help="builtin:tiny, builtin:mini, a model folder, or a run folder "
                                                        "from `wai train` (its final/ weights)")
     policy.add_argument("--host", default="127.0.0.1",

@@ -6,7 +6,8 @@
     POST /v1/chat/completions     messages (+ tools); logprobs / top_logprobs; return_token_ids; stream
     POST /v1/load_lora_adapter    {lora_name, lora_path, load_inplace?}: then model=<lora_name> samples with it
     POST /v1/unload_lora_adapter  {lora_name}
-    POST /update_weights_from_disk {model_path, weight_version?} -> {success, message} (SGLang's shape)
+    POST /update_weights_from_disk {model_path, weight_version?} -> {success, message, num_paused_requests}
+                                  (SGLang's shape)
 
 The weight routes are record.weights; each answer's ``x-whileai-weights-version`` header is the new version.
 
@@ -133,8 +134,9 @@ def add_weight_routes(app: FastAPI, policy: Policy, refuse_key: Any) -> None:
         try:
             new, path = await run_in_threadpool(weights.read_full, served, await read_json(request))
         except RequestError as err:
-            return JSONResponse({"success": False, "message": str(err)}, status_code=400)
+            return JSONResponse({"success": False, "message": str(err), "num_paused_requests": 0}, status_code=400)
         dropped = await run_in_threadpool(under_lock, weights.swap_full, new)
         also = f"; unloaded the LoRA adapters {dropped}, trained on the old weights" if dropped else ""
-        return JSONResponse({"success": True, "message": f"Succeeded to update model weights from {path}{also}."},
+        return JSONResponse({"success": True, "message": f"Succeeded to update model weights from {path}{also}.",
+                             "num_paused_requests": 0},  # SGLang's shape; nothing pauses: sampling waits on the lock
                             headers={"x-whileai-model": served.name, "x-whileai-weights-version": served.version})
