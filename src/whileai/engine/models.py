@@ -93,19 +93,27 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def byte_tokenizer() -> Any:
-    """A byte-level tokenizer: ids 0-2 are pad/bos/eos, id ``3 + b`` is byte ``b``. Deterministic."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    """A byte-level tokenizer: ids 0-2 are pad/bos/eos, id ``3 + b`` is byte ``b``. Deterministic.
+
+    It adds BOS itself (``encode(text)`` is ``[1, ...]``; ``add_special_tokens=False`` leaves it out), so the
+    tokenizer saved to a model folder encodes text exactly as training did (``whileai.prompts``). Text is
+    NFC-normalised first, as transformers' Qwen2 tokenizer class (the one ``AutoTokenizer`` picks for an
+    exported built-in folder) always does, so in-process and reloaded ids agree on every text. It has no
+    unknown token (every byte has an id), so a reloaded copy has the model's 259 ids, not one more.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for b, ch in _bytes_to_unicode().items():
         vocab[ch] = len(SPECIAL_TOKENS) + b
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(SPECIAL_TOKENS))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIAL_TOKENS[0],
-                                   bos_token=SPECIAL_TOKENS[1], eos_token=SPECIAL_TOKENS[2])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIAL_TOKENS[0], bos_token=SPECIAL_TOKENS[1],
+                                   eos_token=SPECIAL_TOKENS[2], unk_token=None, add_bos_token=True)
 
 
 # ----------------------------------------------------------------------------- devices

@@ -32,6 +32,7 @@ from typing import Any
 
 from whileai.errors import BatchError
 from whileai.loop.step import SCORED  # the sampling settings a trace is scored under
+from whileai.prompts import text_ids
 from whileai.rows.io import check_label, check_reward, check_truncated
 
 FORMATS = {"whileai": "the library's rows (token ids)", "openai": "an OpenAI-compatible server's log (vLLM)",
@@ -219,8 +220,8 @@ def _openai_prompt(where: str, row: Mapping[str, Any], request: Mapping[str, Any
     prompt = request.get("prompt")
     if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
         return token_ids(where, "request.prompt", prompt, vocab.size, empty_ok=True)
-    if isinstance(prompt, str):  # the completions API: raw text, the tokenizer's own special tokens
-        return [int(i) for i in vocab.tokenizer.encode(prompt)]
+    if isinstance(prompt, str):  # the completions API: raw text, as the server's tokenizer encoded it
+        return text_ids(vocab.tokenizer, prompt)
     if isinstance(request.get("messages"), list):
         from whileai.envs import Task, render_prompt
 
