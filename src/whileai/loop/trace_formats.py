@@ -51,6 +51,16 @@ NEUTRAL = {"min_p": 0, "frequency_penalty": 0, "presence_penalty": 0, "repetitio
 PASSIVE = ("max_tokens", "max_completion_tokens", "stop", "seed", "n")  # settings that change no distribution
 
 
+class NoTokenIds(BatchError):
+    """An OpenAI log line whose completion is text, not token ids: a scan says it once for the whole file."""
+
+
+TEXT_ROUTE = ("Fix: start vLLM with --return-tokens-as-token-ids (tokens then read 'token_id:N') or request "
+              "return_token_ids, and train on the traces logged after; or write each exchange as a text row "
+              "({\"prompt\", \"completion\", \"behavior_logprobs\"}: the model's tokenizer reads the completion, and "
+              "the count of log-probabilities is checked against it; docs/traces.md)")
+
+
 @dataclass(frozen=True)
 class Vocab:
     """What reading a line needs from the model: its tokenizer and the number of token ids it has."""
@@ -195,7 +205,7 @@ def _choice_tokens(where: str, choice: Mapping[str, Any], size: int) -> tuple[li
     elif entries is not None:
         ids = token_ids(where, "logprobs tokens", [_token_id(where, j, e) for j, e in enumerate(entries)], size)
     else:
-        raise BatchError(f"{where}: the choice has neither 'token_ids' nor logprobs with its tokens. Fix: request "
+        raise NoTokenIds(f"{where}: the choice has neither 'token_ids' nor logprobs with its tokens. Fix: request "
                          "logprobs (chat: logprobs=true; completions: logprobs=1) from a server started with "
                          "--return-tokens-as-token-ids, or ask vLLM for return_token_ids.")
     if values is None:
@@ -206,9 +216,8 @@ def _choice_tokens(where: str, choice: Mapping[str, Any], size: int) -> tuple[li
 def _token_id(where: str, j: int, entry: Any) -> int:
     if isinstance(entry, str) and entry.startswith(TOKEN_ID) and entry[len(TOKEN_ID):].isdigit():
         return int(entry[len(TOKEN_ID):])
-    raise BatchError(f"{where}: logged token {j} is {_short(entry)}, text rather than an id, and text does not "
-                     "map back to token ids reliably. Fix: start vLLM with --return-tokens-as-token-ids (tokens "
-                     "then read 'token_id:N') or request return_token_ids.")
+    raise NoTokenIds(f"{where}: logged token {j} is {_short(entry)}, text rather than an id, and text does not map "
+                     f"back to token ids reliably. {TEXT_ROUTE}")
 
 
 def _openai_prompt(where: str, row: Mapping[str, Any], request: Mapping[str, Any], response: Mapping[str, Any],
