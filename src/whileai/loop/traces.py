@@ -22,7 +22,16 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
-from whileai.loop.trace_formats import FORMATS, PER_TOKEN, READ, TEXT_ROUTE, NoTokenIds, Vocab, detect, read_line
+from whileai.loop.trace_formats import (
+    FORMATS,
+    PER_TOKEN,
+    READ,
+    TEXT_ROUTE,
+    NoTokenIds,
+    Vocab,
+    detect,
+    read_line,
+)
 from whileai.rows.io import MAX_LISTED, GradedRows, Problems, plural
 
 HELDOUT_SHARE = 0.05  # traces held out (whole tasks, never trained on) when there is no --eval-taskset
