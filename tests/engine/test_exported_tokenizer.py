@@ -110,3 +110,22 @@ def test_the_exported_folder_served_from_text_scores_the_runs_own_held_out_pass_
                                                                          temperature=0.0))[0].tokens,
                                     skip_special_tokens=True) for ids in trained]
     assert [cs[0] for cs in _served(final, taskset, tasks, 1, greedy=True)] == mine
+
+
+def test_a_tokenizer_with_ids_past_the_models_vocabulary_is_said_out_loud(exported, tmp_path):
+    """A folder exported before the fix: AutoTokenizer adds '<|endoftext|>' as id 259 of a 259-row model."""
+    import json
+    import shutil
+
+    from whileai.engine.models import load_model
+
+    old = tmp_path / "old"
+    shutil.copytree(exported, old)
+    config = json.loads((old / "tokenizer_config.json").read_text())
+    del config["unk_token"]                                            # what save_pretrained wrote before
+    (old / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.warns(UserWarning, match=r"special token\(s\) \['<\|endoftext\|>'\] with ids \[259\], past the "
+                                         r"model's 259 embedding rows"):
+        loaded = load_model(str(old))
+    assert len(loaded.notes) == 1 and '"unk_token": null' in loaded.notes[0]
+    assert load_model(str(exported)).notes == []

@@ -404,13 +404,16 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
         model, tokenizer = _load_pretrained(name_or_path, dt)
     model.to(device=dev, dtype=dt)
     lora = None
-    notes: list[str] = []
+    notes: list[str] = [note] if (note := vocabulary_note(model, tokenizer, name_or_path)) else []
+    if notes:
+        warnings.warn(notes[0], stacklevel=2)
     if lora_rank:
         from peft import LoraConfig, get_peft_model
 
-        targets, notes = lora_targets(model, train_attn, train_mlp, train_unembed, target_modules)
-        for note in notes:
+        targets, lora_notes = lora_targets(model, train_attn, train_mlp, train_unembed, target_modules)
+        for note in lora_notes:
             warnings.warn(note, stacklevel=2)
+        notes += lora_notes
         lora = dict(r=lora_rank, lora_alpha=lora_alpha if lora_alpha is not None else lora_rank,
                     lora_dropout=lora_dropout, target_modules=targets)
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
@@ -427,6 +430,18 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
         model.to(device=dev)
     model.train()
     return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args, compute, notes)
+
+
+def vocabulary_note(model: Any, tokenizer: Any, name: str) -> str | None:
+    """A sentence when the tokenizer has special tokens the model has no row for (one vocabulary, or None)."""
+    rows = int(model.get_input_embeddings().weight.shape[0])
+    outside = sorted({(t, i) for t, i in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids) if i >= rows})
+    if not outside:
+        return None
+    return (f"model {name!r}: its tokenizer has special token(s) {[t for t, _ in outside]} with ids "
+            f"{[i for _, i in outside]}, past the model's {rows} embedding rows, so a text holding one cannot be "
+            "read (an index error). Fix: remove them from the tokenizer files (a built-in exported before whileai "
+            "pinned unk_token to null: set \"unk_token\": null in its tokenizer_config.json)")
 
 
 def parameter_count(model: Any) -> int:
