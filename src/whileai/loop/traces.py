@@ -3,8 +3,9 @@
     source = scan(path, vocab, trace=True)     # every bad line listed at once (the first 20, then a count)
     rows, lines = source.batch(step, size=32, seed=0, grouped=False)
 
-The pass keeps about 40 bytes a trace (where its line starts, its task, reward, model and a few flags), never
-the token lists, so a file of any length trains in the memory of one batch (benchmarks/traces_memory.py).
+The pass keeps about 50 bytes a trace (where its line starts, its task, reward, model, a hash of its prompt
+and a few flags), never the token lists, so a file of any length trains in the memory of one batch
+(benchmarks/traces_memory.py).
 A ``trace`` scan (an RL method) also demands a reward and the sampler's log-probabilities on every trace;
 without them there is no advantage and no ratio. The formats are in ``whileai.loop.trace_formats``.
 """
@@ -380,7 +381,7 @@ def _notes(columns: _Columns, unread: Mapping[str, int]) -> list[str]:
 
 def prompt_key(prompt_tokens: Sequence[int]) -> int:
     """A fixed 64-bit hash of a prompt's token ids (integers hash the same in every process)."""
-    return hash(tuple(int(t) for t in prompt_tokens))
+    return hash(tuple(prompt_tokens))
 
 
 def contamination(source: RowsFile, heldout: Sequence[Any]) -> str | None:
