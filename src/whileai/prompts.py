@@ -12,7 +12,9 @@ exported tokenizer (vLLM, a transformers pipeline) feeds the model the contexts 
     prompt_ids(tokenizer, prompt)    a task's prompt (text or chat messages): through the tokenizer's chat
                                      template when it has one (text = one user message, with the generation
                                      prompt); otherwise ``text_ids``. Chat messages on a tokenizer without a
-                                     template are refused.
+                                     template: the built-in byte tokenizer's own chat format (the one `wai
+                                     policy` serves, ``whileai.record.chat``); any other tokenizer refuses
+                                     them, as vLLM does (no format of ours for a loaded model).
 
 No torch import: the taskset, the trace readers and the engine all use it.
 """
@@ -44,6 +46,10 @@ def prompt_ids(tokenizer: Any, prompt: Prompt, where: str = "the prompt") -> lis
             ids = ids["input_ids"]
         return [int(i) for i in ids]
     if not isinstance(prompt, str):
+        from whileai.record import chat
+
+        if chat.is_byte_tokenizer(tokenizer):
+            return chat.render(tokenizer, list(prompt))
         raise ConfigError(f"{where}: the prompt is a list of chat messages but the tokenizer "
                           f"({type(tokenizer).__name__}) has no chat template; use a model whose tokenizer "
                           f"has one, or give plain-text prompts")

@@ -3,6 +3,9 @@ encodes it (what vLLM serving that folder does), which for a built-in is the con
 
 from __future__ import annotations
 
+import pytest
+
+import whileai as wai
 from whileai.engine.models import build_builtin, byte_tokenizer
 from whileai.envs import Task, render_prompt
 from whileai.record.policy import Policy, load
@@ -25,3 +28,33 @@ def test_a_completions_text_prompt_gets_the_training_context_on_a_built_in_and_o
             assert policy.prompt_ids(ask) == trained, (name, text)
     ask = parse_ask({"prompt": [1, 100, 101]}, False, "builtin:tiny")          # token ids are taken as given
     assert served["builtin"].prompt_ids(ask) == [1, 100, 101]
+
+
+def test_chat_messages_read_the_same_in_wai_policy_a_taskset_and_a_chat_log_without_ids(tmp_path):
+    import json
+
+    from whileai.loop.traces import load_vocab, scan
+
+    policy = Policy(load("builtin:tiny"))
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "abq"}]
+    served = policy.prompt_ids(parse_ask({"messages": messages}, True, "builtin:tiny"))
+    assert served == render_prompt(byte_tokenizer(), Task("t", messages))
+    line = {"request": {"model": "builtin:tiny", "messages": messages, "logprobs": True}, "reward": 1.0,
+            "response": {"choices": [{"index": 0, "message": {"role": "assistant", "content": "rst"},
+                                      "logprobs": {"content": [{"token": "token_id:117", "logprob": -0.3}]},
+                                      "finish_reason": "stop"}]}}
+    (tmp_path / "chat.jsonl").write_text(json.dumps(line) + "\n")
+    trace = scan(tmp_path / "chat.jsonl", load_vocab("builtin:tiny"), trace=True).read([0])[0]
+    assert trace["prompt_tokens"] == served
+
+
+def test_a_loaded_tokenizer_without_a_chat_template_gets_no_chat_format_of_ours():
+    from transformers import PreTrainedTokenizerFast
+
+    from whileai.record import chat
+
+    other = PreTrainedTokenizerFast(tokenizer_object=byte_tokenizer().backend_tokenizer, bos_token="<|bos|>",
+                                    eos_token="<|eos|>", unk_token=None)
+    other.add_tokens(["<|tool|>"])                                     # not the built-in's tokenizer
+    with pytest.raises(wai.ConfigError, match="no chat template.*send the prompt as text to /v1/completions"):
+        chat.render(other, [{"role": "user", "content": "hi"}])
