@@ -84,7 +84,7 @@ def check(cfg: Config) -> None:
 def make_prompt(rng: random.Random, tokenizer: Any, length: int) -> list[int]:
     """BOS + `length` letters, all of one case."""
     letters = rng.choice([LOWER, UPPER])
-    return [tokenizer.bos_token_id] + tokenizer.encode("".join(rng.choice(letters) for _ in range(length)))
+    return tokenizer.encode("".join(rng.choice(letters) for _ in range(length)))  # the tokenizer adds BOS
 
 
 def grade(prompt: list[int], completion: list[int], tokenizer: Any, completion_len: int) -> float:
@@ -94,7 +94,7 @@ def grade(prompt: list[int], completion: list[int], tokenizer: Any, completion_l
     as a miss on every token it did not write.
     """
     last = tokenizer.decode([prompt[-1]])
-    target = set(tokenizer.encode(LOWER if last in LOWER else UPPER))
+    target = set(tokenizer.encode(LOWER if last in LOWER else UPPER, add_special_tokens=False))
     return sum(t in target for t in completion[:completion_len]) / completion_len
 
 

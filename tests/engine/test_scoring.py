@@ -41,7 +41,7 @@ def engine() -> TrainingEngine:
 
 def prompts(engine: TrainingEngine) -> list[list[int]]:
     tok = engine.tokenizer
-    return [[tok.bos_token_id] + tok.encode(p) for p in ("a=", "b=", "zz")]
+    return [tok.encode(p) for p in ("a=", "b=", "zz")]  # the tokenizer adds BOS
 
 
 def sample_rows(engine: TrainingEngine, params: SamplingParams, n: int = 3) -> list[tuple[list[int], object]]:

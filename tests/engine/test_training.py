@@ -67,7 +67,7 @@ def test_sft_drives_the_loss_down_and_greedy_sampling_reproduces_the_strings():
         engine.optim_step(AdamParams(learning_rate=1e-2))
     # 18 target tokens at ~log(259) = 5.56 nats each -> ~100 nats at the start
     assert losses[0] > 80 and losses[-1] < 0.05 * losses[0]
-    prompts = [[tok.bos_token_id] + tok.encode(p) for p, _ in pairs]
+    prompts = [tok.encode(p) for p, _ in pairs]  # the tokenizer adds BOS
     samples = engine.sample(prompts, 1, SamplingParams(max_tokens=8, temperature=0))
     for (_, completion), (seq,) in zip(pairs, samples):
         assert tok.decode(seq.tokens) == completion + tok.eos_token and seq.stop_reason == "stop"

@@ -1,4 +1,5 @@
-"""render_prompt: the chat template when the tokenizer has one, else BOS + the text's bytes."""
+"""render_prompt: the chat template when the tokenizer has one, else the text as the tokenizer encodes it (the
+built-in byte tokenizer: BOS + the text's bytes; its chat messages: the byte chat format of wai policy)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,24 @@ def test_byte_tokenizer_gets_bos_and_bytes(byte_tok):
     assert byte_tok.decode(render_prompt(byte_tok, task)[1:]) == task.prompt
 
 
-def test_chat_messages_without_template_refused(byte_tok):
+def test_chat_messages_on_the_byte_tokenizer_take_the_format_wai_policy_serves(byte_tok):
+    from whileai.record import chat
+
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    ids = render_prompt(byte_tok, Task("c", messages))
+    assert ids == chat.render(byte_tok, messages)                    # one format: training, traces, wai policy
+    assert ids[0] == 1 and byte_tok.decode(ids[1:]) == "system: be brief\nuser: hi\nassistant: "
+
+
+def test_chat_messages_on_another_tokenizer_without_template_refused(byte_tok):
+    """A loaded model's tokenizer without a chat template gets no format of ours (vLLM has none either)."""
+    from transformers import PreTrainedTokenizerFast
+
+    other = PreTrainedTokenizerFast(tokenizer_object=byte_tok.backend_tokenizer, bos_token="<|bos|>",
+                                    eos_token="<|eos|>", unk_token=None)
+    other.add_tokens(["<|tool|>"])                                     # 260 ids: not the built-in's tokenizer
     with pytest.raises(wai.ConfigError, match="task_id='c'.*no chat template"):
-        render_prompt(byte_tok, Task("c", [{"role": "user", "content": "hi"}]))
+        render_prompt(other, Task("c", [{"role": "user", "content": "hi"}]))
 
 
 def test_chat_template_on_text_and_messages(chat_tok):

@@ -75,10 +75,10 @@ def test_grader_by_hand():
     """Prompt "abc" is lower case. Completion "xY!z": x and z are lower-case letters, Y and ! are not,
     so the reward is 2/4 = 0.5; "QRST" for prompt "ABC" is 4/4; an EOS first scores 0 on every slot."""
     tok = rl.TrainingEngine("builtin:tiny").tokenizer
-    bos, eos = tok.bos_token_id, tok.eos_token_id
-    assert rl.grade([bos, *tok.encode("abc")], tok.encode("xY!z"), tok, 4) == 0.5
-    assert rl.grade([bos, *tok.encode("ABC")], tok.encode("QRST"), tok, 4) == 1.0
-    assert rl.grade([bos, *tok.encode("ABC")], [eos], tok, 4) == 0.0
+    eos = tok.eos_token_id
+    assert rl.grade(tok.encode("abc"), tok.encode("xY!z", add_special_tokens=False), tok, 4) == 0.5
+    assert rl.grade(tok.encode("ABC"), tok.encode("QRST", add_special_tokens=False), tok, 4) == 1.0
+    assert rl.grade(tok.encode("ABC"), [eos], tok, 4) == 0.0
 
 
 def test_held_out_prompts_are_never_trained_on():

@@ -21,6 +21,7 @@ import numpy as np
 
 from whileai.engine.losses import LossSpec, scored
 from whileai.errors import BatchError
+from whileai.prompts import text_ids
 
 # loss_fn_inputs that hold one number per position (never per top-k slot)
 PER_POSITION_ONLY = frozenset({"values", "returns", "clip_low_threshold", "clip_high_threshold"})
@@ -181,9 +182,7 @@ def make_datum(prompt_tokens: Sequence[int], completion_tokens: Sequence[int],
 
 def sft_datum(tokenizer: Any, prompt: str, completion: str, *, add_eos: bool = True) -> dict[str, Any]:
     """An SFT datum from text: weight 1 on the completion's tokens (and the end-of-sequence token)."""
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    if tokenizer.bos_token_id is not None:
-        prompt_ids = [tokenizer.bos_token_id] + prompt_ids
+    prompt_ids = text_ids(tokenizer, prompt)  # the one tokenization rule (whileai.prompts)
     completion_ids = tokenizer.encode(completion, add_special_tokens=False)
     if add_eos and tokenizer.eos_token_id is not None:
         completion_ids = completion_ids + [tokenizer.eos_token_id]

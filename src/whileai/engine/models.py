@@ -93,19 +93,27 @@ def _bytes_to_unicode() -> dict[int, str]:
 
 
 def byte_tokenizer() -> Any:
-    """A byte-level tokenizer: ids 0-2 are pad/bos/eos, id ``3 + b`` is byte ``b``. Deterministic."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    """A byte-level tokenizer: ids 0-2 are pad/bos/eos, id ``3 + b`` is byte ``b``. Deterministic.
+
+    It adds BOS itself (``encode(text)`` is ``[1, ...]``; ``add_special_tokens=False`` leaves it out), so the
+    tokenizer saved to a model folder encodes text exactly as training did (``whileai.prompts``). Text is
+    NFC-normalised first, as transformers' Qwen2 tokenizer class (the one ``AutoTokenizer`` picks for an
+    exported built-in folder) always does, so in-process and reloaded ids agree on every text. It has no
+    unknown token (every byte has an id), so a reloaded copy has the model's 259 ids, not one more.
+    """
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for b, ch in _bytes_to_unicode().items():
         vocab[ch] = len(SPECIAL_TOKENS) + b
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens(list(SPECIAL_TOKENS))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIAL_TOKENS[0],
-                                   bos_token=SPECIAL_TOKENS[1], eos_token=SPECIAL_TOKENS[2])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=SPECIAL_TOKENS[0], bos_token=SPECIAL_TOKENS[1],
+                                   eos_token=SPECIAL_TOKENS[2], unk_token=None, add_bos_token=True)
 
 
 # ----------------------------------------------------------------------------- devices
@@ -396,13 +404,16 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
         model, tokenizer = _load_pretrained(name_or_path, dt)
     model.to(device=dev, dtype=dt)
     lora = None
-    notes: list[str] = []
+    notes: list[str] = [note] if (note := vocabulary_note(model, tokenizer, name_or_path)) else []
+    if notes:
+        warnings.warn(notes[0], stacklevel=2)
     if lora_rank:
         from peft import LoraConfig, get_peft_model
 
-        targets, notes = lora_targets(model, train_attn, train_mlp, train_unembed, target_modules)
-        for note in notes:
+        targets, lora_notes = lora_targets(model, train_attn, train_mlp, train_unembed, target_modules)
+        for note in lora_notes:
             warnings.warn(note, stacklevel=2)
+        notes += lora_notes
         lora = dict(r=lora_rank, lora_alpha=lora_alpha if lora_alpha is not None else lora_rank,
                     lora_dropout=lora_dropout, target_modules=targets)
         with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
@@ -419,6 +430,18 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
         model.to(device=dev)
     model.train()
     return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args, compute, notes)
+
+
+def vocabulary_note(model: Any, tokenizer: Any, name: str) -> str | None:
+    """A sentence when the tokenizer has special tokens the model has no row for (one vocabulary, or None)."""
+    rows = int(model.get_input_embeddings().weight.shape[0])
+    outside = sorted({(t, i) for t, i in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids) if i >= rows})
+    if not outside:
+        return None
+    return (f"model {name!r}: its tokenizer has special token(s) {[t for t, _ in outside]} with ids "
+            f"{[i for _, i in outside]}, past the model's {rows} embedding rows, so a text holding one cannot be "
+            "read (an index error). Fix: remove them from the tokenizer files (a built-in exported before whileai "
+            "pinned unk_token to null: set \"unk_token\": null in its tokenizer_config.json)")
 
 
 def parameter_count(model: Any) -> int:

@@ -13,6 +13,7 @@ from numbers import Real
 from typing import Any
 
 from whileai.errors import BatchError, ConfigError
+from whileai.prompts import prompt_ids
 
 SPLITS = ("train", "test")
 
@@ -138,21 +139,10 @@ def _key(prompt: Prompt) -> str:
 
 
 def render_prompt(tokenizer: Any, task: Task) -> list[int]:
-    """Token ids of `task.prompt`: through the tokenizer's chat template when it has one (with the generation
-    prompt added); otherwise BOS (when the tokenizer has one) + the text's encoding, no other special tokens.
+    """Token ids of `task.prompt` by the one tokenization rule (``whileai.prompts.prompt_ids``): through the
+    tokenizer's chat template when it has one (with the generation prompt added); otherwise the text as the
+    tokenizer itself encodes it (BOS where the tokenizer adds one; the built-in byte tokenizer does).
 
     Chat messages on a tokenizer without a template raise a ConfigError.
     """
-    if getattr(tokenizer, "chat_template", None):
-        messages = task.prompt if not isinstance(task.prompt, str) else [{"role": "user", "content": task.prompt}]
-        ids = tokenizer.apply_chat_template(list(messages), add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, Mapping):  # transformers 5 may return a BatchEncoding
-            ids = ids["input_ids"]
-        return [int(i) for i in ids]
-    if not isinstance(task.prompt, str):
-        raise ConfigError(f"task_id={task.task_id!r}: the prompt is a list of chat messages but the tokenizer "
-                          f"({type(tokenizer).__name__}) has no chat template; use a model whose tokenizer "
-                          f"has one, or give the taskset plain-text prompts")
-    bos = getattr(tokenizer, "bos_token_id", None)
-    return ([int(bos)] if bos is not None else []) + [int(i) for i in tokenizer.encode(
-        task.prompt, add_special_tokens=False)]
+    return prompt_ids(tokenizer, task.prompt, f"task_id={task.task_id!r}")

@@ -107,8 +107,8 @@ def plot(records: Iterable[Mapping[str, Any]], evals: Iterable[Mapping[str, Any]
         ax.errorbar(x, y, yerr=[low, high], marker="o", capsize=4)
     ax.set_title("held-out pass@1 (95% interval)")
     ax.set_ylim(0, 1)
-    for ax, key, name in ((axes[1][0], "drift", "sampler-policy drift (KL per token)"),
-                          (axes[1][1], "admitted_share", "admitted share")):
+    drift = "drift: KL per token, sampler vs policy\n(the method's mean sequence KL, else k3)"
+    for ax, key, name in ((axes[1][0], "drift", drift), (axes[1][1], "admitted_share", "admitted share")):
         ax.plot(steps, [r.get(key, float("nan")) for r in records])
         ax.set_title(name)
         ax.set_xlabel("step")

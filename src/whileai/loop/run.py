@@ -30,7 +30,7 @@ from whileai.loop.evaluate import PASS, before_after, held_out
 from whileai.loop.record import Metrics, Progress, plot, write_json
 from whileai.loop.rollouts import LagQueue, Sampling, sample_batch, step_tasks
 from whileai.loop.step import policy_step, score_head_step
-from whileai.loop.traces import RowsFile, open_rows
+from whileai.loop.traces import RowsFile, contamination, open_rows
 
 DEFAULT_MAX_TOKENS = 256  # when neither the taskset nor the method caps a generation
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
@@ -453,6 +453,9 @@ class _Trainer:
                 log.write(f"critic learning rate {self._critic_rate():g} (" + ("--critic-learning-rate"
                           if self.config.critic_learning_rate else "the method's") + ")")
             held = len(self.taskset.split("test")) if self._can_eval() else 0
+            if self.rows is not None and self._can_eval() and (warning := contamination(
+                    self.rows, self.taskset.split("test")[: self.config.eval_tasks])) is not None:
+                log.write(warning)  # (tokens branch: the lead re-wires this after the spine rewrite)
             if self._can_eval() and self.config.eval_tasks > held:
                 log.write(f"note: eval_tasks {self.config.eval_tasks}, but the taskset's test split holds {held} "
                           f"tasks: every evaluation scores all {held}")

@@ -32,6 +32,7 @@ from typing import Any
 
 from whileai.errors import BatchError
 from whileai.loop.step import SCORED  # the sampling settings a trace is scored under
+from whileai.prompts import text_ids
 from whileai.rows.io import check_label, check_reward, check_truncated
 
 FORMATS = {"whileai": "the library's rows (token ids)", "openai": "an OpenAI-compatible server's log (vLLM)",
@@ -48,6 +49,16 @@ TOKEN_ID = "token_id:"  # vLLM's --return-tokens-as-token-ids form of a token
 # cannot score under them, so a trace must have been sampled with them neutral (or not set).
 NEUTRAL = {"min_p": 0, "frequency_penalty": 0, "presence_penalty": 0, "repetition_penalty": 1, "logit_bias": {}}
 PASSIVE = ("max_tokens", "max_completion_tokens", "stop", "seed", "n")  # settings that change no distribution
+
+
+class NoTokenIds(BatchError):
+    """An OpenAI log line whose completion is text, not token ids: a scan says it once for the whole file."""
+
+
+TEXT_ROUTE = ("Fix: start vLLM with --return-tokens-as-token-ids (tokens then read 'token_id:N') or request "
+              "return_token_ids, and train on the traces logged after; or write each exchange as a text row "
+              "({\"prompt\", \"completion\", \"behavior_logprobs\"}: the model's tokenizer reads the completion, and "
+              "the count of log-probabilities is checked against it; docs/traces.md)")
 
 
 @dataclass(frozen=True)
@@ -194,7 +205,7 @@ def _choice_tokens(where: str, choice: Mapping[str, Any], size: int) -> tuple[li
     elif entries is not None:
         ids = token_ids(where, "logprobs tokens", [_token_id(where, j, e) for j, e in enumerate(entries)], size)
     else:
-        raise BatchError(f"{where}: the choice has neither 'token_ids' nor logprobs with its tokens. Fix: request "
+        raise NoTokenIds(f"{where}: the choice has neither 'token_ids' nor logprobs with its tokens. Fix: request "
                          "logprobs (chat: logprobs=true; completions: logprobs=1) from a server started with "
                          "--return-tokens-as-token-ids, or ask vLLM for return_token_ids.")
     if values is None:
@@ -205,9 +216,8 @@ def _choice_tokens(where: str, choice: Mapping[str, Any], size: int) -> tuple[li
 def _token_id(where: str, j: int, entry: Any) -> int:
     if isinstance(entry, str) and entry.startswith(TOKEN_ID) and entry[len(TOKEN_ID):].isdigit():
         return int(entry[len(TOKEN_ID):])
-    raise BatchError(f"{where}: logged token {j} is {_short(entry)}, text rather than an id, and text does not "
-                     "map back to token ids reliably. Fix: start vLLM with --return-tokens-as-token-ids (tokens "
-                     "then read 'token_id:N') or request return_token_ids.")
+    raise NoTokenIds(f"{where}: logged token {j} is {_short(entry)}, text rather than an id, and text does not map "
+                     f"back to token ids reliably. {TEXT_ROUTE}")
 
 
 def _openai_prompt(where: str, row: Mapping[str, Any], request: Mapping[str, Any], response: Mapping[str, Any],
@@ -219,8 +229,8 @@ def _openai_prompt(where: str, row: Mapping[str, Any], request: Mapping[str, Any
     prompt = request.get("prompt")
     if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
         return token_ids(where, "request.prompt", prompt, vocab.size, empty_ok=True)
-    if isinstance(prompt, str):  # the completions API: raw text, the tokenizer's own special tokens
-        return [int(i) for i in vocab.tokenizer.encode(prompt)]
+    if isinstance(prompt, str):  # the completions API: raw text, as the server's tokenizer encoded it
+        return text_ids(vocab.tokenizer, prompt)
     if isinstance(request.get("messages"), list):
         from whileai.envs import Task, render_prompt
 

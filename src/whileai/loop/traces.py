@@ -3,8 +3,9 @@
     source = scan(path, vocab, trace=True)     # every bad line listed at once (the first 20, then a count)
     rows, lines = source.batch(step, size=32, seed=0, grouped=False)
 
-The pass keeps about 40 bytes a trace (where its line starts, its task, reward, model and a few flags), never
-the token lists, so a file of any length trains in the memory of one batch (benchmarks/traces_memory.py).
+The pass keeps about 50 bytes a trace (where its line starts, its task, reward, model, a hash of its prompt
+and a few flags), never the token lists, so a file of any length trains in the memory of one batch
+(benchmarks/traces_memory.py).
 A ``trace`` scan (an RL method) also demands a reward and the sampler's log-probabilities on every trace;
 without them there is no advantage and no ratio. The formats are in ``whileai.loop.trace_formats``.
 """
@@ -22,7 +23,16 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
-from whileai.loop.trace_formats import FORMATS, PER_TOKEN, READ, Vocab, detect, read_line
+from whileai.loop.trace_formats import (
+    FORMATS,
+    PER_TOKEN,
+    READ,
+    TEXT_ROUTE,
+    NoTokenIds,
+    Vocab,
+    detect,
+    read_line,
+)
 from whileai.rows.io import MAX_LISTED, GradedRows, Problems, plural
 
 HELDOUT_SHARE = 0.05  # traces held out (whole tasks, never trained on) when there is no --eval-taskset
@@ -74,6 +84,7 @@ class _Columns:
     truncated: array = field(default_factory=lambda: array("b"))
     model: array = field(default_factory=lambda: array("i"))
     behavior: array = field(default_factory=lambda: array("b"))
+    prompt: array = field(default_factory=lambda: array("q"))  # a hash of the prompt's token ids
     labels: dict[str, dict[str, int]] = field(default_factory=lambda: {"task": {}, "pair": {}, "model": {}})
 
     def code(self, kind: str, label: str | None) -> int:
@@ -92,6 +103,7 @@ class _Columns:
         self.truncated.append(bool(trace.get("truncated", False)))
         self.model.append(self.code("model", trace.get("model")))
         self.behavior.append("behavior_logprobs" in trace)
+        self.prompt.append(prompt_key(trace["prompt_tokens"]))
 
 
 class RowsFile:
@@ -111,6 +123,7 @@ class RowsFile:
         self.truncated_T = np.frombuffer(columns.truncated, dtype=np.int8).astype(bool)
         self.model_T = np.frombuffer(columns.model, dtype=np.int32)
         self.behavior_T = np.frombuffer(columns.behavior, dtype=np.int8).astype(bool)
+        self.prompt_T = np.frombuffer(columns.prompt, dtype=np.int64)
         self.task_ids = tuple(columns.labels["task"])
         self.models = tuple(columns.labels["model"])
         self.heldout_T = np.zeros(len(self.offset_T), bool)
@@ -276,6 +289,7 @@ def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> Row
     first = 0
     unread: dict[str, int] = {}
     samplings: dict[tuple[tuple[str, Any], ...], tuple[int, list[int]]] = {}  # settings -> traces, first lines
+    textual: list[int] = []  # lines whose completion is logged as text, not token ids: said once
     for offset, line, row in _lines(path, label, problems):
         at = where(path, label, line)
         try:
@@ -288,6 +302,11 @@ def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> Row
                                  "per file; split the file.")
             fmt, first = kind, first or line
             traces = read_line(kind, at, row, vocab, sampled=trace)
+        except NoTokenIds as err:
+            if not textual:
+                first_text = str(err)
+            textual.append(line)
+            continue
         except BatchError as err:
             problems.add(err)
             continue
@@ -302,13 +321,26 @@ def scan(path: Path, vocab: Vocab, trace: bool, label: str | None = None) -> Row
             if len(lines) < SHOWN_LINES and line not in lines:
                 lines.append(line)
             samplings[stated] = (count + 1, lines)
+    if textual:
+        problems.add(BatchError(_no_token_ids(label, textual, first_text)))
     if fmt is None and not problems.count:
         problems.add(BatchError(f"{label}: holds no rows. Fix: give a JSONL file with one trace a line."))
     problems.raise_if_any()
     assert fmt is not None  # the lines above raised otherwise
     source = RowsFile(path, label, fmt, vocab, columns, _notes(columns, unread))
+    if (outliers := reward_outliers(source)) is not None:
+        source.notes.append(outliers)
     source.samplings, source.sampled = samplings, trace
     return source
+
+
+def _no_token_ids(label: str, lines: list[int], first: str) -> str:
+    """One error for every line of a server's log that has its completion as text instead of token ids."""
+    if len(lines) == 1:
+        return first
+    shown = ", ".join(map(str, lines[:SHOWN_LINES])) + (", ..." if len(lines) > SHOWN_LINES else "")
+    return (f"{label}: {len(lines)} lines (line {shown}) have no token ids for the completion (its tokens logged "
+            f"as text, or not logged), and text does not map back to ids reliably. {TEXT_ROUTE}")
 
 
 def _lines(path: Path, label: str, problems: Problems) -> Iterator[tuple[int, int, dict[str, Any]]]:
@@ -347,11 +379,68 @@ def _notes(columns: _Columns, unread: Mapping[str, int]) -> list[str]:
     return notes
 
 
+def prompt_key(prompt_tokens: Sequence[int]) -> int:
+    """A fixed 64-bit hash of a prompt's token ids (integers hash the same in every process)."""
+    return hash(tuple(prompt_tokens))
+
+
+def contamination(source: RowsFile, heldout: Sequence[Any]) -> str | None:
+    """A warning naming the held-out tasks (``Task``s of the evaluation taskset) that the log also trains on,
+    by task id or by prompt (tokenized by the one rule, ``render_prompt``), or None when there are none."""
+    from whileai.envs import render_prompt
+
+    trained = ~source.heldout_T
+    ids = {source.task_ids[t] for t in np.unique(source.task_T[trained])}
+    prompts = set(source.prompt_T[trained].tolist())
+    hit = [t for t in heldout if t.task_id in ids or prompt_key(render_prompt(source.vocab.tokenizer, t)) in prompts]
+    if not hit:
+        return None
+    names = ", ".join(repr(t.task_id) for t in hit[:5]) + (", ..." if len(hit) > 5 else "")
+    return (f"warning: contamination: {len(hit)} of {plural(len(heldout), 'held-out task')} also appear in the "
+            f"training log {source.label} (by task_id or prompt): {names}. Their held-out pass@1 measures recall, "
+            "not learning. Fix: evaluate on tasks the log never saw (another split or --eval-taskset), or leave "
+            "their lines out of the log")
+
+
+def reward_outliers(source: RowsFile) -> str | None:
+    """A sentence naming the traces (by line) whose reward lies outside the range the rest of the log spans,
+    or None. The rest's range is the 1st to 99th percentile (the most extreme reward on each side left out); a
+    reward is outside it when it is further from it than it is wide (a 7 among 0 and 1; a 0-10 grade has none)."""
+    rewards = source.reward_T[np.isfinite(source.reward_T)]
+    if rewards.size < 2:
+        return None
+    low, high = float(np.quantile(rewards, 0.01, method="higher")), float(np.quantile(rewards, 0.99, method="lower"))
+    span = high - low if high > low else max(abs(high), 1.0)
+    far = np.flatnonzero(np.isfinite(source.reward_T) & ((source.reward_T < low - span) | (source.reward_T > high + span)))
+    if not far.size:
+        return None
+    shown = ", ".join(f"{source.where(int(i))} (reward {source.reward_T[i]:g})" for i in far[:SHOWN_LINES])
+    more = f" and {far.size - SHOWN_LINES} more" if far.size > SHOWN_LINES else ""
+    return (f"{plural(int(far.size), 'trace')} with a reward outside the range the rest of the log spans ({low:g} "
+            f"to {high:g}): {shown}{more}. A grader's slip or another scale? Fix the score, or leave the line out: "
+            "one such reward moves every advantage of its batch")
+
+
+def check_reward_range(source: RowsFile, reward_range: tuple[float, float]) -> None:
+    """Refuse, naming the lines, rewards outside a bounded critic's ``reward_range``: its head cannot reach them."""
+    low, high = reward_range
+    problems = Problems(source.label)
+    for i in np.flatnonzero((source.reward_T < low) | (source.reward_T > high)):
+        problems.add(BatchError(f"{source.where(int(i))}: field 'reward' is {source.reward_T[i]:g}, outside the "
+                                f"method's reward_range ({low:g}, {high:g}), which its bounded critic cannot predict. "
+                                "Fix: correct the score, rescale the log's rewards into the range, or set the "
+                                "method's reward_range to the scale the grader uses."))
+    problems.raise_if_any()
+
+
 def open_rows(config: Any, run_dir: Path, python_rows: bool, method: Any) -> RowsFile:
     """The run's rows file, scanned: ``config.rows`` (or the run's copy of rows given in Python)."""
     path = run_dir / "rows.jsonl" if python_rows else Path(config.rows)
     trace = method is not None and method.run_spec().source == "rollouts"
     source = scan(path, load_vocab(config.model), trace, label="rows" if python_rows else None)
+    critic = method.run_spec().critic if method is not None else None
+    if critic is not None and critic.reward_range is not None:
+        check_reward_range(source, critic.reward_range)
     if trace:
         _check_groups(source, method)
     return source

@@ -1,9 +1,10 @@
 """Chat messages to token ids, and token ids to text, for the policy server.
 
-A tokenizer with a chat template renders messages through it (``tools`` passed along). A tokenizer without
-one (the built-in byte models) uses this module's template, chosen so that a reply re-rendered in a
-follow-up request is exactly the tokens the model wrote (which is what lets ``wai record`` thread a
-conversation into one trace)::
+A tokenizer with a chat template renders messages through it (``tools`` passed along). The built-in byte
+tokenizer, which has none, uses this module's template (the one tokenization rule, ``whileai.prompts``, reads
+chat prompts of a built-in through it too; any other tokenizer without a template is refused: a loaded model
+gets no format of ours), chosen so that a reply re-rendered in a follow-up request is exactly the tokens the
+model wrote (which is what lets ``wai record`` thread a conversation into one trace)::
 
     <|bos|>                                   once
     {role}: {content}\\n                      each system / user / tool message (tools: one "tools: [json]\\n")
@@ -23,7 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from whileai.errors import BatchError
+from whileai.errors import BatchError, ConfigError
 
 ESCAPE = 0xF700  # a byte b that is not valid UTF-8 reads as chr(ESCAPE + b)
 BYTE_OFFSET = 3  # the built-in tokenizer's id of byte b is 3 + b (ids 0-2: pad, bos, eos)
@@ -95,8 +96,12 @@ def render(tokenizer: Any, messages: Sequence[Mapping[str, Any]], tools: Any = N
     if getattr(tokenizer, "chat_template", None):
         ids = tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=True, tokenize=True)
         return [int(i) for i in (ids["input_ids"] if isinstance(ids, Mapping) else ids)]
+    if not is_byte_tokenizer(tokenizer):  # a loaded model's tokenizer: no chat format of ours (vLLM has none)
+        raise ConfigError(f"the model's tokenizer ({type(tokenizer).__name__}) has no chat template, so chat "
+                          "messages have no format; send the prompt as text to /v1/completions, or serve a "
+                          "model whose tokenizer has a chat template")
     bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
-    ids = [int(bos)] if bos is not None else []
+    ids = [int(bos)]
     if tools:
         ids += encode(tokenizer, f"tools: {json.dumps(tools, separators=(',', ':'))}\n")
     for k, message in enumerate(messages):

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError, WhileaiError
+from whileai.prompts import text_ids
 from whileai.record import chat
 from whileai.record.requests import Ask, RequestError
 
@@ -122,8 +123,7 @@ class Policy:
         if not ask.chat:
             if isinstance(ask.prompt, list):
                 return list(ask.prompt)
-            bos = self.tokenizer.bos_token_id
-            return ([int(bos)] if bos is not None else []) + chat.encode(self.tokenizer, ask.prompt)
+            return text_ids(self.tokenizer, ask.prompt)  # as vLLM serving the exported folder would
         try:
             return chat.render(self.tokenizer, ask.prompt, ask.tools)
         except WhileaiError as err:
