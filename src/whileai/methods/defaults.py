@@ -72,6 +72,13 @@ def loss_knob(value: str, source: str) -> Knob:
     return Knob(value, LOSS.doc, LOSS.check, source)
 
 
+# OPD's and OPSD's engine-loss form (the service page's opd.py / opsd.py / sdpo.py), declared once.
+DISTILL_LOSS = Knob("cross_entropy", "the engine loss the step runs: 'cross_entropy' sends c; 'importance_sampling' "
+                    "sends the advantage kl_coef * (teacher - behavior_logprobs) and the engine takes the ratio "
+                    "(reverse_kl only, max_ratio None: the service page's opd.py)",
+                    one_of("cross_entropy", "importance_sampling"), f"{SPEC_SERVICE} (opd.py, opsd.py, sdpo.py)")
+DISTILL_KL_COEF = Knob(1.0, "scale of every coefficient (of the teacher gap, in the service form)",
+                       number(0.0, open_low=True), "Tinker cookbook distillation kl_penalty_coef default 1.0")
 # Distillation under a stale sampler: each token's c is multiplied by min(rho, max_ratio).
 DISTILL_MAX_RATIO_SOURCE = ("TRL experimental self-distillation (SDFT / SDPO), distillation_is_clip = 2.0: the "
                             "per-token loss times min(rho, 2)")
@@ -244,12 +251,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                             "methods reference, OPD defaults"),
         "max_tokens": Knob(8192, "generation cap per student rollout", integer(1), "whileai default",
                            paper_value=None, why="the papers tie the cap to their tasks; 8192 matches "
-                           "FlashReinforce's cap"),        "loss": Knob("cross_entropy", "the engine loss the step runs: 'cross_entropy' sends c; 'importance_sampling' "
-                     "sends the advantage kl_coef * (teacher - behavior_logprobs) and the engine takes the ratio "
-                     "(reverse_kl only, max_ratio None: the service page's opd.py)",
-                     one_of("cross_entropy", "importance_sampling"), f"{SPEC_SERVICE} (opd.py, opsd.py, sdpo.py)"),
-        "kl_coef": Knob(1.0, "scale of every coefficient (of the teacher gap, in the service form)",
-                        number(0.0, open_low=True), "Tinker cookbook distillation kl_penalty_coef default 1.0"),
+                           "FlashReinforce's cap"),        "loss": DISTILL_LOSS,
+        "kl_coef": DISTILL_KL_COEF,
     },
     "opsd": {
         "privileged": Knob("reference", "what the teacher copy sees that the student does not: 'reference' answer, "
@@ -272,12 +275,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "temperature": Knob(1.0, "sampling temperature, the same on both sides", number(0.0, open_low=True),
                             "methods reference, OPD defaults"),
         "max_tokens": Knob(8192, "generation cap per student rollout", integer(1), "whileai default",
-                           paper_value=None, why="as OPD's max_tokens"),        "loss": Knob("cross_entropy", "the engine loss the step runs: 'cross_entropy' sends c; 'importance_sampling' "
-                     "sends the advantage kl_coef * (teacher - behavior_logprobs) and the engine takes the ratio "
-                     "(reverse_kl only, max_ratio None: the service page's opd.py)",
-                     one_of("cross_entropy", "importance_sampling"), f"{SPEC_SERVICE} (opd.py, opsd.py, sdpo.py)"),
-        "kl_coef": Knob(1.0, "scale of every coefficient (of the teacher gap, in the service form)",
-                        number(0.0, open_low=True), "Tinker cookbook distillation kl_penalty_coef default 1.0"),
+                           paper_value=None, why="as OPD's max_tokens"),        "loss": DISTILL_LOSS,
+        "kl_coef": DISTILL_KL_COEF,
     },
     # --- the service page's algorithms (spec 004): Dr. GRPO's advantage under an engine loss, DAPO, REINFORCE++
     "ppo": {

@@ -455,14 +455,34 @@ def mean_normalized(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarr
     ]
 
 
-def baseline_run_spec(method: Any) -> RunSpec:
-    """RLOO's and MaxRL's run spec: a group of ``generations``, any lag, the method's loss."""
-    return RunSpec(method.generations, method.temperature, min_rollouts_per_prompt=2, max_tokens=method.max_tokens,
-                   max_lag=None, loss=method.loss, loss_config=losses.as_pairs(method.loss_config()))
+@dataclass(frozen=True)
+class GroupBaseline(Method):
+    """RLOO's and MaxRL's shared machinery: a group of ``generations``, any lag, the method's loss, and
+    ``baseline_update`` with the subclass's advantage rule."""
+
+    def run_spec(self) -> RunSpec:
+        return RunSpec(self._field("generations"), self._field("temperature"), min_rollouts_per_prompt=2,
+                       max_tokens=self._field("max_tokens"), max_lag=None, loss=self._field("loss"),
+                       loss_config=losses.as_pairs(self.loss_config()))
+
+    def loss_config(self) -> dict[str, Any]:
+        return loss_config_of(self)
+
+    def _check(self) -> list[str]:
+        return loss_problems(self)
+
+    def _update(self, batch: Batch) -> Update:
+        return baseline_update(batch, self, self._rule())
+
+    def _rule(self) -> AdvantageRule:
+        raise NotImplementedError
+
+    def _field(self, name: str) -> Any:
+        return getattr(self, name)
 
 
 @dataclass(frozen=True)
-class RLOO(Method):
+class RLOO(GroupBaseline):
     """RLOO (Kool et al. 2019; Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline.
 
     A_i = R_i - (sum_j R_j - R_i) / (n - 1) over the n rollouts sharing trajectory i's ``task_id``
@@ -483,21 +503,12 @@ class RLOO(Method):
     temperature: float = knob("rloo", "temperature")
     loss: str = knob("rloo", "loss")
 
-    def run_spec(self) -> RunSpec:
-        return baseline_run_spec(self)
-
-    def loss_config(self) -> dict[str, Any]:
-        return loss_config_of(self)
-
-    def _check(self) -> list[str]:
-        return loss_problems(self)
-
-    def _update(self, batch: Batch) -> Update:
-        return baseline_update(batch, self, leave_one_out)
+    def _rule(self) -> AdvantageRule:
+        return leave_one_out
 
 
 @dataclass(frozen=True)
-class MaxRL(Method):
+class MaxRL(GroupBaseline):
     """MaxRL (arXiv:2602.02710): the group-centred reward divided by the group mean.
 
     A_i = (R_i - mean) / mean over the rollouts sharing trajectory i's ``task_id``, and 0 when the
@@ -519,17 +530,8 @@ class MaxRL(Method):
     loss: str = knob("max_rl", "loss")
     estimator: str = knob("max_rl", "estimator")
 
-    def run_spec(self) -> RunSpec:
-        return baseline_run_spec(self)
-
-    def loss_config(self) -> dict[str, Any]:
-        return loss_config_of(self)
-
-    def _check(self) -> list[str]:
-        return loss_problems(self)
-
-    def _update(self, batch: Batch) -> Update:
-        return baseline_update(batch, self, mean_normalized if self.estimator == "mean" else beat_the_best)
+    def _rule(self) -> AdvantageRule:
+        return mean_normalized if self.estimator == "mean" else beat_the_best
 
 
 # --------------------------------------------------------------------- RAE
