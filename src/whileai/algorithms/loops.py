@@ -373,8 +373,11 @@ def _cycle(ctx: LoopContext, method: Any, rows: list[dict[str, Any]], request: S
     from whileai.loop.step import policy_step
 
     spec = method.run_spec()
-    scoring = {"max_tokens": request.sampling_params["max_tokens"],
-               "temperature": request.sampling_params["temperature"]}
+    temperature = request.sampling_params["temperature"]
+    # the distribution the tokens are scored under: the model's own at temperature 1 (None, which every trainer
+    # takes, a Tinker server included), else the sampler's temperature
+    scoring = None if temperature == 1.0 else {"max_tokens": request.sampling_params["max_tokens"],
+                                               "temperature": temperature}
     if "ref_logprobs" in spec.needs and ctx.teacher is not None:  # the frozen run is the reference
         for r in rows:
             r["ref_logprobs"] = ctx.teacher.run.compute_logprobs(r["prompt_tokens"] + r["tokens"])["logprobs"][
@@ -390,7 +393,7 @@ def _cycle(ctx: LoopContext, method: Any, rows: list[dict[str, Any]], request: S
     return metrics, list(result.update.notes), result.state
 
 
-def named_loss_step(ctx: LoopContext, method: Any, rows: list[dict[str, Any]], scoring: Mapping[str, Any],
+def named_loss_step(ctx: LoopContext, method: Any, rows: list[dict[str, Any]], scoring: Mapping[str, Any] | None,
                     adam: Mapping[str, Any]) -> tuple[dict[str, float], list[str], Any]:
     """fill -> update -> forward_backward(spec.loss, advantages, the sampler's logprobs) -> optim_step."""
     from whileai.engine.datums import make_datum
