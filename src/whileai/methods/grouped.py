@@ -461,8 +461,9 @@ class GroupBaseline(Method):
     ``baseline_update`` with the subclass's advantage rule."""
 
     def run_spec(self) -> RunSpec:
-        return RunSpec(self._field("generations"), self._field("temperature"), min_rollouts_per_prompt=2,
-                       max_tokens=self._field("max_tokens"), max_lag=None, loss=self._field("loss"),
+        knob = self._field
+        return RunSpec(knob("generations"), knob("temperature"), min_rollouts_per_prompt=2,
+                       max_tokens=knob("max_tokens"), max_lag=None, loss=knob("loss"),
                        loss_config=losses.as_pairs(self.loss_config()))
 
     def loss_config(self) -> dict[str, Any]:
@@ -478,6 +479,7 @@ class GroupBaseline(Method):
         raise NotImplementedError
 
     def _field(self, name: str) -> Any:
+        """A knob the subclass declares (each declares its own, from its own defaults table)."""
         return getattr(self, name)
 
 

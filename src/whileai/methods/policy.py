@@ -19,7 +19,7 @@ Every one is ``update(batch) -> Update`` like any method: ``Update.advantages`` 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -137,8 +137,7 @@ class DAPO(GRPO):
     dynamic_sampling: bool = knob("dapo", "dynamic_sampling")
 
     def run_spec(self) -> RunSpec:
-        spec = super().run_spec()
-        return RunSpec(**{**spec.__dict__, "plan": self.plan})
+        return replace(super().run_spec(), plan=self.plan)
 
     def plan(self, rows: Iterable[Mapping[str, Any]], tasks: Iterable[Hashable] = ()) -> SamplingPlan:
         """Resample ``generations`` more for a prompt with fewer than ``min_retained`` untruncated rows, until
