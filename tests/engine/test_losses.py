@@ -87,7 +87,7 @@ def hand_total(name: str, data: list, outputs: list, cfg: dict) -> float:
         q = np.asarray(datum["loss_fn_inputs"]["logprobs"])
         a = np.asarray(datum["loss_fn_inputs"]["advantages"])
         w = np.asarray(datum["loss_fn_inputs"].get("weights", np.ones_like(a)))
-        scored = (w != 0) if "weights" in datum["loss_fn_inputs"] else (a != 0) | ((q != 0) & (name == "dro"))
+        scored = (w != 0) if "weights" in datum["loss_fn_inputs"] else (a != 0) | ((q != 0) & (name in ("dro", "gspo")))
         p = out["logprobs"].astype(np.float64)
         assert np.all(p < 0)  # forward returns the learner's logprobs at every position, scored or not
         if name in ("gspo",):
@@ -270,3 +270,24 @@ def test_ppo_critic_without_a_critic_says_how_to_add_one():
     datum = {"model_input": [1, 5], "loss_fn_inputs": {"values": [0.0, 0.0], "returns": [1.0, 1.0]}}
     with pytest.raises(ValueError, match="add_critic"):
         engine.forward_backward([datum], "ppo_critic")
+
+
+def test_gspo_sequence_ratio_counts_zero_advantage_tokens():
+    """Token-level advantages, no weights: the sequence ratio is the mean over the whole completion, as SkyRL
+    and verl take it over the loss mask. logp [-1, -2, -0.5], old [-1.2, -1, -0.6], A [1, 0, 1]:
+    mean(log p - log q) = (0.2 - 1 + 0.1) / 3 = -0.23333, s = 0.79189, inside [0.8, 1.2]? no: below 0.8, so
+    for A = 1 min(s A, 0.8 A) = s; loss = -(s + 0 + s) = -1.583779. (Leaving the A = 0 token out of the mean,
+    as the engine once did: s = exp(0.15) = 1.16183, loss -2.323668.)"""
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    tokens = [1, 100, 101, 102]
+    probe = {"model_input": tokens[:-1], "loss_fn_inputs": {"target_tokens": tokens[1:], "weights": [1.0] * 3}}
+    p = engine.forward([probe]).loss_fn_outputs[0]["logprobs"].astype(np.float64)
+    q = p - np.array([-1.0, -2.0, -0.5]) + np.array([-1.2, -1.0, -0.6])  # log p - log q = [0.2, -1, 0.1]
+    datum = {"model_input": tokens[:-1], "loss_fn_inputs": {
+        "target_tokens": tokens[1:], "logprobs": q.tolist(), "advantages": [1.0, 0.0, 1.0]}}
+    assert engine.forward([datum], "gspo").metrics["loss:sum"] == pytest.approx(-1.583779, abs=1e-6)
+    logp = torch.tensor([-1.0, -2.0, -0.5], dtype=torch.float64)
+    inputs = {"logprobs": torch.tensor([-1.2, -1.0, -0.6], dtype=torch.float64),
+              "advantages": torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)}
+    loss = per_token_loss(LOSSES["gspo"], logp, inputs, resolve_config("gspo", None)).sum()
+    assert float(loss) == pytest.approx(-1.583779, abs=1e-6)

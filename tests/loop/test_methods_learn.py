@@ -31,13 +31,18 @@ def _methods() -> dict[str, tuple[object, dict]]:
         "reinforce_ada": (wai.methods.ReinforceAda(round_size=4, max_rounds=2), {}),
         "groupwise_grading": (wai.GroupwiseGrading(grader=lambda rows: [-len(r["tokens"]) for r in rows],
                                                    method=wai.GRPO(generations=4)), {}),
+        # the service page's algorithms (docs/algorithms.md), through the same loop
+        **{name: (wai.method(name, generations=4), {}) for name in (
+            "ppo", "cispo", "gspo", "dppo", "sapo", "dapo", "reinforce_pp", "grpo_nostd", "grpo_len_norm")},
+        "custom_loss": (wai.CustomLoss(advantages=lambda batch: batch.rewards_B - batch.rewards_B.mean(),
+                                       generations=4), {}),
     }
 
 
 def test_the_list_covers_every_rollout_method():
     rollout_methods = set()
     for name in wai.method_names():
-        if name in ("async", "groupwise_grading"):
+        if name in ("async", "groupwise_grading", "custom_loss"):  # need an option first
             rollout_methods.add(name)
             continue
         spec = wai.method(name).run_spec()

@@ -41,11 +41,13 @@ def assert_rows_close(got_rows, want_rows):
 
 
 # --------------------------------------------------------------------- reprs
-def test_reprs_match_the_lesson_exactly():
+def test_reprs_match_the_lesson_with_one_spelling_for_rates():
+    """As the lesson prints them, except BPCO's rates: the lesson spells them lr / critic_lr, SAO
+    critic_learning_rate; one spelling everywhere is learning_rate / critic_learning_rate (docs/decisions.md)."""
     assert str(wai.SAO()) == ("SAO(ratio=(0.7, 6.0), gae_alpha=1.5, critic_steps=2, critic_warmup=10, "
                               "temperature=1.0, max_tokens=131072, critic_learning_rate=5e-06)")
     assert str(wai.BPCO()) == ("BPCO(clip=0.2, gae_alpha=0.4, reward_range=(0.0, 1.0), critic_warmup=15, "
-                               "temperature=1.0, max_tokens=12000, lr=1e-06, critic_lr=1e-05)")
+                               "temperature=1.0, max_tokens=12000, learning_rate=1e-06, critic_learning_rate=1e-05)")
     assert type(wai.method("sao")) is SAO and type(wai.method("bpco")) is BPCO
 
 
@@ -281,7 +283,7 @@ def test_bpco_refuses_values_outside_reward_range_naming_row_and_token():
     (lambda: SAO().replace(critic_steps=0), "critic_steps", "0", "integer >= 1"),
     (lambda: BPCO(clip=-0.2), "clip", "-0.2", "(0.0, inf)"),
     (lambda: BPCO(reward_range=(1.0, 1.0)), "reward_range", "(1.0, 1.0)", "low < high"),
-    (lambda: BPCO().replace(critic_lr=float("inf")), "critic_lr", "inf", "finite"),
+    (lambda: BPCO().replace(critic_learning_rate=float("inf")), "critic_learning_rate", "inf", "finite"),
 ])
 def test_bad_values_name_field_value_and_range(make, field, value, text):
     with pytest.raises(ValueError) as info:

@@ -391,7 +391,7 @@ def test_missing_task_id_is_refused_naming_the_row():
 
 def test_every_class_is_reachable_by_name_and_prints_its_fields():
     assert str(GRPO()) == ("GRPO(generations=8, clip=0.2, clip_high=None, dual_clip=None, beta=0.0, "
-                           "loss_type='grpo', truncated='mask', max_tokens=1024, temperature=1.0)")
+                           "loss_type='grpo', truncated='mask', max_tokens=1024, temperature=1.0, loss='cross_entropy')")
     for name, cls in (("grpo", GRPO), ("dr_grpo", DrGRPO), ("rloo", RLOO), ("max_rl", MaxRL), ("rae", RAE)):
         assert type(wai.method(name)) is cls and name in wai.method_names()
         assert set(cls.knobs()) == {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}

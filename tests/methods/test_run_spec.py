@@ -16,6 +16,8 @@ def _every_method() -> list[wai.Method]:
             out.append(wai.method(name, method="grpo"))
         elif name == "groupwise_grading":
             out.append(wai.GroupwiseGrading(grader=lambda rows: [0.0] * len(rows)))
+        elif name == "custom_loss":
+            out.append(wai.CustomLoss(advantages=lambda batch: batch.rewards_B))
         else:
             out.append(wai.method(name))
     return out
@@ -40,7 +42,7 @@ def test_run_specs_carry_the_methods_own_settings():
     assert wai.FlashReinforce(off_policy_steps=3).run_spec().max_lag == 3
     sao = wai.SAO(critic_steps=3, critic_warmup=5, critic_learning_rate=1e-3).run_spec().critic
     assert (sao.learning_rate, sao.steps, sao.warmup, sao.reward_range) == (1e-3, 3, 5, None)
-    bpco = wai.BPCO(reward_range=(0.0, 2.0), critic_lr=2e-4, lr=3e-5).run_spec()
+    bpco = wai.BPCO(reward_range=(0.0, 2.0), critic_learning_rate=2e-4, learning_rate=3e-5).run_spec()
     assert bpco.critic.reward_range == (0.0, 2.0) and bpco.critic.learning_rate == 2e-4
     assert bpco.learning_rate == 3e-5
     assert wai.SFT().run_spec().source == "rows" and wai.RM().run_spec().head == "score"

@@ -19,6 +19,8 @@ from ._kit import random_rows
 WRAPPED = {
     "async": [wai.Async("grpo", correction=c) for c in ("ipo", "icepop", "tis")],
     "groupwise_grading": [wai.GroupwiseGrading(grader=lambda rows: [len(r["logprobs"]) for r in rows])],
+    "custom_loss": [wai.CustomLoss(advantages=lambda batch: batch.rewards_B - batch.rewards_B.mean(), loss=loss)
+                    for loss in ("importance_sampling", "ppo", "gspo")],
 }
 
 

@@ -62,7 +62,7 @@ def test_refusal_exits_2_with_the_reason(tmp_path, capsys) -> None:
     assert "refused: prime_rl_config: wai.SAO needs a value critic" in capsys.readouterr().err
     assert not out.exists()
     assert main(["prime-rl", "--env", "x", "--method", "ppo", "--model", QWEN, "--json"]) == 2
-    assert "value model" in json.loads(capsys.readouterr().out)["refused"]
+    assert "never clips the ratio" in json.loads(capsys.readouterr().out)["refused"]
 
 
 def test_bad_set_and_unknown_key(capsys) -> None:

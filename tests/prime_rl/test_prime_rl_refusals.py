@@ -25,7 +25,7 @@ REFUSED: dict[str, tuple[Callable[[], object], tuple[str, ...], str]] = {
                         "method.update(batch)"),
     "sao": (_write(wai.SAO()), ("needs a value critic", "no value network"), "critic's 'values'"),
     "bpco": (_write(wai.BPCO()), ("bounded value critic", "no value network"), "critic's 'values'"),
-    "ppo": (_write("ppo"), ("value model", "no GAE"), "your own loop"),
+    "ppo": (_write("ppo"), ("never clips the ratio",), "method.update(batch)"),  # wai.PPO: the engine's ppo loss
     "dpo": (_write(wai.DPO()), ("no preference mode",), "ref_logprobs on each row"),
     "rm": (_write(wai.RM()), ("neither trains nor hosts reward models",), "judge inside your taskset"),
     "groupwise_grading": (_write(wai.GroupwiseGrading(grader=lambda rows: [0.0] * len(rows))),
@@ -127,6 +127,6 @@ def test_cli_names_a_refusal_and_an_error_apart(capsys) -> None:
     from whileai.cli import main
 
     assert main(["prime-rl", "--env", ENV, "--method", "ppo", "--knob", "clip=0.1", "--model", QWEN]) == 2
-    assert "refused: prime_rl_config: ppo needs a value model" in capsys.readouterr().err
+    assert "refused: prime_rl_config: wai.PPO clips the trainer/sampler ratio" in capsys.readouterr().err
     assert main(["prime-rl", "--env", ENV, "--method", "grpo", "--model", QWEN, "--set", "trainer.lr=1e-6"]) == 2
     assert "wai prime-rl: error: prime_rl_config: override 'trainer.lr'" in capsys.readouterr().err

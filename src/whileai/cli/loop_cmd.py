@@ -1,9 +1,9 @@
-"""`wai loop`: run one algorithm of ``whileai.algorithms`` end to end, cycle by cycle.
+"""`wai loop`: run one method of ``whileai.methods`` end to end, cycle by cycle.
 
 ``wai loop --algorithm NAME --taskset SPEC`` runs against an in-process engine; ``--url U --token T``
 against a running ``wai serve``; ``--serve`` starts a ``wai serve`` of its own (in a temporary folder,
 stopped at the end) and runs against it over HTTP. The first line says which. ``wai loop --list`` lists
-the algorithms. See docs/algorithms.md.
+the methods that sample rollouts. See docs/algorithms.md.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ def register(subparsers: Any) -> None:
         "loop", help="run one algorithm (build_loss) for a few cycles against the engine or a wai serve",
         description="Per cycle: save_weights_for_sampler -> sample -> grade -> [teacher logprobs] -> build_loss "
                     "-> forward_backward -> optim_step, with the cycle's reward and loss printed.")
-    p.add_argument("--list", action="store_true", help="list the algorithms (name, loss, second run, summary)")
-    p.add_argument("--algorithm", metavar="NAME", help="the algorithm to run (`wai loop --list` shows them; "
-                   "method:NAME runs a method of the methods library)")
+    p.add_argument("--list", action="store_true", help="list the methods (name, loss, second run, summary)")
+    p.add_argument("--algorithm", "--method", metavar="NAME", dest="algorithm",
+                   help="the method to run (`wai loop --list` shows them)")
     p.add_argument("--taskset", default="builtin:case", metavar="SPEC",
                    help="builtin:NAME, a JSONL file, hf:NAME or reasoning_gym:NAME (default builtin:case)")
     p.add_argument("--model", default="builtin:tiny", help="the student's base model (default builtin:tiny)")
@@ -34,17 +34,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cycles", type=int, default=3, help="cycles (optimizer steps) to run (default 3)")
     p.add_argument("--tasks-per-cycle", type=int, default=4, help="prompts per cycle (default 4)")
     p.add_argument("--rollouts-per-prompt", type=int, default=None,
-                   help="completions per prompt (default: the algorithm's)")
+                   help="completions per prompt (default: the method's)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="generation cap (default: the taskset's, else the method's, else 256)")
     p.add_argument("--learning-rate", type=float, default=None,
                    help="AdamW step (default 1e-2 for a built-in model, 1e-5 otherwise)")
     p.add_argument("--seed", type=int, default=0, help="seeds the model, the task draw and the sampler (default 0)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
-                   help="an option of the algorithm (or a knob of a method:NAME), e.g. --set clip_high=1.28; the "
+                   help="a knob of the method, e.g. --set clip_high=0.28; the "
                         "value is read as JSON when it parses, else as a string (repeatable)")
     p.add_argument("--teacher-model", default=None,
-                   help="the frozen teacher's model for algorithms with a second run (default: the student's)")
+                   help="the frozen teacher's model for methods with a second run (default: the student's)")
     p.add_argument("--teacher-seed", type=int, default=None,
                    help="the frozen teacher's seed (default: the student's; a built-in teacher with another seed "
                         "is a differently initialised model)")
@@ -58,24 +58,23 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_loop(args: argparse.Namespace) -> int:
-    from whileai.algorithms import algorithm, rl_loop, teacher_loop
+    from whileai.algorithms.loops import resolve, rl_loop, second_run, teacher_loop
 
     if args.list:
         print_list()
         return 0
     if not args.algorithm:
-        raise ConfigError("give --algorithm NAME (`wai loop --list` shows them)")
+        raise ConfigError("give --method NAME (`wai loop --list` shows them)")
     if args.url and args.serve:
         raise ConfigError("--url and --serve both say where to run; give one (or neither, to run in-process)")
-    algo = algorithm(args.algorithm)
-    options = parse_settings(args.settings)
-    second = algo.loop_needs(algo.make_options(options)).second_run
+    algo = resolve(args.algorithm, parse_settings(args.settings))
+    second = second_run(algo)
     settings = {"cycles": args.cycles, "tasks_per_cycle": args.tasks_per_cycle, "seed": args.seed,
                 "rollouts_per_prompt": args.rollouts_per_prompt, "max_tokens": args.max_tokens,
                 "learning_rate": args.learning_rate}
     with ExitStack() as stack:
         target = connect(args, stack)
-        common = {"model": args.model, "lora_rank": args.lora_rank, "options": options, **settings}
+        common = {"model": args.model, "lora_rank": args.lora_rank, **settings}
         if second is None:
             result = rl_loop(target, algo, args.taskset, **common)
         else:
@@ -128,13 +127,15 @@ def parse_settings(settings: list[str]) -> dict[str, Any]:
 
 
 def print_list() -> None:
-    from whileai.algorithms import algorithm, algorithm_names
+    from whileai.algorithms.loops import resolve, second_run
+    from whileai.methods import method, method_names
 
-    for name in algorithm_names():
-        algo = algorithm(name)
+    for name in method_names():
         try:
-            second = algo.loop_needs(algo.make_options()).second_run
-        except ConfigError:  # a library wrapper that needs an option first (method:async)
-            second = None
-        tag = {"teacher": "  [+ frozen teacher run]", "reference": "  [+ frozen reference run]"}.get(second or "", "")
-        print(f"{name:26s} {algo.loss:20s} {algo.summary}{tag}")
+            chosen = resolve(method(name))
+        except ConfigError:  # needs an option first (async, custom_loss), or trains on rows as pushed
+            continue
+        tag = {"teacher": "  [+ frozen teacher run]", "reference": "  [+ frozen reference run]"}.get(
+            second_run(chosen) or "", "")
+        doc = (type(chosen).__doc__ or "").strip().splitlines() or [""]
+        print(f"{name:26s} {chosen.run_spec().loss:20s} {doc[0]}{tag}")

@@ -4,8 +4,9 @@
 JSON); ``--out FILE`` writes the coefficients, one JSON line per trajectory, to a temporary file that
 replaces FILE only once it is complete; ``--state FILE`` carries a stateful method's state (RAE's
 baselines) from one run to the next. An error about a row names its file line. ``--set key=value`` changes a knob (the value is read as JSON
-when it parses, e.g. ``--set ratio=[0.5,5]``, else as a string). ``wai methods`` lists every method with
-each default and where it comes from, read from the one defaults table.
+when it parses, e.g. ``--set ratio=[0.5,5]``, else as a string). ``wai methods`` lists every method of the
+one registry with each default and where it comes from, read from the one defaults table, then the names that
+are a method with knobs set (``grpo_nostd``, ``grpo_len_norm``, ``sdpo``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from whileai.errors import BatchError, ConfigError
 from whileai.methods.base import REGISTRY, Method, Update
-from whileai.methods.registry import method, method_names
+from whileai.methods.registry import ALIASES, method, method_names
 from whileai.rows.io import atomic_write, check_output_path, load_rows
 
 
@@ -198,6 +199,9 @@ def cmd_methods(args: argparse.Namespace) -> int:
             if knob["why"]:
                 lines.append(f"      why ours differs: {knob['why']}")
         lines.append("")
+    for alias, (target, preset) in ALIASES.items():
+        shown = ", ".join(f"{k}={v!r}" for k, v in preset.items())
+        lines.append(f"{alias} = {target} with {shown}")
     print("\n".join(lines).rstrip())
     return 0
 

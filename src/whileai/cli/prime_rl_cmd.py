@@ -22,8 +22,10 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 METHODS_HELP = ("method registry name: written: grpo, dr_grpo, max_rl, rae, rloo, opd, opsd, sft, async (with "
-                "--knob method=... --knob correction=ipo); refused with the reason: flash_reinforce, sao, bpco, "
-                "ppo, dpo, rm, groupwise_grading, reinforce_ada")
+                "--knob method=... --knob correction=ipo), and grpo_nostd, grpo_len_norm, sdpo (their engine loss "
+                "listed as ignored); refused with the reason: flash_reinforce, sao, bpco, ppo, dpo, rm, "
+                "groupwise_grading, reinforce_ada, and cispo, gspo, dppo, sapo, dapo, reinforce_pp, custom_loss "
+                "(no mapping)")
 
 
 def register(subparsers: Any) -> None:

@@ -75,7 +75,8 @@ def dro(logp: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, Any]) -
 
 
 def gspo(logp: Tensor, inputs: Mapping[str, Tensor], config: Mapping[str, Any]) -> Tensor:
-    """GSPO-token: ``log s = mean_t(log p - log q)`` over the datum's scored positions;
+    """GSPO-token: ``log s = mean_t(log p - log q)`` over the datum's scored positions (its completion, or
+    where ``weights`` are nonzero: SkyRL's and verl's loss mask, zero-advantage tokens included);
     ``log s_t = log p - sg(log p) + sg(log s)`` capped at 10; ``-min(s_t A, clip(s_t, lo, hi) A)``."""
     log_seq_ratio = (logp - inputs["logprobs"]).mean()
     log_token_ratio = torch.clamp(logp - logp.detach() + log_seq_ratio.detach(), max=10.0)
@@ -202,7 +203,11 @@ LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in (
              ("target_tokens", "logprobs", "advantages"),
              _clip_keys(0.8, 1.2, f"{SKYRL} eps 0.2 (the GSPO paper used 3e-4 / 4e-4)"),
              "Zheng et al. 2025 (arXiv 2507.18071) GSPO-token, as SkyRL implements it; bounds as SkyRL's "
-             "eps 0.2 (the paper used 3e-4 / 4e-4)", optional_inputs=_PER_TOKEN_CLIP),
+             "eps 0.2 (the paper used 3e-4 / 4e-4)", optional_inputs=_PER_TOKEN_CLIP,
+             # the sequence ratio is a mean over the whole completion (SkyRL / verl: the loss mask), so a
+             # token whose advantage is 0 still counts in it; without weights a completion position is one
+             # with a nonzero advantage or a nonzero sampler logprob (prompt positions carry 0 in both)
+             scores="advantages_or_logprobs"),
     LossSpec("dppo", dppo, "-r * A * m, m = 0 where the token left the TV or KL trust region",
              ("target_tokens", "logprobs", "advantages"),
              {"delta_low": Knob(0.2, "divergence bound for negative advantages", number(0.0), SKYRL),
@@ -258,7 +263,8 @@ def scored(spec: LossSpec, inputs: Mapping[str, np.ndarray], length: int) -> np.
 
     With ``weights``: where a weight is nonzero. Otherwise by the loss: nonzero advantages (a zero
     advantage gives a zero loss for every ratio-times-advantage loss; prompt positions carry A = 0);
-    for ``dro`` also a nonzero sampler logprob (its quadratic term); ``ppo_critic`` every position.
+    for ``dro`` (its quadratic term) and ``gspo`` (its sequence mean) also a nonzero sampler logprob;
+    ``ppo_critic`` every position.
     """
     def any_k(a: np.ndarray) -> np.ndarray:
         return (a != 0).reshape(length, -1).any(axis=1)

@@ -27,6 +27,7 @@ import numpy as np
 from whileai.errors import ConfigError
 from whileai.methods._ops import agree, no_behavior_note
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.registry import method as by_name
 from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
@@ -131,8 +132,6 @@ class Async(Method):
 def _resolve(method: Any) -> Method:
     """A method object as is, or one built from its registry name."""
     if isinstance(method, str):
-        from whileai.methods.registry import method as by_name
-
         if method.strip().lower() == "async":
             raise ConfigError("Async.method='async' is invalid: Async wraps another method; name the one to "
                               "correct, e.g. method='grpo'")

@@ -167,7 +167,7 @@ class BPCO(Method):
     A rare token (small mu) may move its ratio further, because the same ratio change moves less
     probability. The loss sums a sequence's tokens and averages over sequences, so the only normalizer
     is 1/B. ``values`` must lie inside ``reward_range`` (a bounded critic cannot leave it): a value
-    outside is a ``BatchError`` naming the row and token. ``critic_warmup``, ``lr``, ``critic_lr``,
+    outside is a ``BatchError`` naming the row and token. ``critic_warmup``, ``learning_rate``, ``critic_learning_rate``,
     ``temperature`` and ``max_tokens`` are for the trainer. Where we differ from the paper: lambda
     floored at 0 (module docstring); a trajectory with every action token clipped counts as not admitted.
     """
@@ -181,15 +181,15 @@ class BPCO(Method):
     critic_warmup: int = knob("bpco", "critic_warmup")
     temperature: float = knob("bpco", "temperature")
     max_tokens: int = knob("bpco", "max_tokens")
-    lr: float = knob("bpco", "lr")
-    critic_lr: float = knob("bpco", "critic_lr")
+    learning_rate: float = knob("bpco", "learning_rate")
+    critic_learning_rate: float = knob("bpco", "critic_learning_rate")
 
     bound = _Bound()
 
     def run_spec(self) -> RunSpec:
-        critic = CriticSpec(self.critic_lr, 1, self.critic_warmup, self.reward_range)
+        critic = CriticSpec(self.critic_learning_rate, 1, self.critic_warmup, self.reward_range)
         return RunSpec(1, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.requires), critic=critic,
-                       learning_rate=self.lr)
+                       learning_rate=self.learning_rate)
 
     def _update(self, batch: Batch) -> Update:
         values_N = batch.token_fields["values"]

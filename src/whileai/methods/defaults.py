@@ -55,6 +55,30 @@ DUAL_CLIP = Knob(None, "dual clip for A < 0: a token whose ratio is above dual_c
                  why="off so the surrogate is the one the GRPO, RLOO and MaxRL papers state, as OpenRLHF's default; "
                  "verl applies it in its default loss with clip_ratio_c = 3.0 (dual_clip=3.0 matches verl); the "
                  "paper's own c was not in what we could read")
+SPEC_SERVICE = "training service page, 'More algorithms' (spec 004)"
+REINFORCE_PP_PAPER = "Hu 2025, REINFORCE++, arXiv:2501.03262"
+PPO_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "gspo")
+# Which engine loss the step runs, shared by every grouped method (GRPO, DrGRPO, RLOO, MaxRL and the service
+# page's algorithms): declared once here, placed in each method's table below.
+LOSS = Knob("cross_entropy", "the engine loss the step runs: 'cross_entropy' sends the coefficients c as weights "
+            "(ratio and clip computed from the rows); 'importance_sampling', 'ppo', 'cispo' or 'gspo' send the "
+            "advantages with the sampler's logprobs and the engine takes the live ratio in the graph, with clip / "
+            "clip_high as the bounds 1 - clip, 1 + clip_high", one_of(*PPO_LOSSES),
+            f"{SPEC_SERVICE}: one build_loss per engine loss")
+
+
+def loss_knob(value: str, source: str) -> Knob:
+    """The ``loss`` knob of a method that runs ``value`` by default."""
+    return Knob(value, LOSS.doc, LOSS.check, source)
+
+
+# OPD's and OPSD's engine-loss form (the service page's opd.py / opsd.py / sdpo.py), declared once.
+DISTILL_LOSS = Knob("cross_entropy", "the engine loss the step runs: 'cross_entropy' sends c; 'importance_sampling' "
+                    "sends the advantage kl_coef * (teacher - behavior_logprobs) and the engine takes the ratio "
+                    "(reverse_kl only, max_ratio None: the service page's opd.py)",
+                    one_of("cross_entropy", "importance_sampling"), f"{SPEC_SERVICE} (opd.py, opsd.py, sdpo.py)")
+DISTILL_KL_COEF = Knob(1.0, "scale of every coefficient (of the teacher gap, in the service form)",
+                       number(0.0, open_low=True), "Tinker cookbook distillation kl_penalty_coef default 1.0")
 # Distillation under a stale sampler: each token's c is multiplied by min(rho, max_ratio).
 DISTILL_MAX_RATIO_SOURCE = ("TRL experimental self-distillation (SDFT / SDPO), distillation_is_clip = 2.0: the "
                             "per-token loss times min(rho, 2)")
@@ -93,8 +117,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                               f"{BPCO_PAPER}, training setup"),
         "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), f"{BPCO_PAPER}, training setup"),
         "max_tokens": Knob(12000, "generation cap per trajectory", integer(1), f"{BPCO_PAPER}, training setup"),
-        "lr": Knob(1e-06, "policy learning rate", number(0.0, open_low=True), f"{BPCO_PAPER}, training setup"),
-        "critic_lr": Knob(1e-05, "critic learning rate", number(0.0, open_low=True), f"{BPCO_PAPER}, training setup"),
+        "learning_rate": Knob(1e-06, "policy learning rate", number(0.0, open_low=True), f"{BPCO_PAPER}, training setup"),
+        "critic_learning_rate": Knob(1e-05, "critic learning rate", number(0.0, open_low=True), f"{BPCO_PAPER}, training setup"),
     },
     # --- the group baselines and the async wrapper ---
     "grpo": {
@@ -114,18 +138,24 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "loss_type": Knob("grpo", "length weight w_i: 'grpo' 1/(B*T_i), 'bnpo' 1/N, 'dr_grpo' 1/(B*max_tokens) "
                           "and no std", one_of("grpo", "bnpo", "dr_grpo"), f"{GRPO_PAPER}, Eq. 3 (1/G * 1/|o_i|)"),
         "truncated": Knob("mask", "a reply cut at max_tokens: 'mask' gives it c = 0 and leaves it out of its "
-                          "group's statistics; 'zero' scores it R = 0", one_of("mask", "zero"),
+                          "group's statistics; 'zero' scores it R = 0; 'keep' trains it on its graded reward like "
+                          "any other", one_of("mask", "zero", "keep"),
                           f"{DAPO_PAPER}, section 3.4 (overlong filtering: a truncated sample's loss is masked; "
                           "DeepSeekMath itself scores a cut reply like any other, R = 0)"),
         "max_tokens": Knob(1024, "generation cap per trajectory; also L_max in dr_grpo's weight", integer(1),
                            f"{GRPO_PAPER}, section 4.2 (max length 1024)"),
         "temperature": Knob(1.0, "sampling temperature the trajectories were drawn at",
                             number(0.0, open_low=True), "TRL GRPOConfig (temperature=1.0)"),
+        "loss": LOSS,
     },
     "dr_grpo": {
         "loss_type": Knob("dr_grpo", "fixed for DrGRPO: A = R - mean (no std) and w_i = 1/(B*max_tokens); use "
                           "GRPO(loss_type=...) for the other weights", one_of("dr_grpo"),
                           "Liu et al. 2025, Dr. GRPO, arXiv:2503.20783, section 3 (unbiased optimization)"),
+        "length": Knob("max_tokens", "the one length every advantage is divided by: 'max_tokens' L_max (the paper), "
+                       "'own' each trajectory's T_i (the service page's drgrpo.py), 'none' 1 (its grpo_nostd.py)",
+                       one_of("max_tokens", "own", "none"),
+                       f"Liu et al. 2025, arXiv:2503.20783 ('own' and 'none': {SPEC_SERVICE})"),
     },
     "rloo": {
         "generations": Knob(8, "k: rollouts per prompt; each is judged against the mean of the other k - 1",
@@ -139,6 +169,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "dual_clip": DUAL_CLIP,
         "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
         "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+        "loss": LOSS,
     },
     "max_rl": {
         "generations": Knob(8, "k: rollouts per prompt; a group whose mean reward is 0 carries nothing",
@@ -149,6 +180,10 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "dual_clip": DUAL_CLIP,
         "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
         "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+        "loss": LOSS,
+        "estimator": Knob("mean", "'mean': A = (R - mean) / mean (the paper); 'beat_the_best': A_i = R_i minus the "
+                          "best other reward of the group (the service page's maxrl.py)",
+                          one_of("mean", "beat_the_best"), f"{MAX_RL_PAPER} ('beat_the_best': {SPEC_SERVICE})"),
     },
     "rae": {
         "decay": Knob(0.95, "per-agent running baseline: b <- decay * b + (1 - decay) * R, in batch order",
@@ -216,7 +251,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                             "methods reference, OPD defaults"),
         "max_tokens": Knob(8192, "generation cap per student rollout", integer(1), "whileai default",
                            paper_value=None, why="the papers tie the cap to their tasks; 8192 matches "
-                           "FlashReinforce's cap"),
+                           "FlashReinforce's cap"),        "loss": DISTILL_LOSS,
+        "kl_coef": DISTILL_KL_COEF,
     },
     "opsd": {
         "privileged": Knob("reference", "what the teacher copy sees that the student does not: 'reference' answer, "
@@ -239,7 +275,75 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "temperature": Knob(1.0, "sampling temperature, the same on both sides", number(0.0, open_low=True),
                             "methods reference, OPD defaults"),
         "max_tokens": Knob(8192, "generation cap per student rollout", integer(1), "whileai default",
-                           paper_value=None, why="as OPD's max_tokens"),
+                           paper_value=None, why="as OPD's max_tokens"),        "loss": DISTILL_LOSS,
+        "kl_coef": DISTILL_KL_COEF,
+    },
+    # --- the service page's algorithms (spec 004): Dr. GRPO's advantage under an engine loss, DAPO, REINFORCE++
+    "ppo": {
+        "loss": loss_knob("ppo", f"{SPEC_SERVICE} (ppo.py: group-relative advantages, no critic)"),
+        "length": Knob("none", "as DrGRPO's length (none: the advantage as it is)", one_of("max_tokens", "own", "none"),
+                       f"{SPEC_SERVICE} (ppo.py)"),
+        "truncated": Knob("keep", "as GRPO's truncated", one_of("mask", "zero", "keep"), f"{SPEC_SERVICE} (ppo.py "
+                          "trains every completion)"),
+    },
+    "cispo": {
+        "loss": loss_knob("cispo", f"{SPEC_SERVICE} (cispo.py)"),
+        "clip": Knob(1.0, "lower bound 1 - clip of the held-constant ratio", number(0.0, open_low=True),
+                     "Tinker tutorial 202 (one-sided 0.0 / 4.0); MiniMax-M1, arXiv:2506.13585"),
+        "clip_high": Knob(3.0, "upper bound 1 + clip_high of the held-constant ratio", CLIP_HIGH.check,
+                          "Tinker tutorial 202 (one-sided 0.0 / 4.0)"),
+    },
+    "gspo": {
+        "loss": loss_knob("gspo", f"{SPEC_SERVICE} (gspo.py)"),
+    },
+    "dppo": {
+        "loss": Knob("dppo", "fixed for DPPO: the engine's dppo loss", one_of("dppo"), f"{SPEC_SERVICE} (dppo.py)"),
+        "delta_low": Knob(0.2, "divergence bound for negative advantages", number(0.0),
+                          "arXiv:2602.04879, as SkyRL (delta_low 0.2)"),
+        "delta_high": Knob(0.2, "divergence bound for positive advantages", number(0.0),
+                           "arXiv:2602.04879, as SkyRL (delta_high 0.2)"),
+        "divergence": Knob("binary_tv", "the mask's divergence, sent as dppo_type", one_of("binary_tv", "binary_kl"),
+                           "arXiv:2602.04879, as SkyRL (binary_tv)"),
+    },
+    "sapo": {
+        "loss": Knob("sapo", "fixed for SAPO: the engine's sapo loss", one_of("sapo"), f"{SPEC_SERVICE} (sapo.py)"),
+        "tau_pos": Knob(1.0, "gate temperature for A > 0", number(0.0, open_low=True), "arXiv:2511.20347, as SkyRL"),
+        "tau_neg": Knob(1.05, "gate temperature for A <= 0", number(0.0, open_low=True), "arXiv:2511.20347, as SkyRL"),
+    },
+    "dapo": {
+        "clip_high": Knob(0.28, CLIP_HIGH.doc, CLIP_HIGH.check, f"{DAPO_PAPER}, section 3.1 (eps_high = 0.28)"),
+        "loss_type": Knob("bnpo", "as GRPO's loss_type; 'bnpo' is DAPO's token-level normalization (Eq. 8)",
+                          one_of("grpo", "bnpo", "dr_grpo"), f"{DAPO_PAPER}, Eq. 8"),
+        "loss": loss_knob("ppo", f"{SPEC_SERVICE} (dapo.py: loss ppo with the clip-higher bounds)"),
+        "min_retained": Knob(2, "fewest untruncated rollouts a group keeps; fewer asks the loop for more (up to "
+                             "max_rounds rounds), and a group still short carries nothing", integer(1),
+                             f"{SPEC_SERVICE} (dapo.py MIN_GROUP_SIZE); 2 is the least a baseline needs"),
+        "max_rounds": Knob(4, "resampling rounds per group before it is dropped", integer(0),
+                           "whileai: bounds the extra sampling per step"),
+        "dynamic_sampling": Knob(True, "a group whose kept rewards are all equal is not admitted (and its tokens "
+                                 "leave the 1/N normalizer)", one_of(True, False), f"{DAPO_PAPER}, section 3.2"),
+    },
+    "reinforce_pp": {
+        "generations": Knob(8, "k: rollouts per prompt (the group of kl_in='token')", integer(1),
+                            "as GRPO's generations"),
+        "kl_coef": Knob(0.01, "beta: weight of the K2 penalty 1/2 (log pi - log pi_ref)^2", number(0.0),
+                        "OpenRLHF --algo.kl.init_coef default 0.01 (reference/peers.md)"),
+        "kl_in": Knob("return", "'return': the penalty summed into the return-to-go, then z-scored over the batch's "
+                      "tokens (the paper); 'token': the group-centred reward minus the token's penalty (the service "
+                      "page's reinforce_pp.py)", one_of("return", "token"),
+                      f"{REINFORCE_PP_PAPER} ('token': {SPEC_SERVICE})"),
+        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
+        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+    },
+    "custom_loss": {
+        "loss": Knob("importance_sampling", "the engine loss the function's advantages go through ('cross_entropy': "
+                     "they are the coefficients)", one_of(*PPO_LOSSES), f"{SPEC_SERVICE} (build_loss)"),
+        "clip": Knob(0.2, "ppo / cispo / gspo: the bounds 1 - clip, 1 + clip_high", number(0.0, 1.0, open_low=True),
+                     f"{PPO_PAPER}, Eq. 7"),
+        "clip_high": CLIP_HIGH,
+        "generations": Knob(1, "rollouts per prompt the loop samples", integer(1), "whileai default"),
+        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
     },
     "groupwise_grading": {
         "mode": Knob("reward", "'reward' (GRS, Eq. 2): each pass's reward is multiplied by its quality factor f "

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from whileai.endpoints import Endpoint
+from whileai.errors import BatchError
 from whileai.methods._ops import agree
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
 from whileai.methods.run_spec import RunSpec, TeacherSpec
@@ -140,7 +141,11 @@ class _Distill(Method):
     """Shared update of OPD and OPSD (fields top_k and divergence come from the subclass)."""
 
     def _update(self, batch: Batch) -> Update:
+        if self._loss != "cross_entropy":
+            return self._named_update(batch)
         update = self._divergence_update(batch)
+        if self._kl_coef != 1.0:
+            update.coefficients = [c * self._kl_coef for c in update.coefficients]
         if "behavior_logprobs" not in batch.token_fields:
             return update  # on-policy rows: rho = 1 on every token
         weight_N, capped_N = self._importance_weights(batch)
@@ -203,9 +208,56 @@ class _Distill(Method):
         return Update(self.name, batch.split(coefficients_NK), batch.split(-divergence_N * batch.action_mask_N),
                       admitted_B, stats, [note])
 
+    def _named_update(self, batch: Batch) -> Update:
+        """The service form (tinker-cookbook's on-policy distillation): a = kl_coef (teacher - behavior_logprobs)
+        on every action token through ``importance_sampling``; c = rho a, rho uncapped."""
+        if any(batch.has(name) for name in TOPK_FIELDS):
+            raise BatchError(f"{self.name} with loss={self._loss!r} sends one advantage per sampled token, and the "
+                             "rows carry top-k fields; drop them, or use loss='cross_entropy' for the top-k form")
+        teacher_N = batch.require("teacher_logprobs", self.name, "the teacher's log-probability of each sampled token")
+        gap_N = np.subtract(teacher_N, batch.behavior_logprobs_N) * batch.action_weight_N
+        advantage_N = self._kl_coef * gap_N
+        admitted_B = np.ones(batch.size, dtype=bool)
+        stats = {"batch_mean_reward": float(batch.rewards_B.mean()), "admitted_share": 1.0,
+                 "mean_ratio": mean_ratio(batch, admitted_B),
+                 "mean_teacher_gap": float(gap_N.sum() / batch.action_count)}
+        coefficients_N = batch.ratio_N * advantage_N
+        return Update(self.name, batch.split(coefficients_N), batch.split(advantage_N), admitted_B, stats)
+
+    def _check(self) -> list[str]:
+        if self._loss == "cross_entropy":
+            return []
+        problems = []
+        if self._divergence != "reverse_kl":
+            problems.append(f"{type(self).__name__}.divergence={self._divergence!r} is invalid with loss="
+                            f"{self._loss!r}: the advantage kl_coef (teacher - sampler) is the reverse KL's; set "
+                            "divergence='reverse_kl', or loss='cross_entropy'")
+        if self._max_ratio is not None:
+            problems.append(f"{type(self).__name__}.max_ratio={self._max_ratio!r} is invalid with loss="
+                            f"{self._loss!r}: the engine's importance ratio is uncapped; set max_ratio=None, or "
+                            "loss='cross_entropy'")
+        return problems
+
+    @property
+    def _loss(self) -> str:
+        return str(getattr(self, "loss"))  # noqa: B009 - declared by the subclass
+
+    @property
+    def _kl_coef(self) -> float:
+        return float(getattr(self, "kl_coef"))  # noqa: B009 - declared by the subclass
+
     @property
     def _divergence(self) -> str:
         return str(getattr(self, "divergence"))  # noqa: B009 - declared by the subclass
+
+    @property
+    def _needs(self) -> tuple[str, ...]:
+        """What the loop fills: the teacher's score of each sampled token, and its top-k slots (cross_entropy)."""
+        return TEACHER_NEEDS if self._loss == "cross_entropy" else ("teacher_logprobs",)
+
+    @property
+    def _spec_top_k(self) -> int:
+        return self._top_k if self._loss == "cross_entropy" else 0
 
     @property
     def _top_k(self) -> int:
@@ -238,15 +290,18 @@ class OPD(_Distill):
     max_ratio: float | None = knob("opd", "max_ratio")
     temperature: float = knob("opd", "temperature")
     max_tokens: int = knob("opd", "max_tokens")
+    loss: str = knob("opd", "loss")
+    kl_coef: float = knob("opd", "kl_coef")
 
     def run_spec(self) -> RunSpec:
-        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=TEACHER_NEEDS,
-                       teacher=TeacherSpec("model", top_k=self.top_k))
+        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=self._needs,
+                       teacher=TeacherSpec("model", top_k=self._spec_top_k), loss=self.loss)
 
     def _check(self) -> list[str]:
+        problems = super()._check()
         if self.teacher is not None and not isinstance(self.teacher, Endpoint):
-            return [f"OPD.teacher={self.teacher!r} is invalid: it must be a wai.Endpoint(base_url=...) or None"]
-        return []
+            problems.append(f"OPD.teacher={self.teacher!r} is invalid: it must be a wai.Endpoint(base_url=...) or None")
+        return problems
 
 
 # --------------------------------------------------------------------- OPSD
@@ -286,15 +341,18 @@ class OPSD(_Distill):
     max_ratio: float | None = knob("opsd", "max_ratio")
     temperature: float = knob("opsd", "temperature")
     max_tokens: int = knob("opsd", "max_tokens")
+    loss: str = knob("opsd", "loss")
+    kl_coef: float = knob("opsd", "kl_coef")
 
     def run_spec(self) -> RunSpec:
         weights, rate = parse_anchor(self.anchor) or ("live", None)
-        teacher = TeacherSpec(weights, rate, self.privileged, self.top_k)
-        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=TEACHER_NEEDS,
-                       teacher=teacher)
+        teacher = TeacherSpec(weights, rate, self.privileged, self._spec_top_k)
+        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=self._needs,
+                       teacher=teacher, loss=self.loss)
 
     def _check(self) -> list[str]:
+        problems = super()._check()
         if parse_anchor(self.anchor) is None:
-            return [f"OPSD.anchor={self.anchor!r} is invalid: it must be 'ema:<rate>' with 0 < rate <= 1 (e.g. "
-                    "'ema:0.01'), 'initial' (frozen starting weights) or 'live' (the current student)"]
-        return []
+            problems.append(f"OPSD.anchor={self.anchor!r} is invalid: it must be 'ema:<rate>' with 0 < rate <= 1 "
+                            "(e.g. 'ema:0.01'), 'initial' (frozen starting weights) or 'live' (the current student)")
+        return problems

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import ConfigError
+from whileai.methods import losses
 from whileai.methods._ops import Groups, agree, far_outside, group_by, group_stats, unclipped_is_min
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
 from whileai.methods.run_spec import RunSpec
@@ -184,6 +185,40 @@ def zero_advantage_share(advantage_B: np.ndarray, admitted_B: np.ndarray) -> flo
     return float((advantage_B[admitted_B] == 0).mean()) if admitted_B.any() else 1.0
 
 
+# --------------------------------------------------------------------- the engine-loss form
+def loss_config_of(method: Any) -> dict[str, float]:
+    """The loss config a grouped method's ``loss`` takes: the clip band as absolute bounds for ppo / cispo /
+    gspo (1 - clip, 1 + clip_high), nothing for importance_sampling and cross_entropy."""
+    return losses.clip_config(method.clip, method.clip_high) if method.loss in losses.CLIPPED else {}
+
+
+def loss_problems(method: Any) -> list[str]:
+    """What a grouped method's other knobs cannot mean under a named loss (the engine has no dual clip)."""
+    name, loss = type(method).__name__, method.loss
+    if loss == "cross_entropy":
+        return []
+    problems = []
+    if getattr(method, "dual_clip", None) is not None:
+        problems.append(f"{name}.dual_clip={method.dual_clip!r} is invalid with loss={loss!r}: the engine's losses "
+                        "have no dual clip; set dual_clip=None, or loss='cross_entropy'")
+    if loss in losses.CLIPPED and method.clip > 1.0:
+        problems.append(f"{name}.clip={method.clip!r} is invalid with loss={loss!r}: the lower ratio bound 1 - clip "
+                        "would be negative; use clip <= 1")
+    return problems
+
+
+def named_loss_update(batch: Batch, method: Any, advantage_N: np.ndarray, admitted_B: np.ndarray,
+                      notes: list[str]) -> Update:
+    """The Update of a grouped method under a named loss: the per-token advantages it sends, and the
+    loss's coefficient view at the rows' logprobs (whileai.methods.losses)."""
+    coefficients_N = losses.coefficients(method.loss, batch, advantage_N, method.loss_config())
+    stats = base_stats(batch, admitted_B)
+    stats["clipped_token_share"] = losses.clipped_share(method.loss, batch, advantage_N, coefficients_N)
+    advantage_B = batch.per_row_sum(np.abs(advantage_N))
+    stats["zero_advantage_share"] = zero_advantage_share(advantage_B, admitted_B)
+    return Update(method.name, batch.split(coefficients_N), batch.split(advantage_N), admitted_B, stats, notes)
+
+
 # --------------------------------------------------------------------- GRPO
 @dataclass(frozen=True)
 class GRPO(Method):
@@ -204,7 +239,14 @@ class GRPO(Method):
     action tokens of admitted rows only, the tokens that can carry gradient, as TRL and verl count
     them), ``"dr_grpo"`` 1/(B max_tokens) and no std division (Liu et al. 2025, arXiv:2503.20783).
     ``truncated="mask"``: a row with ``truncated`` true gets c = 0 and is left out of its group's mean
-    and std (and of bnpo's N); ``"zero"`` counts its reward as 0.
+    and std (and of bnpo's N); ``"zero"`` counts its reward as 0; ``"keep"`` trains it like any other.
+
+    ``loss`` (default ``"cross_entropy"``: the coefficients above) names an engine loss instead
+    (``importance_sampling``, ``ppo``, ``cispo``, ``gspo``): the step then sends the per-token advantage
+    ``a_i,t = l_i A_i`` and the engine computes the ratio; ``l_i`` is the methods reference's length weight,
+    1/T_i, 1/N or 1/max_tokens (the engine sums over datums, so no 1/B), and the clip band goes as the
+    absolute bounds 1 - clip, 1 + clip_high (``whileai.methods.losses``). With ``importance_sampling`` this is
+    the service page's length-normalized GRPO (``grpo_len_norm``). beta > 0 and dual_clip need cross_entropy.
 
     Where we differ from the paper: the paper's std has no epsilon and its population/sample choice is
     unstated; we use the sample std (TRL and verl) + 1e-6 (verl's epsilon; TRL's is 1e-4). Defaults
@@ -223,11 +265,28 @@ class GRPO(Method):
     truncated: str = knob("grpo", "truncated")
     max_tokens: int = knob("grpo", "max_tokens")
     temperature: float = knob("grpo", "temperature")
+    loss: str = knob("grpo", "loss")
 
     def run_spec(self) -> RunSpec:
         needs = ("ref_logprobs",) if self.beta > 0 else ()
         return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
-                       max_lag=None, needs=needs)
+                       max_lag=None, needs=needs, loss=self.loss, loss_config=losses.as_pairs(self.loss_config()))
+
+    def loss_config(self) -> dict[str, Any]:
+        """The config ``loss`` is sent with (``RunSpec.loss_config``)."""
+        return loss_config_of(self)
+
+    def _check(self) -> list[str]:
+        problems = loss_problems(self)
+        if self.loss != "cross_entropy" and self.beta > 0:
+            problems.append(f"{type(self).__name__}.beta={self.beta!r} is invalid with loss={self.loss!r}: the KL "
+                            "term is a coefficient of its own; set beta=0, or loss='cross_entropy'")
+        return problems
+
+    def _admit(self, batch: Batch, groups: Groups, rewards_B: np.ndarray,
+               admitted_B: np.ndarray) -> tuple[np.ndarray, list[str], dict[str, float]]:
+        """The rows that count, after ``truncated``; DAPO drops more (short and unanimous groups)."""
+        return admitted_B, [], {}
 
     def _update(self, batch: Batch) -> Update:
         groups = group_by(batch.row_field("task_id", self.name, GROUP_WHY), "task_id")
@@ -235,9 +294,8 @@ class GRPO(Method):
         truncated_B = batch.truncated_B
         if self.truncated == "zero":
             rewards_B[truncated_B] = 0.0
-            admitted_B = np.ones(batch.size, dtype=bool)
-        else:
-            admitted_B = ~truncated_B
+        admitted_B = ~truncated_B if self.truncated == "mask" else np.ones(batch.size, dtype=bool)
+        admitted_B, admit_notes, admit_stats = self._admit(batch, groups, rewards_B, admitted_B)
         stats_G = group_stats(rewards_B, groups, admitted_B)
         g = groups.index_B
         centered_B = rewards_B - stats_G.mean_G[g]
@@ -246,6 +304,14 @@ class GRPO(Method):
         else:
             advantage_B = centered_B / (stats_G.std_G[g] + STD_EPSILON)
         advantage_B = np.where(stats_G.unanimous_G[g] | ~admitted_B, 0.0, advantage_B)
+        notes = group_notes(groups, stats_G.unanimous_G, rewards_B, self.generations)
+        notes += self._truncation_notes(batch) + admit_notes
+        if self.loss != "cross_entropy":
+            advantage_N = batch.spread(advantage_B * self._length_weights(batch, admitted_B))
+            advantage_N *= batch.action_weight_N
+            update = named_loss_update(batch, self, advantage_N, admitted_B, notes)
+            update.stats.update(admit_stats)
+            return update
         weight_B = self._weights(batch, admitted_B)
         band = band_of(self)
         surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, band)
@@ -256,8 +322,7 @@ class GRPO(Method):
             coefficients_N = coefficients_N + kl_coefficients_N
         stats["clipped_token_share"] = float(surrogate.clipped_N.sum() / max(int(batch.action_mask_N.sum()), 1))
         stats["zero_advantage_share"] = zero_advantage_share(advantage_B, admitted_B)
-        notes = group_notes(groups, stats_G.unanimous_G, rewards_B, self.generations)
-        notes += self._truncation_notes(batch)
+        stats.update(admit_stats)
         notes += clip_note(batch, surrogate, band)
         return Update(self.name, batch.split(coefficients_N), batch.split(surrogate.advantages_N), admitted_B,
                       stats, notes)
@@ -273,18 +338,28 @@ class GRPO(Method):
         k3_N = np.expm1(log_ref_over_pi_N) - log_ref_over_pi_N
         return coefficients_N, float(k3_N[live_N].mean()) if live_N.any() else 0.0
 
+    @property
+    def _length(self) -> str:
+        """Dr. GRPO's one length ('max_tokens', 'own' or 'none'); GRPO's dr_grpo weight is 'max_tokens'."""
+        return str(getattr(self, "length", "max_tokens"))
+
     def _weights(self, batch: Batch, admitted_B: np.ndarray) -> np.ndarray:
         """w_i for ``loss_type``: 1/(B T_i), 1/N (N: action tokens of admitted rows) or 1/(B max_tokens)."""
         tokens_B = batch.action_tokens_B.astype(np.float64)
         if self.loss_type == "bnpo":
             return np.full(batch.size, 1.0 / max(tokens_B[admitted_B].sum(), 1.0))
-        if self.loss_type == "dr_grpo":
-            return np.full(batch.size, 1.0 / (batch.size * self.max_tokens))
+        if self.loss_type == "dr_grpo" and self._length != "own":
+            return np.full(batch.size, 1.0 / (batch.size * (self.max_tokens if self._length == "max_tokens" else 1)))
         return 1.0 / (batch.size * tokens_B)
+
+    def _length_weights(self, batch: Batch, admitted_B: np.ndarray) -> np.ndarray:
+        """l_i of a named loss: w_i without the 1/B (the engine sums over datums)."""
+        weight_B = self._weights(batch, admitted_B)
+        return weight_B if self.loss_type == "bnpo" else weight_B * batch.size
 
     def _truncation_notes(self, batch: Batch) -> list[str]:
         cut = np.flatnonzero(batch.truncated_B)
-        if not cut.size:
+        if not cut.size or self.truncated == "keep":
             return []
         who = f"{plural(cut.size, 'truncated trajectory', 'truncated trajectories')} {trajectory_list(cut)}"
         if self.truncated == "mask":
@@ -300,27 +375,36 @@ class DrGRPO(GRPO):
     """Dr. GRPO (Liu et al. 2025, arXiv:2503.20783): GRPO with ``loss_type="dr_grpo"``.
 
     A_i = R_i - mean (no std division) and w_i = 1/(B max_tokens), one constant length for every
-    trajectory, which removes GRPO's bias toward long wrong answers. ``GRPO(loss_type="dr_grpo")``
-    computes the same coefficients; this class exists so ``wai.method("dr_grpo")`` names it.
+    trajectory, which removes GRPO's bias toward long wrong answers. ``length`` names that length:
+    ``"max_tokens"`` (the paper), ``"own"`` each trajectory's T_i (the service page's drgrpo.py, which
+    composes grpo_nostd and grpo_len_norm) or ``"none"`` 1 (its grpo_nostd.py: the group-centred reward as
+    it is). ``DrGRPO(length="none", loss="importance_sampling", truncated="keep")`` is the service page's
+    GRPO without the standard deviation (the registry's ``grpo_nostd``).
     """
 
     name = "dr_grpo"
 
     loss_type: str = knob("dr_grpo", "loss_type")
+    length: str = knob("dr_grpo", "length")
 
 
 # --------------------------------------------------------------------- RLOO and MaxRL
 AdvantageRule = Callable[[np.ndarray, Groups, np.ndarray], "tuple[np.ndarray, list[str]]"]
 
 
-def baseline_update(batch: Batch, name: str, band: ClipBand, generations: int, rule: AdvantageRule) -> Update:
-    """A grouped advantage (one per trajectory, 0 in unanimous groups) under GRPO's surrogate, w_i = 1/(B T_i)."""
+def baseline_update(batch: Batch, method: Any, rule: AdvantageRule) -> Update:
+    """A grouped advantage (one per trajectory, 0 in unanimous groups) under GRPO's surrogate, w_i = 1/(B T_i);
+    under a named loss, the advantage itself on every action token (the engine sums)."""
+    name, band, generations = method.name, band_of(method), method.generations
     groups = group_by(batch.row_field("task_id", name, GROUP_WHY), "task_id")
     rewards_B = batch.rewards_B
     admitted_B = np.ones(batch.size, dtype=bool)
     unanimous_G = group_stats(rewards_B, groups, admitted_B).unanimous_G
     advantage_B, rule_notes = rule(rewards_B, groups, unanimous_G)
     advantage_B = np.where(unanimous_G[groups.index_B], 0.0, advantage_B)
+    if method.loss != "cross_entropy":
+        notes = group_notes(groups, unanimous_G, rewards_B, generations) + rule_notes
+        return named_loss_update(batch, method, batch.spread(advantage_B) * batch.action_weight_N, admitted_B, notes)
     weight_B = 1.0 / (batch.size * batch.action_tokens_B.astype(np.float64))
     surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, band)
     stats = base_stats(batch, admitted_B)
@@ -341,6 +425,19 @@ def leave_one_out(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarray
     return np.where(size_B > 1, rewards_B - others_mean_B, 0.0), []
 
 
+def beat_the_best(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """A_i = R_i - the best reward among the other rollouts of its group; 0 for a group of one."""
+    g, n = groups.index_B, groups.count
+    best_G = np.full(n, -np.inf)
+    np.maximum.at(best_G, g, rewards_B)
+    is_best_B = rewards_B == best_G[g]
+    second_G = np.full(n, -np.inf)
+    np.maximum.at(second_G, g[~is_best_B], rewards_B[~is_best_B])
+    alone_B = is_best_B & (np.bincount(g, weights=is_best_B, minlength=n)[g] == 1)  # the one best of its group
+    others_best_B = np.where(alone_B, second_G[g], best_G[g])
+    return np.where(groups.sizes_G[g] > 1, rewards_B - others_best_B, 0.0), []
+
+
 def mean_normalized(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """A_i = (R_i - mean) / mean over its group; 0 where the mean is <= 0."""
     g = groups.index_B
@@ -359,13 +456,43 @@ def mean_normalized(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarr
 
 
 @dataclass(frozen=True)
-class RLOO(Method):
+class GroupBaseline(Method):
+    """RLOO's and MaxRL's shared machinery: a group of ``generations``, any lag, the method's loss, and
+    ``baseline_update`` with the subclass's advantage rule."""
+
+    def run_spec(self) -> RunSpec:
+        knob = self._field
+        return RunSpec(knob("generations"), knob("temperature"), min_rollouts_per_prompt=2,
+                       max_tokens=knob("max_tokens"), max_lag=None, loss=knob("loss"),
+                       loss_config=losses.as_pairs(self.loss_config()))
+
+    def loss_config(self) -> dict[str, Any]:
+        return loss_config_of(self)
+
+    def _check(self) -> list[str]:
+        return loss_problems(self)
+
+    def _update(self, batch: Batch) -> Update:
+        return baseline_update(batch, self, self._rule())
+
+    def _rule(self) -> AdvantageRule:
+        raise NotImplementedError
+
+    def _field(self, name: str) -> Any:
+        """A knob the subclass declares (each declares its own, from its own defaults table)."""
+        return getattr(self, name)
+
+
+@dataclass(frozen=True)
+class RLOO(GroupBaseline):
     """RLOO (Kool et al. 2019; Ahmadian et al. 2024, arXiv:2402.14740): leave-one-out baseline.
 
     A_i = R_i - (sum_j R_j - R_i) / (n - 1) over the n rollouts sharing trajectory i's ``task_id``
     (0 for a group of one, and exactly 0 for a unanimous group), then GRPO's surrogate with
     w_i = 1/(B T_i). Where we differ from the paper: the paper trains on-policy REINFORCE with no clip;
-    we keep PPO's clip so stale rollouts are treated as GRPO treats them (``clip`` = 0.2).
+    we keep PPO's clip so stale rollouts are treated as GRPO treats them (``clip`` = 0.2). ``loss`` names an
+    engine loss instead (GRPO's ``loss``): the step sends A_i on every action token and the engine sums;
+    ``RLOO(loss="importance_sampling")`` is the service page's rloo.py.
     """
 
     name = "rloo"
@@ -376,23 +503,22 @@ class RLOO(Method):
     dual_clip: float | None = knob("rloo", "dual_clip")
     max_tokens: int = knob("rloo", "max_tokens")
     temperature: float = knob("rloo", "temperature")
+    loss: str = knob("rloo", "loss")
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
-                       max_lag=None)
-
-    def _update(self, batch: Batch) -> Update:
-        return baseline_update(batch, self.name, band_of(self), self.generations, leave_one_out)
+    def _rule(self) -> AdvantageRule:
+        return leave_one_out
 
 
 @dataclass(frozen=True)
-class MaxRL(Method):
+class MaxRL(GroupBaseline):
     """MaxRL (arXiv:2602.02710): the group-centred reward divided by the group mean.
 
     A_i = (R_i - mean) / mean over the rollouts sharing trajectory i's ``task_id``, and 0 when the
     mean is <= 0 (a group that never passed carries nothing); then GRPO's surrogate with
     w_i = 1/(B T_i). Dividing by the pass rate p weights a rarely solved prompt by about 1/p, which
     makes the gradient the maximum-likelihood one. As prime-rl's ``max_rl``, plus PPO's clip.
+    ``estimator="beat_the_best"`` is the service page's maxrl.py reading instead: A_i = R_i minus the best
+    other reward of the group. ``loss`` as RLOO's: ``MaxRL(loss="importance_sampling")`` is maxrl.py.
     """
 
     name = "max_rl"
@@ -403,13 +529,11 @@ class MaxRL(Method):
     dual_clip: float | None = knob("max_rl", "dual_clip")
     max_tokens: int = knob("max_rl", "max_tokens")
     temperature: float = knob("max_rl", "temperature")
+    loss: str = knob("max_rl", "loss")
+    estimator: str = knob("max_rl", "estimator")
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
-                       max_lag=None)
-
-    def _update(self, batch: Batch) -> Update:
-        return baseline_update(batch, self.name, band_of(self), self.generations, mean_normalized)
+    def _rule(self) -> AdvantageRule:
+        return mean_normalized if self.estimator == "mean" else beat_the_best
 
 
 # --------------------------------------------------------------------- RAE

@@ -18,10 +18,17 @@ METHOD_MODULES: tuple[str, ...] = (
     "whileai.methods.grouped",
     "whileai.methods.async_",
     "whileai.methods.critic",
+    "whileai.methods.policy",
+    "whileai.methods.custom",
 )
 
-# Names that are another method with some knobs set (e.g. "dr_grpo" is GRPO with loss_type="dr_grpo").
-ALIASES: dict[str, tuple[str, dict[str, Any]]] = {}
+# Names that are another method with some knobs set: the service page's (spec 004) GRPO variants and SDPO.
+ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "grpo_nostd": ("dr_grpo", {"length": "none", "loss": "importance_sampling", "truncated": "keep"}),
+    "grpo_len_norm": ("grpo", {"loss": "importance_sampling", "truncated": "keep"}),
+    "sdpo": ("opsd", {"privileged": "feedback", "anchor": "initial", "loss": "importance_sampling",
+                      "max_ratio": None}),
+}
 
 
 def _load() -> dict[str, type[Method]]:

@@ -102,8 +102,11 @@ class RunSpec:
     """the engine loss the step runs: 'cross_entropy' takes ``Update.coefficients`` as its weights; a named loss
     (ppo, cispo, gspo, dppo, sapo, dro, importance_sampling) takes ``Update.advantages`` per token, with the rows'
     ``behavior_logprobs`` as the sampler's log-probabilities, and computes the live ratio inside the graph"""
-    loss_config: tuple[tuple[str, float], ...] = ()
-    """the named loss's config (Tinker's ``loss_fn_config``) as sorted (key, value) pairs; () for cross_entropy"""
+    loss_config: tuple[tuple[str, float | str], ...] = ()
+    """the named loss's config (Tinker's ``loss_fn_config``) as sorted (key, value) pairs; () for cross_entropy.
+    Clip bounds are absolute ratios here (``clip_low_threshold = 1 - clip``, ``clip_high_threshold = 1 +
+    clip_high``), converted from the method's relative ``clip`` / ``clip_high``; a provider that takes them per
+    token (Tinker Cloud) gets the same numbers as ``loss_fn_inputs``"""
     plan: Callable[[Iterable[Mapping[str, Any]], Iterable[Hashable]], Any] | None = None
     """adaptive sampling: ``plan(rows_so_far, task_ids)`` returns an object whose ``resample`` maps
     task_id -> more rollouts to draw (empty when done); None: one round of ``rollouts_per_prompt``"""

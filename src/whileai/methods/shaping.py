@@ -64,6 +64,7 @@ import numpy as np
 from whileai.errors import BatchError
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
 from whileai.methods.grouped import ONE_ROLLOUT_FIX, band_of, clipped_surrogate
+from whileai.methods.registry import method as by_name
 from whileai.methods.run_spec import RunSpec
 from whileai.methods.supervised import mean_ratio
 from whileai.rows.batch import Batch, as_batch, as_label
@@ -136,8 +137,6 @@ class GroupwiseGrading(Method):
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
-            from whileai.methods.registry import method as by_name
-
             object.__setattr__(self, "method", by_name(self.method))
         super().__post_init__()
 

@@ -66,10 +66,12 @@ WHOLE_METHODS: dict[str, tuple[str, str, str]] = {
         "group-mean or EMA baseline, which is a different method.",
         f"{OWN_LOOP}, with your critic's 'values' on each trajectory{RAE_INSTEAD}"),
     "ppo": (
-        CRITIC,
-        "The nearest thing it runs is 'grpo', a group-mean baseline with no critic, which is a different method.",
-        "train PPO with a critic in your own loop (whileai's engine has a critic head); or write "
-        "prime_rl_config(env, 'grpo', model=...) and call it grpo"),
+        "clips the trainer/sampler ratio of each token to [1 - clip, 1 + clip_high] (the engine's ppo loss), and "
+        f"{PINNED_SHORT} never clips the ratio: its losses mask a token on how far its probability moved "
+        "(prime_rl/trainer/rl/loss.py)",
+        "The nearest thing it runs is 'grpo' with its default loss, the same group-centred advantage under a "
+        "different trust region, which is a different method.",
+        f"{OWN_LOOP}; or write prime_rl_config(env, 'grpo', model=...) and call it grpo"),
     "dpo": (
         "trains offline on chosen/rejected pairs against a frozen reference, and prime-rl has no preference mode: "
         "its algorithms are grpo, max_rl, rae, hierarchical_grpo, echo, opd, opsd and sft "
@@ -105,8 +107,13 @@ def whole_method(name: str, method: Any) -> ConfigError:
 
 
 def critic(method: Any) -> ConfigError:
-    """Any method that needs a value model (rows with 'values'): refused as PPO is."""
-    return whole_method("ppo", method)
+    """Any method that needs a value model (rows with 'values')."""
+    return _refuse(method if isinstance(method, str) else _label(method), *CRITIC_REFUSAL)
+
+
+CRITIC_REFUSAL = (CRITIC, "The nearest thing it runs is 'grpo', a group-mean baseline with no critic, which is a "
+                  "different method.", "train it with a critic in your own loop (whileai's engine has a critic "
+                  "head); or write prime_rl_config(env, 'grpo', model=...) and call it grpo")
 
 
 # --------------------------------------------------------------------- a knob value prime-rl cannot run

@@ -35,6 +35,15 @@ KNOB_KEYS: dict[str, str] = {
     "learning_rate": "trainer.optim.lr",
 }
 
+# Knobs the methods gained when whileai.algorithms was folded into them (docs/algorithms.md), at the value
+# that leaves the method's arithmetic as it was: what prime-rl runs anyway (another value is not read).
+FOLDED: dict[str, tuple[Any, str]] = {
+    "loss": ("cross_entropy", "the method's own arithmetic, which prime-rl's algorithm reproduces with its loss"),
+    "estimator": ("mean", "prime-rl's max_rl divides by the group mean"),
+    "kl_coef": (1.0, "the teacher gap unscaled, as prime-rl's distillation takes it"),
+    "length": ("max_tokens", "Dr. GRPO's one constant length, as the method states it"),
+}
+
 # Why a knob is not read, shared by several methods.
 CLIP = ("prime-rl clips no ratio: its default rl loss masks a token whose probability (not ratio) moved more than "
         "dppo_mask_low/high = 0.2 (prime_rl/trainer/rl/loss.py), and the ipo loss masks |p - mu| > ipo_threshold")
@@ -57,7 +66,9 @@ def _knobs(method: Method, plan: Plan, ignored: Mapping[str, str], same: Mapping
     label, same = type(method).__name__, same or {}
     for name in type(method).knobs():
         value, tag = getattr(method, name), f"{label}.{name}"
-        if name in same:
+        if name in FOLDED and FOLDED[name][0] == value:
+            plan.mapped[tag] = f"{value!r}: {FOLDED[name][1]}"
+        elif name in same:
             plan.mapped[tag] = f"{value!r}: {same[name]}"
         elif name in ignored:
             plan.ignored[tag] = f"{value!r}: {ignored[name]}"
