@@ -1,0 +1,27 @@
+"""The controls of the recipe machinery: recipes whose true answer is known, run through ``wai recipe``.
+
+* ``null``: two identical arms (FlashReinforce at its defaults) whose runs differ only in their seed (the recipe
+  arm trains at seed + NULL_OFFSET). The true delta is 0, so over repeats (``wai recipe null --repeats R``) its
+  verdict must be "unresolved" at least 95% of the time: the false "shown" rate of ``compare``'s seed-paired
+  verdict on real training runs, as ``whileai.evidence.calibration`` gives it on simulated ones.
+"""
+
+from __future__ import annotations
+
+from whileai.evidence.runner import Arm, ArmContext, Recipe
+
+NULL_OFFSET = 1000  # the null's recipe arm trains at seed + 1000: a seed no recipe's baseline uses by default
+
+
+def _null(run: ArmContext) -> tuple[Arm, ...]:
+    """Baseline and recipe arm: FlashReinforce at its defaults (off_policy_steps raised to the lag when longer),
+    the recipe arm at another seed: another initialisation, warm start, task order and sampler seeds."""
+    knobs = {"off_policy_steps": max(8, run.lag)}
+    return (Arm("FlashReinforce", "flash_reinforce", knobs),
+            Arm("FlashReinforce, another seed", "flash_reinforce", knobs, seed_offset=NULL_OFFSET))
+
+
+CONTROLS: dict[str, Recipe] = {r.name: r for r in (
+    Recipe("null", "null control: two identical arms (FlashReinforce) whose runs differ only in their seed; the "
+           "true delta is 0, so the verdict must read unresolved (at least 95% of repeats)", _null),
+)}
