@@ -1,7 +1,7 @@
 """Built-in tasks whose replies carry a short scratchpad before the answer and end with EOS at varied lengths.
 
 `builtin:count`: count the a's in a string of letters. The reply first writes the a's out (the scratchpad),
-then `=` and their number: `abcab?` -> `aa=2`, `bcb?` -> `=0`, `aabaaca?` -> `aaaaa=5`. Replies run from 2 to
+then `=` and their number: `abcab?` -> `aa=2`, `bcb?` -> `=0`, `aabaa?` -> `aaaa=4`. Replies run from 2 to
 `max_len + 2` characters and end with EOS (the warm start teaches the stop), so a reply's length follows the
 prompt and a policy that does not stop loses credit. The reward is the share of characters right over the
 longer of answer and reply (`char_match`); a pass is the exact reply. Unlike the other built-ins the prompt
@@ -16,9 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-COUNT_OPTIONS = {"min_len": 2, "max_len": 8, "letters": 3}
-"""prompt lengths min_len..max_len (at most 9: the count stays one digit), drawn from the first `letters` of a-z"""
+from whileai.envs.core import Recommended
+
+COUNT_OPTIONS = {"min_len": 1, "max_len": 5, "letters": 3, "test_size": 64}
+"""prompt lengths min_len..max_len (at most 9: the count stays one digit) of the first `letters` of a-z; 363
+distinct prompts by default, so the test split is 64 (the recipes' held-out tasks) and the train split the other 299.
+At max_len 8 (9,837 prompts) builtin:tiny's warm start stayed at pass@1 0.04-0.06 (docs/tasksets.md)"""
 COUNT_MAX_LEN = 9
+COUNT = Recommended(warm_start_steps=150)
+"""builtin:count on a built-in model: 150 supervised steps put builtin:tiny's held-out pass@1 at 0.1-0.4 before RL
+(14 left it at 0; docs/tasksets.md has the seeds); RL at the loop's rate"""
 
 
 def count_space(o: Mapping[str, int]) -> int:
@@ -28,8 +35,6 @@ def count_space(o: Mapping[str, int]) -> int:
 
 def count_prompt(index: int, o: Mapping[str, int]) -> tuple[str, str]:
     """The index-th prompt (shorter strings first, each length in base-`letters` order) and its reply."""
-    if o["min_len"] > o["max_len"]:
-        raise ValueError(f"builtin:count: min_len={o['min_len']} must be <= max_len={o['max_len']}")
     length = o["min_len"]
     while index >= o["letters"] ** length:
         index -= o["letters"] ** length

@@ -21,7 +21,24 @@ def _null(run: ArmContext) -> tuple[Arm, ...]:
             Arm("FlashReinforce, another seed", "flash_reinforce", knobs, seed_offset=NULL_OFFSET))
 
 
+NO_BASELINE_DECAY = 1.0 - 1e-12
+"""RAE's decay with which its running baseline never leaves its start, 0: b <- decay b + (1 - decay) R moves b by
+1e-12 of a reward per row, so A = R (REINFORCE without a baseline)"""
+
+
+def _baseline(run: ArmContext) -> tuple[Arm, ...]:
+    """Baseline arm: REINFORCE without a baseline (RAE whose running baseline stays 0, so A = R >= 0 and every
+    sampled reply is pushed up). Recipe arm: RAE's running mean of the rewards (decay 0.95, about the last 20
+    rows: a batch mean at one rollout per prompt). The same surrogate, clip and 1/(B T_i) weight; only the
+    baseline differs (Williams 1992: a baseline leaves the gradient unbiased and cuts its variance)."""
+    return (Arm("no baseline", "rae", {"decay": NO_BASELINE_DECAY}),
+            Arm("running-mean baseline", "rae", {}))
+
+
 CONTROLS: dict[str, Recipe] = {r.name: r for r in (
     Recipe("null", "null control: two identical arms (FlashReinforce) whose runs differ only in their seed; the "
            "true delta is 0, so the verdict must read unresolved (at least 95% of repeats)", _null),
+    Recipe("baseline", "positive control: REINFORCE with a baseline (a running mean of the rewards) against the "
+           "same update without one, at one rollout per prompt (Williams 1992; SPIRAL's RAE, Liu et al. 2025)",
+           _baseline),
 )}
