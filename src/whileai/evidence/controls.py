@@ -35,10 +35,22 @@ def _baseline(run: ArmContext) -> tuple[Arm, ...]:
             Arm("running-mean baseline", "rae", {}))
 
 
+NEVER = 1e300  # a clip no ratio reaches: the surrogate is never clipped
+
+
+def _clip(run: ArmContext) -> tuple[Arm, ...]:
+    """Baseline arm: GRPO's surrogate with its ratio never clipped (clip = 1e300), trained on stale rollouts.
+    Recipe arm: GRPO at its clip, 0.2. The same group baseline, std division and 1/(B T_i) weight; only the clip
+    differs (Schulman et al. 2017, Table 1: no clipping scored -0.39 against clipping at 0.2's 0.82)."""
+    return (Arm("no clip", "grpo", {"clip": NEVER}), Arm("clip 0.2", "grpo", {}))
+
+
 CONTROLS: dict[str, Recipe] = {r.name: r for r in (
     Recipe("null", "null control: two identical arms (FlashReinforce) whose runs differ only in their seed; the "
            "true delta is 0, so the verdict must read unresolved (at least 95% of repeats)", _null),
     Recipe("baseline", "positive control: REINFORCE with a baseline (a running mean of the rewards) against the "
            "same update without one, at one rollout per prompt (Williams 1992; SPIRAL's RAE, Liu et al. 2025)",
            _baseline),
+    Recipe("clip", "positive control: PPO's clipped ratio against the same surrogate unclipped, on stale rollouts "
+           "(Schulman et al. 2017, Table 1)", _clip),
 )}
