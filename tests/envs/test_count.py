@@ -45,7 +45,7 @@ def test_split_replies_vary_threefold_and_every_reference_ends_with_eos():
 
 def test_recommended_warm_start_and_option_limits():
     tasks = load_taskset("builtin:count")
-    assert tasks.recommended.warm_start_steps == 150
+    assert (tasks.recommended.warm_start_steps, tasks.recommended.learning_rate) == (60, 1e-3)
     assert len(load_taskset("builtin:count", max_len=9, test_size=256).split("test")) == 256
     with pytest.raises(wai.ConfigError, match="max_len=10 must be <= 9"):
         load_taskset("builtin:count", max_len=10)

@@ -66,3 +66,18 @@ def test_repeats_count_each_verdict_with_its_interval(tmp_path):
 def test_bad_repeats_are_refused(bad, match, tmp_path):
     with pytest.raises(ConfigError, match=match):
         repeat_recipe(recipe("null"), **{"run_dir": str(tmp_path / "r"), **bad})
+
+
+@pytest.mark.slow
+def test_null_recipe_trains_the_offset_seeds_and_pairs_them_with_the_baselines(tmp_path):
+    """2 seeds x 2 arms on the tiny budget: the recipe arm's runs are seeds 1000 and 1001, its rows pair with
+    the baseline's seeds 0 and 1, and the seed-paired delta is the difference of the runs' pass@1."""
+    result = repeat_recipe(recipe("null"), 1, seeds=2, run_dir=str(tmp_path / "r"), steps=4, eval_tasks=8,
+                           eval_samples=2, rollouts_per_step=16)
+    (one,) = result.results
+    assert [run.config.seed for run in one.runs["FlashReinforce, another seed"]] == [1000, 1001]
+    c = one.comparisons[0]
+    deltas = [t - b for t, b in zip(one.scores("FlashReinforce, another seed"), one.scores("FlashReinforce"))]
+    assert c.paired_seeds == 2 and c.seed_delta == pytest.approx(sum(deltas) / 2)
+    assert (tmp_path / "r" / "repeat-0" / "flashreinforce--another-seed-seed1001" / "heldout.jsonl").is_file()
+    assert json.loads((tmp_path / "r" / "repeats.json").read_text())["repeats"] == 1
