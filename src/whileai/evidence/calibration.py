@@ -131,7 +131,7 @@ def table(sims: int = 2000) -> str:
              "task-pooled interval alone |", "|---|---|---|---|---|---|---|"]
     for noise, effects in TABLE_SETTINGS:
         for effect in effects:
-            c = calibrate(effect, sims=sims, **noise)
+            c = calibrate(effect, sims=sims, **noise)  # type: ignore[arg-type]
             lo, hi = c.shown_ci95
             lines.append(f"| {c.setting.run_sd:g} | {c.setting.seeds} | {c.setting.collapse:g} | {effect:+.2f} | "
                          f"{c.shown:.3f} [{lo:.3f}, {hi:.3f}] | {c.separated / sims:.3f} | {c.pooled_rate:.3f} |")
