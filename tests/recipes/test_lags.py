@@ -63,17 +63,29 @@ def test_share_interval_is_student_t_over_seeds():
     assert share_interval([0.1, 1.9])[0] == 0.0  # a share is never below 0
 
 
-def fake_run(seed: int, after: float, drift: float = 0.0):
+def fake_run(seed: int, after: float, drift: float = 0.0, folder: Path | None = None):
+    """A finished run's summary, metrics and (with ``folder``) held-out rows: 20 tasks, the first after * 20 pass."""
+    if folder is not None:
+        folder.mkdir(parents=True)
+        passes = round(after * 20)
+        (folder / "heldout.jsonl").write_text("".join(json.dumps({"task_id": f"t{i}", "reward": float(i < passes)})
+                                                      + "\n" for i in range(20)))
     return SimpleNamespace(config=SimpleNamespace(seed=seed), summary={"eval_after": {"pass_at_1": after}},
-                           metrics=lambda: [{"policy_trained": True, "drift": drift, "admitted_share": 1.0}])
+                           metrics=lambda: [{"policy_trained": True, "drift": drift, "admitted_share": 1.0}], dir=folder)
 
 
-def test_a_cell_s_share_is_per_seed_over_the_same_method_s_lag_zero():
+def test_a_cell_s_share_is_per_seed_over_the_same_method_s_lag_zero(tmp_path):
     """Lag 0 scores 0.8 (seed 0) and 0.5 (seed 1); lag 4 scores 0.6 and 0.5: shares 0.75 and 1.0, mean 0.875
-    (not the ratio of means, 0.55 / 0.65 = 0.846). A seed whose lag-0 score is 0 has no share."""
-    runs = {("grpo", 0): [fake_run(0, 0.8), fake_run(1, 0.5), fake_run(2, 0.0)],
-            ("grpo", 4): [fake_run(0, 0.6, 0.1), fake_run(1, 0.5, 0.3), fake_run(2, 0.25, 0.2)]}
+    (not the ratio of means, 0.55 / 0.65 = 0.846). A seed whose lag-0 score is 0 has no share. Its verdict against
+    lag 0 is compare's paired by seed: deltas -0.2, 0, +0.25 (mean 0.05 / 3), an interval that holds 0."""
+    def run(seed, after, drift=0.0, lag=0):
+        return fake_run(seed, after, drift, tmp_path / f"lag{lag}-seed{seed}")
+
+    runs = {("grpo", 0): [run(0, 0.8), run(1, 0.5), run(2, 0.0)],
+            ("grpo", 4): [run(0, 0.6, 0.1, 4), run(1, 0.5, 0.3, 4), run(2, 0.25, 0.2, 4)]}
     cell = _cell(("grpo", 4), runs, [0, 4])
+    assert cell.comparison.paired_seeds == 3 and cell.comparison.seed_delta == pytest.approx(0.05 / 3)
+    assert cell.comparison.verdict == "unresolved" and _cell(("grpo", 0), runs, [0, 4]).comparison is None
     assert cell.scores == {0: 0.6, 1: 0.5, 2: 0.25}
     assert cell.shares == {0: pytest.approx(0.75), 1: pytest.approx(1.0)}
     assert cell.share == pytest.approx(0.875) and cell.score == pytest.approx(0.45)

@@ -95,17 +95,18 @@ def test_missing_file_is_a_clear_error(tmp_path, capsys):
 
 
 def test_compare_reads_seeds_from_the_files(tmp_path, capsys):
-    """Two seeds per arm in the rows (the fast loader's path): treatment seeds 0.75 and 1.0 against
-    baseline seeds 0.25 and 0.5 on 30 tasks -> gain shown; 2 vs 2 seeds reported."""
+    """Three seeds per arm in the rows (the fast loader's path): treatment seeds 0.75, 1.0, 1.0 against
+    baseline seeds 0.25, 0.5, 0.25 on 30 tasks: per-seed deltas .5, .5, .75, mean 7/12, sd .144338,
+    t(.975, 2) * .144338 / sqrt(3) = .358551 -> [+.225, +.942]: gain shown; 3 vs 3 seeds reported."""
     def seeded(per_seed):
         return [dict(r, seed=s) for s, passes in enumerate(per_seed) for r in make_rows([passes] * 30, 4)]
 
-    base = write_jsonl(tmp_path / "base.jsonl", seeded([1, 2]))
-    new = write_jsonl(tmp_path / "new.jsonl", seeded([3, 4]))
+    base = write_jsonl(tmp_path / "base.jsonl", seeded([1, 2, 1]))
+    new = write_jsonl(tmp_path / "new.jsonl", seeded([3, 4, 4]))
     assert main(["compare", str(base), str(new), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert (data["baseline_seeds"], data["treatment_seeds"], data["verdict"]) == (2, 2, "gain shown")
-    assert data["delta"] == pytest.approx(0.5)
+    assert (data["baseline_seeds"], data["treatment_seeds"], data["verdict"]) == (3, 3, "gain shown")
+    assert data["delta"] == pytest.approx(7 / 12) and data["seed_ci95"][0] == pytest.approx(7 / 12 - 0.358551, abs=1e-5)
     rows = seeded([1, 2])
     del rows[7]["seed"]  # one row with no seed among seeded rows: it would belong to no seed
     write_jsonl(base, rows)

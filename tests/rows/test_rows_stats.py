@@ -295,25 +295,27 @@ def _seeded(passes_per_seed: list[list[int]]) -> list[dict]:
 
 
 def test_seeds_in_rows_decide_the_verdict():
-    """Two seeds per arm. Every treatment seed beats every baseline seed: gain shown. When one
-    baseline seed does as well as a treatment seed the seeds overlap: unresolved."""
-    base = _seeded([[1] * 40, [2] * 40])  # seed rates 0.25, 0.5
-    treat = _seeded([[3] * 40, [4] * 40])  # 0.75, 1.0
+    """Three seeds per arm, 40 tasks x 4 samples. Per-seed deltas +.25, +.5, +.25 (mean 1/3, sd .144338,
+    t(.975, 2) = 4.302653 -> [-.025, +.692]): unresolved, though the task-pooled interval excludes 0 and every
+    treatment seed beats every baseline seed. Deltas +.25, +.5, +.5 and a fourth +.25 (4 seeds,
+    [+.145, +.605]): gain shown. tests/recipes/test_verdict.py works the arithmetic by hand."""
+    base = _seeded([[0] * 40, [1] * 40, [0] * 40])  # seed rates 0, .25, 0
+    treat = _seeded([[1] * 40, [3] * 40, [1] * 40])  # .25, .75, .25
     result = compare(base, treat)
-    assert (result.baseline_seeds, result.treatment_seeds) == (2, 2)
-    assert result.verdict == "gain shown"
-    overlapping = _seeded([[1] * 40, [3] * 40])  # 0.25, 0.75: seed 1 ties the worst treatment seed
-    assert compare(overlapping, treat).verdict == "unresolved"
-    assert "seeds overlap" in compare(overlapping, treat).reason
+    assert (result.baseline_seeds, result.treatment_seeds, result.paired_seeds) == (3, 3, 3)
+    assert result.ci95[0] > 0 and result.verdict == "unresolved" and "holds 0" in result.reason
+    four = compare(_seeded([[0] * 40, [1] * 40, [0] * 40, [1] * 40]), _seeded([[1] * 40, [3] * 40, [1] * 40, [3] * 40]))
+    assert four.verdict == "gain shown" and four.seed_ci95[0] == pytest.approx(0.145329, abs=1e-5)
 
 
 def test_comparison_prints_the_lessons_table_row():
     row = Comparison("flash-reinforce", "uncorrected stale REINFORCE", "`wai.FlashReinforce()`", 0.47, 0.41,
                      -0.07, (-0.11, -0.03), 0.2, 120, 0, 0, 1, 1, "unresolved", "one seed")
     assert "\t".join(row.row()) == ("flash-reinforce\tuncorrected stale REINFORCE, 0.47\t"
-                                    "`wai.FlashReinforce()`, 0.41\t-0.07 [-0.11, -0.03]\tunresolved")
+                                    "`wai.FlashReinforce()`, 0.41\t-0.07 [-0.11, -0.03]\t-\tunresolved")
     lines = str(row).splitlines()
-    assert lines[0].split() == ["Recipe", "Baseline", "arm", "Recipe", "arm", "Delta", "Verdict"]
+    assert lines[0].split() == ["Recipe", "Baseline", "arm", "Recipe", "arm", "Delta", "(tasks)", "Delta", "(seeds",
+                                "paired)", "Verdict"]
     assert lines[2].startswith("flash-reinforce  uncorrected stale REINFORCE, 0.47")
     assert lines[3] == "unresolved: one seed"
 

@@ -19,14 +19,14 @@ from typing import Any
 
 
 def register(subparsers: Any) -> None:
-    from whileai.evidence import PAPERS
+    from whileai.evidence import RECIPES
 
     p = subparsers.add_parser(
         "recipe", help="run a paper recipe: baseline arm against the recipe arm over seeds, with compare's verdict",
         description="Train the recipe's baseline arm and its recipe arm(s) at every seed on one budget (same model, "
                     "taskset, seeds, lag, steps and learning rate; only the method differs), then print held-out "
                     "pass@1 of each arm, the paired delta with its 95% interval and verdict, and the drift reached.")
-    p.add_argument("name", nargs="?", metavar="NAME", help=f"the recipe: one of {', '.join(PAPERS)}")
+    p.add_argument("name", nargs="?", metavar="NAME", help=f"the recipe: one of {', '.join(RECIPES)}")
     p.add_argument("--list", action="store_true", help="list the recipes, their claims and their arms (with NAME: "
                    "that recipe's arms as they would run, --set applied); nothing trains")
     p.add_argument("--set", action="append", default=[], metavar="[ARM:]KEY=VALUE", dest="knobs",
@@ -36,6 +36,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seeds", type=int, default=5, help="training seeds per arm (default 5; compare needs >= 2)")
     p.add_argument("--seed", type=int, default=0, help="the first seed; the arms run seeds SEED .. SEED+N-1 "
                    "(default 0)")
+    p.add_argument("--repeats", type=int, default=None, help="run the recipe R times on disjoint seeds (repeat k: "
+                   "seeds SEED+k*N ..) and report how often each verdict came out, with its 95%% interval (the null "
+                   "control's false-shown rate, a positive control's power); default: once")
     p.add_argument("--lag", type=int, default=None, help="sampler lag in optimizer steps (default: the loop's, 2)")
     add_budget_flags(p)
     p.add_argument("--run-dir", default=None, help="where the runs and recipe.json go (default "
@@ -48,19 +51,25 @@ def register(subparsers: Any) -> None:
 def cmd_recipe(args: argparse.Namespace) -> int:
     from whileai.cli.train_cmd import _pairs
     from whileai.errors import ConfigError
-    from whileai.evidence import PAPERS, recipe, run_recipe
+    from whileai.evidence import RECIPES, recipe, run_recipe
 
     knobs = _pairs(args.knobs, "--set")
     if args.list:
         return _list(args, knobs)
     if not args.name:
-        raise ConfigError(f"give a recipe NAME, one of {', '.join(PAPERS)} (`wai recipe --list` shows their arms)")
+        raise ConfigError(f"give a recipe NAME, one of {', '.join(RECIPES)} (`wai recipe --list` shows their arms)")
     chosen = recipe(args.name)
     run_dir = args.run_dir or f"runs/recipe-{chosen.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     with contextlib.redirect_stdout(sys.stderr if args.json else sys.stdout), \
             stopped_kept("wai recipe", run_dir):  # --json: stdout is the JSON only
-        result = run_recipe(chosen, seeds=args.seeds, progress=args.progress, knobs=knobs, run_dir=run_dir,
-                            seed=args.seed, **_shared(args))
+        if args.repeats is not None:
+            from whileai.evidence.repeats import repeat_recipe
+
+            result: Any = repeat_recipe(chosen, args.repeats, seeds=args.seeds, progress=args.progress, knobs=knobs,
+                                        run_dir=run_dir, seed=args.seed, **_shared(args))
+        else:
+            result = run_recipe(chosen, seeds=args.seeds, progress=args.progress, knobs=knobs, run_dir=run_dir,
+                                seed=args.seed, **_shared(args))
     print(json.dumps(result.to_dict(), indent=2) if args.json else result)
     return 0
 
@@ -118,7 +127,7 @@ def _shared(args: argparse.Namespace) -> dict[str, Any]:
 def _list(args: argparse.Namespace, knobs: dict[str, Any]) -> int:
     """Each recipe's claim and its arms as they would run under these flags (NAME: that recipe only)."""
     from whileai.errors import ConfigError
-    from whileai.evidence import PAPERS, recipe
+    from whileai.evidence import RECIPES, recipe
     from whileai.evidence.runner import check_recipe, describe_arms
 
     if knobs and not args.name:
@@ -126,7 +135,7 @@ def _list(args: argparse.Namespace, knobs: dict[str, Any]) -> int:
                           "e.g. wai recipe grpo_loss_types --list --set dr-grpo:max_tokens=8")
     if args.json:
         raise ConfigError("--json prints a finished run's recipe.json; --list prints the arms as text (drop one)")
-    for item in [recipe(args.name)] if args.name else PAPERS.values():
+    for item in [recipe(args.name)] if args.name else RECIPES.values():
         _, context, arms, warnings = check_recipe(item, knobs, seed=args.seed, **_shared(args))
         cap = context.max_tokens or "each method's max_tokens"
         print(f"{item.name}: {item.claim}\n  at lag {context.lag}, generation cap {cap}:")

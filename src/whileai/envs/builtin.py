@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from whileai.envs import scratch
 from whileai.envs.core import Recommended, Task, Taskset
 from whileai.errors import ConfigError
 
@@ -117,13 +118,19 @@ BUILTIN: dict[str, Builtin] = {
         "right, over the longer of answer and completion",
         {"digits": 2},
         lambda o: 10 ** (2 * o["digits"]), _add_prompt, _answer_reward, lambda o: o["digits"] + 1),
+    "count": Builtin(
+        "count the a's: write them out, then '=' and their number ('abcab?' -> 'aa=2'); replies of 2 to "
+        "max_len + 2 characters ending with EOS; reward = share of characters right (whileai.envs.scratch)",
+        scratch.COUNT_OPTIONS, scratch.count_space, scratch.count_prompt, _answer_reward, scratch.count_max_tokens,
+        scratch.COUNT),
 }
 
 BUILTIN_TASKSETS: dict[str, str] = {name: b.doc for name, b in BUILTIN.items()}
 """name -> one line saying what the task is; `load_taskset("builtin:NAME", **options)`"""
 
 MAX_OPTION = {"prompt_len": 6, "completion_len": 6, "digits": 2, "letters": 26, "test_size": 1_000_000,
-              "train_size": 1_000_000, "key_len": 6, "value_len": 6}
+              "train_size": 1_000_000, "key_len": 6, "value_len": 6, "min_len": scratch.COUNT_MAX_LEN,
+              "max_len": scratch.COUNT_MAX_LEN}
 """largest values: prompts stay under 16 bytes and answers at most 6; a split stays a list in memory"""
 
 

@@ -6,7 +6,7 @@
 See docs/evidence.md and recipes/papers/README.md.
 """
 
-from whileai.evidence.papers import PAPERS, recipe
+from whileai.evidence.papers import PAPERS, RECIPES, recipe
 from whileai.evidence.runner import Arm, Recipe, RecipeResult, drift_reached, run_recipe
 
-__all__ = ["PAPERS", "Arm", "Recipe", "RecipeResult", "drift_reached", "recipe", "run_recipe"]
+__all__ = ["PAPERS", "RECIPES", "Arm", "Recipe", "RecipeResult", "drift_reached", "recipe", "run_recipe"]

@@ -32,7 +32,7 @@ from whileai.errors import ConfigError
 from whileai.evidence.papers import BUILTIN_CRITIC_RATE, FLASH_OFF_POLICY, NEVER
 from whileai.evidence.plan import check_folder, precheck, train_or_read
 from whileai.evidence.runner import Arm, Recipe, _check_train, _fmt, _pinned, drift_reached
-from whileai.loop.controls import _seeds
+from whileai.loop.controls import _pooled, _seeds
 
 LAGS = (0, 2, 4, 8, 16)
 """the issue's lags, in optimizer steps between the weights that sampled a batch and the step that trains it"""
@@ -85,6 +85,9 @@ class Cell:
     shares: dict[int, float]
     """seed -> score / the same method's lag-0 score at that seed (seeds whose lag-0 score is 0 are left out)"""
     drift: dict[str, float]
+    comparison: Any = None
+    """``compare`` of this cell's held-out rows against the same method's lag-0 rows, seeds paired (its verdict:
+    "loss shown" when the lag cost a shown amount); None at lag 0"""
 
     @property
     def score(self) -> float:
@@ -101,7 +104,7 @@ class Cell:
     def to_dict(self) -> dict[str, Any]:
         return {"method": self.method, "lag": self.lag, "scores": self.scores, "score": self.score,
                 "shares": self.shares, "share": self.share, "share_ci95": list(self.share_interval),
-                "drift": self.drift}
+                "drift": self.drift, "vs_lag_0": None if self.comparison is None else self.comparison.to_dict()}
 
 
 def share_interval(shares: Sequence[float]) -> tuple[float, float]:
@@ -153,6 +156,11 @@ class LagTable:
         areal = ["AReaL decoupled PPO (16 per prompt; published share)"] + [
             "-" if lag == 0 else (f"- ({AREAL_SHARE[lag]:.1%})" if lag in AREAL_SHARE else "-") for lag in self.lags]
         lines.append(format_table([header, *rows, areal]))
+        lines.append("against the same method at lag 0 (compare, paired by seed: delta [95% interval over per-seed "
+                     "deltas], verdict):")
+        verdicts = [[lag_arm(m, 0).label] + [self._verdict_text(m, lag) for lag in self.lags if lag]
+                    for m in self.methods]
+        lines.append(format_table([["Method", *(f"lag {lag}" for lag in self.lags if lag)], *verdicts]))
         if self.knobs:
             lines.append("knobs set: " + ", ".join(f"{k}={json.dumps(v)}" for k, v in self.knobs.items()))
         lines.append("per seed (held-out pass@1, seeds in order):")
@@ -177,6 +185,13 @@ class LagTable:
         share = "n/a" if math.isnan(cell.share) else (
             f"{cell.share:.0%}" + ("" if math.isnan(lo) else f" [{lo:.0%}, {hi:.0%}]"))
         return f"{cell.score:.3f} ({share})"
+
+
+    def _verdict_text(self, method: str, lag: int) -> str:
+        c = self.cells[method, lag].comparison
+        if c is None or c.seed_ci95 is None:
+            return "-"
+        return f"{c.seed_delta:+.3f} [{c.seed_ci95[0]:+.3f}, {c.seed_ci95[1]:+.3f}] {c.verdict}"
 
 
 def _per_prompt(method: str, knobs: Mapping[str, Any]) -> str:
@@ -264,4 +279,11 @@ def _cell(key: tuple[str, int], runs: Mapping[tuple[str, int], Sequence[Any]], l
     base = {int(r.config.seed): float(r.summary["eval_after"]["pass_at_1"]) for r in runs[method, lags[0]]} \
         if lags[0] == 0 else {}
     shares = {s: v / base[s] for s, v in scores.items() if base.get(s, 0.0) > 0.0}
-    return Cell(method, lag, scores, shares, drift_reached(runs[key]))
+    comparison = None
+    if lag != 0 and lags[0] == 0:
+        from whileai.loop.evaluate import PASS
+        from whileai.rows.stats import compare
+
+        comparison = compare(_pooled(runs[method, 0]), _pooled(runs[key]), threshold=PASS, name=f"{method} lag {lag}",
+                             baseline_name="lag 0", treatment_name=f"lag {lag}")
+    return Cell(method, lag, scores, shares, drift_reached(runs[key]), comparison)

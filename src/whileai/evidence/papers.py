@@ -8,6 +8,7 @@ recipes/papers/README.md names the knobs that reach each paper's regime.
 from __future__ import annotations
 
 from whileai.errors import ConfigError
+from whileai.evidence.controls import CONTROLS
 from whileai.evidence.runner import Arm, ArmContext, Recipe
 
 NEVER = 1e300  # a gate or band bound no finite drift or ratio reaches: the correction never acts
@@ -68,9 +69,13 @@ PAPERS: dict[str, Recipe] = {r.name: r for r in (
 )}
 
 
+RECIPES: dict[str, Recipe] = {**PAPERS, **CONTROLS}
+"""every recipe ``wai recipe`` runs: the papers', then the controls (whileai.evidence.controls)"""
+
+
 def recipe(name: str) -> Recipe:
-    """A paper recipe by name."""
+    """A recipe (a paper's or a control) by name."""
     key = name.strip().lower().replace("-", "_")
-    if key not in PAPERS:
-        raise ConfigError(f"unknown recipe {name!r}; the recipes are {', '.join(PAPERS)}")
-    return PAPERS[key]
+    if key not in RECIPES:
+        raise ConfigError(f"unknown recipe {name!r}; the recipes are {', '.join(RECIPES)}")
+    return RECIPES[key]

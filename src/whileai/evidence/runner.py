@@ -32,7 +32,7 @@ from typing import Any
 
 from whileai.errors import ConfigError, WhileaiError
 from whileai.evidence.plan import check_folder, precheck, train_or_read
-from whileai.loop.controls import _held_out_rows, _pooled, _seeds
+from whileai.loop.controls import _held_out_rows, _seeds
 from whileai.loop.evaluate import PASS
 
 RECIPE_SEEDS = 5  # seeds per arm by default: the issue's >= 5; compare needs >= 2 to show anything
@@ -59,6 +59,10 @@ class Arm:
     """a name ``wai.method`` accepts"""
     knobs: Mapping[str, Any] = field(default_factory=dict)
     """the method's knobs for this arm (``wai.method(method, **knobs)``)"""
+    seed_offset: int = 0
+    """the arm trains at seed + seed_offset and its rows still pair with the baseline's at seed (a null control:
+    two identical arms whose runs differ only in their seed); 0 for a real recipe, whose pairs share warm start,
+    task order and sampler seeds"""
 
 
 @dataclass(frozen=True)
@@ -113,6 +117,10 @@ class RecipeResult:
     warnings: list[str] = field(default_factory=list)
     """lines the report prints before the table, e.g. two arms that run the same method and knobs"""
 
+    def scores(self, label: str) -> list[float]:
+        """The arm's held-out pass@1 per seed, in seed order."""
+        return [float(run.summary["eval_after"]["pass_at_1"]) for run in self.runs[label]]
+
     def to_dict(self) -> dict[str, Any]:
         return {"recipe": self.recipe, "seeds": list(self.seeds), "settings": self.settings,
                 "arms": [{"label": a.label, "method": a.method, "knobs": dict(a.knobs)} for a in self.arms],
@@ -127,8 +135,9 @@ class RecipeResult:
         n = len(self.seeds)
         lines = [f"recipe {self.recipe}: {n} seed{'s' if n != 1 else ''} per arm ({', '.join(map(str, self.seeds))}); "
                  f"lag {self.settings['lag']}, {self.settings['steps']} steps, learning rate "
-                 f"{self.settings['learning_rate']:g}, model {self.settings['model']}; held-out pass@1, paired over "
-                 "tasks, seeds pooled",
+                 f"{self.settings['learning_rate']:g}, model {self.settings['model']}, taskset "
+                 f"{self.settings['taskset']}; held-out pass@1; Delta (tasks): paired over tasks, seeds pooled; "
+                 "Delta (seeds paired): over per-seed deltas, the verdict's",
                  *self.warnings,
                  format_table([TABLE_HEADER, *(c.row() for c in self.comparisons)])]
         lines += [f"{c.treatment_name}: {c.verdict}: {c.reason}" for c in self.comparisons]
@@ -140,13 +149,23 @@ class RecipeResult:
                          "shared setting: it overrides an arm's own critic rate knob)")
         lines.append("held-out pass@1 per seed (seeds in order):")
         for arm in self.arms:
-            lines.append(f"  {arm.label}: " + " ".join(f"{run.summary['eval_after']['pass_at_1']:.3f}"
-                                                       for run in self.runs[arm.label]))
+            lines.append(f"  {arm.label}: " + " ".join(f"{score:.3f}" for score in self.scores(arm.label)))
+        base = self.scores(self.arms[0].label)
+        for arm in self.arms[1:]:
+            lines.append(f"  {arm.label} minus {self.arms[0].label}, per seed: "
+                         + " ".join(f"{t - b:+.3f}" for t, b in zip(self.scores(arm.label), base)))
         lines.append("drift reached (policy steps of every seed; mean unless marked max):")
         for arm in self.arms:
             lines.append(f"  {arm.label}: " + ", ".join(f"{k} {_fmt(v)}" for k, v in self.drift[arm.label].items()))
         lines.append(f"{self.seconds:.0f} s; runs and this report: {self.dir}")
         return "\n".join(lines)
+
+
+def _paired(runs: Sequence[Any], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """Every run's held-out rows, each tagged with its pair's seed (the recipe's seed, whatever the arm's offset):
+    ``compare`` pairs the arms by that tag."""
+    return [{"task_id": r["task_id"], "reward": r["reward"], "seed": str(seed)}
+            for run, seed in zip(runs, seeds) for r in _held_out_rows(run)]
 
 
 def _fmt(value: float) -> str:
@@ -156,7 +175,8 @@ def _fmt(value: float) -> str:
 def describe_arms(arms: Sequence[Arm]) -> list[str]:
     """One line per arm: its role, label, slug (the --set target and run folder) and what it runs."""
     return [f"  {'baseline' if i == 0 else 'recipe arm'}: {arm.label} [{_slug(arm.label)}] "
-            f"({arm.method} {json.dumps(dict(arm.knobs))})" for i, arm in enumerate(arms)]
+            f"({arm.method} {json.dumps(dict(arm.knobs))})" + (f", at seed + {arm.seed_offset}" if arm.seed_offset else "")
+            for i, arm in enumerate(arms)]
 
 
 def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, progress: bool = False,
@@ -176,8 +196,8 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
     _check_train(train)
     base = check_folder(Path(train.pop("run_dir", None) or f"runs/recipe-{recipe.name}-{time.strftime('%Y%m%d-%H%M%S')}"))
     shared, _, arms, warnings = check_recipe(recipe, knobs, **train, seed=seed_list[0])
-    plan = [(arm, {**shared, "method": arm.method, "knobs": dict(arm.knobs), "seed": seed, "progress": progress,
-                   "run_dir": str(base / f"{_slug(arm.label)}-seed{seed}")})
+    plan = [(arm, {**shared, "method": arm.method, "knobs": dict(arm.knobs), "seed": seed + arm.seed_offset,
+                   "progress": progress, "run_dir": str(base / f"{_slug(arm.label)}-seed{seed + arm.seed_offset}")})
             for seed in seed_list for arm in arms]
     for line in warnings:
         print(line)
@@ -188,7 +208,7 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
         runs[arm.label].append(run)
     _same_budget(runs, arms)
     baseline = arms[0]
-    comparisons = [wai.compare(_pooled(runs[baseline.label]), _pooled(runs[arm.label]), threshold=PASS,
+    comparisons = [wai.compare(_paired(runs[baseline.label], seed_list), _paired(runs[arm.label], seed_list), threshold=PASS,
                                name=recipe.name, baseline_name=baseline.label, treatment_name=arm.label)
                    for arm in arms[1:]]
     drift = {arm.label: drift_reached(runs[arm.label]) for arm in arms}
@@ -316,7 +336,8 @@ def _same_arms(arms: Sequence[Arm]) -> list[str]:
     built = [wai.method(a.method, **a.knobs) for a in arms]
     return [f"warning: arms {a.label!r} and {b.label!r} run the same method with the same knobs; their delta is "
             "0 by construction (a sanity check, not a comparison)"
-            for i, a in enumerate(arms) for j, b in enumerate(arms) if i < j and built[i] == built[j]]
+            for i, a in enumerate(arms) for j, b in enumerate(arms)
+            if i < j and built[i] == built[j] and a.seed_offset == b.seed_offset]
 
 
 def _check_arms(arms: Sequence[Arm]) -> None:
@@ -366,13 +387,15 @@ def _resolved(recipe: Recipe, train: Mapping[str, Any]) -> tuple[dict[str, Any],
 def _same_budget(runs: Mapping[str, Sequence[Any]], arms: Sequence[Arm]) -> None:
     """Every arm trained as long, as fast and on the same model, tasks and seeds as the baseline (a guard: a
     difference here is a bug, not something a user can trip)."""
-    keys = ("steps", "rollouts_per_step", "model", "seed", "lag", "lora_rank", "eval_tasks", "eval_samples",
+    keys = ("steps", "rollouts_per_step", "model", "lag", "lora_rank", "eval_tasks", "eval_samples",
             "taskset", "device")
     first = runs[arms[0].label]
     for arm in arms[1:]:
         for a, b in zip(first, runs[arm.label]):
             differ = {k: (getattr(a.config, k), getattr(b.config, k)) for k in keys
                       if getattr(a.config, k) != getattr(b.config, k)}
+            if b.config.seed - a.config.seed != arm.seed_offset - arms[0].seed_offset:
+                differ["seed"] = (a.config.seed, b.config.seed)
             left = {k: v for k, v in a.summary["resolved"].items() if k != "critic_learning_rate"}
             right = {k: v for k, v in b.summary["resolved"].items() if k != "critic_learning_rate"}
             if left != right:

@@ -409,7 +409,7 @@ def _check_fraction(name: str, value: float, closed: bool = False) -> None:
 
 # --------------------------------------------------------------------------- paired comparison
 GAIN, LOSS, UNRESOLVED = "gain shown", "loss shown", "unresolved"
-TABLE_HEADER = ("Recipe", "Baseline arm", "Recipe arm", "Delta", "Verdict")
+TABLE_HEADER = ("Recipe", "Baseline arm", "Recipe arm", "Delta (tasks)", "Delta (seeds paired)", "Verdict")
 
 
 @dataclass(frozen=True)
@@ -423,6 +423,7 @@ class Comparison:
     treatment: float
     delta: float
     ci95: tuple[float, float]
+    """the task-pooled interval: a t-interval over the shared tasks, every seed's samples pooled per task"""
     sd: float
     n_tasks: int
     only_baseline: int
@@ -431,15 +432,24 @@ class Comparison:
     treatment_seeds: int
     verdict: str
     reason: str
+    seed_delta: float | None = None
+    """the mean over paired seeds of each seed's delta (None: the rows carry no seeds to pair)"""
+    seed_ci95: tuple[float, float] | None = None
+    """the verdict's interval: a t-interval over the per-seed deltas, paired_seeds - 1 degrees of freedom"""
+    paired_seeds: int = 0
+    """seeds found in both arms' rows (the pairs: same seed, same warm start and sampler seeds)"""
 
-    def row(self) -> tuple[str, str, str, str, str]:
+    def row(self) -> tuple[str, str, str, str, str, str]:
         lo, hi = self.ci95
+        seeds = "-" if self.seed_ci95 is None else (f"{self.seed_delta:+.2f} [{self.seed_ci95[0]:+.2f}, "
+                                                    f"{self.seed_ci95[1]:+.2f}] ({self.paired_seeds} seeds)")
         return (self.name, f"{self.baseline_name}, {self.baseline:.2f}", f"{self.treatment_name}, "
-                f"{self.treatment:.2f}", f"{self.delta:+.2f} [{lo:+.2f}, {hi:+.2f}]", self.verdict)
+                f"{self.treatment:.2f}", f"{self.delta:+.2f} [{lo:+.2f}, {hi:+.2f}]", seeds, self.verdict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         out["ci95"] = list(self.ci95)
+        out["seed_ci95"] = None if self.seed_ci95 is None else list(self.seed_ci95)
         return out
 
     def __str__(self) -> str:
@@ -450,14 +460,18 @@ class Comparison:
 def compare(baseline_rows: Rows, treatment_rows: Rows, *, threshold: float | None = None,
             seeds: int | None = None, name: str = "compare", baseline_name: str = "baseline",
             treatment_name: str = "treatment") -> Comparison:
-    """Paired per-task delta of pass@1, treatment minus baseline, with a 95% interval and a verdict.
+    """Paired delta of pass@1, treatment minus baseline: task-pooled and paired by seed, with a verdict.
 
-    Only tasks scored in both arms count; how many were left out is reported. The verdict is
-    "gain shown" or "loss shown" when the interval excludes 0 *and* each arm has at least two
-    training seeds whose every treatment seed beats (or loses to) every baseline seed on the shared
-    tasks; otherwise "unresolved": one seed per arm cannot separate a method from run-to-run
-    training noise. Seeds are read from each row's ``seed`` field (absent: one seed) unless
-    ``seeds=`` says how many runs each arm pooled.
+    Only tasks scored in both arms count; how many were left out is reported. ``ci95`` is a t-interval
+    over the shared tasks (each task's pass share over every seed's samples). When the rows carry
+    ``seed``, each seed found in both arms is a pair (same seed: same warm start, task order and
+    sampler seeds); its delta is the mean over the shared tasks of that seed's per-task difference,
+    and ``seed_ci95`` is a t-interval over those per-seed deltas. The verdict is "gain shown" or
+    "loss shown" when ``seed_ci95`` excludes 0 (two or more paired seeds), else "unresolved": the seed
+    is the unit of training variance, and the task-pooled interval does not see it
+    (docs/decisions.md, "Evidence"). Rows without seeds: ``seeds=N`` states how many runs each arm
+    pooled, and the task-pooled interval decides (the caller vouches for the seeds); one seed per arm
+    is always "unresolved".
     """
     base, treat = as_graded(baseline_rows, seeds=True, lines=True), as_graded(treatment_rows, seeds=True, lines=True)
     pass_threshold(treat.reward_R, threshold, treat.source)  # each arm's rewards read by the same rule
@@ -470,10 +484,17 @@ def compare(baseline_rows: Rows, treatment_rows: Rows, *, threshold: float | Non
     diff = t_rates - b_rates
     ci = mean_interval(diff, (-1.0, 1.0))
     b_seeds, t_seeds = _seed_count(base, seeds), _seed_count(treat, seeds)
-    verdict, reason = _verdict(ci, b_seeds, t_seeds, _seed_split(base, treat, shared, threshold, seeds))
+    pairs = _seed_deltas(base, treat, shared, threshold) if seeds is None and base.seeds and treat.seeds else None
+    if pairs is None:
+        verdict, reason = _pooled_verdict(ci, b_seeds, t_seeds)
+        seed_delta, seed_ci = None, None
+    else:
+        seed_delta, seed_ci = (float(pairs.mean()) if len(pairs) else math.nan), seed_interval(pairs)
+        verdict, reason = seed_verdict(pairs, seed_ci, ci, len(base.seeds) + len(treat.seeds) - 2 * len(pairs))
     return Comparison(name, baseline_name, treatment_name, float(b_rates.mean()), float(t_rates.mean()),
                       float(diff.mean()), ci, float(diff.std(ddof=1)) if len(diff) > 1 else 0.0, len(shared),
-                      base.n_tasks - len(shared), treat.n_tasks - len(shared), b_seeds, t_seeds, verdict, reason)
+                      base.n_tasks - len(shared), treat.n_tasks - len(shared), b_seeds, t_seeds, verdict, reason,
+                      seed_delta=seed_delta, seed_ci95=seed_ci, paired_seeds=0 if pairs is None else len(pairs))
 
 
 def _rates_on(graded: GradedRows, shared: list[Any], threshold: float,
@@ -501,32 +522,50 @@ def _seed_count(graded: GradedRows, seeds: int | None) -> int:
     return max(1, len(graded.seeds))
 
 
-def _seed_split(base: GradedRows, treat: GradedRows, shared: list[Any], threshold: float,
-                seeds: int | None) -> tuple[float, float] | None:
-    """(worst treatment seed - best baseline seed, best treatment seed - worst baseline seed), or None."""
-    if seeds is not None or len(base.seeds) < 2 or len(treat.seeds) < 2:
-        return None
-    b = [np.nanmean(_rates_on(base, shared, threshold, base.seed_R == s)) for s in range(len(base.seeds))]
-    t = [np.nanmean(_rates_on(treat, shared, threshold, treat.seed_R == s)) for s in range(len(treat.seeds))]
-    return float(min(t) - max(b)), float(max(t) - min(b))
+def _seed_deltas(base: GradedRows, treat: GradedRows, shared: list[Any], threshold: float) -> np.ndarray:
+    """Per seed found in both arms (in the baseline's order): the mean over the shared tasks that seed scored
+    in both arms of treatment rate minus baseline rate."""
+    out = []
+    for label in [s for s in base.seeds if s in set(treat.seeds)]:
+        b = _rates_on(base, shared, threshold, base.seed_R == base.seeds.index(label))
+        t = _rates_on(treat, shared, threshold, treat.seed_R == treat.seeds.index(label))
+        both = ~(np.isnan(b) | np.isnan(t))
+        if both.any():
+            out.append(float(np.mean(t[both] - b[both])))
+    return np.array(out)
 
 
-def _verdict(ci: tuple[float, float], b_seeds: int, t_seeds: int,
-             split: tuple[float, float] | None) -> tuple[str, str]:
+def seed_interval(deltas: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The verdict's interval: Student-t over per-seed deltas (``mean_interval`` in [-1, 1]; fewer than two
+    seeds give all of [-1, 1], equal deltas the exact zero-spread interval)."""
+    return mean_interval(np.asarray(deltas, float), (-1.0, 1.0), confidence)
+
+
+def seed_verdict(deltas: np.ndarray, seed_ci: tuple[float, float], pooled_ci: tuple[float, float],
+                 unpaired: int = 0) -> tuple[str, str]:
+    """(verdict, reason) from the seed-paired interval; the task-pooled one is named for context only."""
+    lo, hi = seed_ci
+    left = f"; {plural(unpaired, 'seed')} in one arm only left out" if unpaired else ""
+    pooled = "excludes" if not pooled_ci[0] <= 0.0 <= pooled_ci[1] else "holds"
+    if len(deltas) < 2:
+        return UNRESOLVED, (f"{plural(len(deltas), 'seed')} in both arms{left}: the seed is the unit of training "
+                            "variance, so run two or more seeds of each arm at the same seeds")
+    if lo <= 0.0 <= hi:
+        return UNRESOLVED, (f"the seed-paired 95% interval [{lo:+.3f}, {hi:+.3f}] over {len(deltas)} seeds holds 0 "
+                            f"(the task-pooled interval {pooled} 0){left}; more seeds narrow it")
+    return (GAIN if lo > 0 else LOSS), (f"the seed-paired 95% interval [{lo:+.3f}, {hi:+.3f}] over {len(deltas)} "
+                                        f"seeds excludes 0 (the task-pooled interval {pooled} 0){left}")
+
+
+def _pooled_verdict(ci: tuple[float, float], b_seeds: int, t_seeds: int) -> tuple[str, str]:
     lo, hi = ci
     if lo <= 0.0 <= hi:
         return UNRESOLVED, f"the 95% interval [{lo:+.3f}, {hi:+.3f}] holds 0"
-    direction = GAIN if lo > 0 else LOSS
     if min(b_seeds, t_seeds) < 2:
         return UNRESOLVED, (f"the interval excludes 0, but {min(b_seeds, t_seeds)} training seed per arm cannot "
                             "separate a method from run-to-run training noise; run a second seed of each arm")
-    if split is None:
-        return direction, f"the interval excludes 0 with {b_seeds} and {t_seeds} seeds (as given)"
-    apart = split[0] > 0 if direction == GAIN else split[1] < 0
-    if not apart:
-        return UNRESOLVED, ("the interval excludes 0 but the seeds overlap: some baseline seed scores "
-                            "as well as some treatment seed; run more seeds")
-    return direction, "the interval excludes 0 and every seed of one arm beats every seed of the other"
+    return (GAIN if lo > 0 else LOSS), (f"the task-pooled interval excludes 0 with {b_seeds} and {t_seeds} seeds "
+                                        "(as given; rows tagged with their seed get the seed-paired verdict)")
 
 
 # --------------------------------------------------------------------------- tables
