@@ -262,8 +262,12 @@ def test_prompts_may_be_numpy_arrays_or_tensors():
     ({"max_tokens": 4, "top_p": 0.0}, r"top_p=0.0 is invalid: it must be a finite number in \(0.0, 1.0\]"),
     ({"max_tokens": 4, "top_k": -2}, "top_k=-2 is invalid: it must be an integer >= -1"),
     ({"max_tokens": 4, "seed": -1}, r"seed=-1 is invalid: it must be an integer >= 0 \(seed of the random streams"),
-    ({"max_tokens": 4, "stop": "\n"}, "holds text"),
-    ({"max_tokens": 4, "stop": [[1, 2], []]}, r"stop\[1\]=\[\] is not a token id"),
+    ({"max_tokens": 4, "stop": ["\n", ""]}, r"stop=\['\\n', ''\] is invalid: it must be non-empty stop strings, "
+                                            r"but stop\[1\] is ''"),
+    ({"max_tokens": 4, "stop": [[1, 2], []]}, r"must be strings, token ids or non-empty sequences of token ids "
+                                              r"\(integers >= 0\), but stop\[1\] is \[\]"),
+    ({"max_tokens": 4, "stop": 1.5}, r"stop=1.5 is invalid: it must be stop strings, token ids or sequences"),
+    ({"max_tokens": 4, "ignore_eos": 1}, r"ignore_eos=1 is invalid: it must be True or False"),
 ])
 def test_sampling_params_are_validated(kwargs, message):
     with pytest.raises(ConfigError, match=message):
