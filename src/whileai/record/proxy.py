@@ -138,8 +138,7 @@ class Recorder:
         if not isinstance(reply, dict):
             return error_response(502, "the upstream answered 200 with JSON that is not an object; nothing was recorded",
                           "upstream_error")
-        choices = sorted((c for c in reply.get("choices") or [] if isinstance(c, Mapping)),
-                         key=lambda c: c.get("index") if isinstance(c.get("index"), int) else 0)
+        choices = sorted((c for c in reply.get("choices") or [] if isinstance(c, Mapping)), key=_choice_index)
         ids = []
         for choice in choices:
             sampled = Sampled()
@@ -209,6 +208,11 @@ def _requested_sampling(body: Mapping[str, Any]) -> dict[str, Any]:
     temperature, top_p, top_k (None where the request left them to the server), and any other knob it set."""
     shaping = {k: body.get(k) for k in ("temperature", "top_p", "top_k")}
     return shaping | {k: body[k] for k in OTHER_KNOBS if body.get(k) is not None}
+
+
+def _choice_index(choice: Mapping[str, Any]) -> int:
+    index = choice.get("index")
+    return index if isinstance(index, int) else 0
 
 
 def _passed(headers: httpx.Headers) -> dict[str, str]:
