@@ -7,7 +7,8 @@ TINKER_BASE_URL / TINKER_API_KEY, as for any cookbook recipe.
     python cookbook_run.py rl  --model DIR --log-path OUT [--steps 10] [--seed 0]
 
 ``sft``: ``tinker_cookbook.supervised.train.main`` on a JSONL of conversations (renderer ``role_colon``,
-``FromConversationFileBuilder``, an NLL evaluator on a held-out split, checkpoints on the way).
+``FromConversationFileBuilder``, an NLL evaluator on a held-out split, checkpoints on the way). Run again on the
+same ``--log-path`` with more ``--steps``, it resumes from its last checkpoint (the cookbook's own resume).
 ``rl``: ``tinker_cookbook.rl.train.main`` with a ``ProblemEnv`` of ours, ``LetterEnv``: the reward is the share of
 lowercase letters in the reply (dense, so a random-init model can climb it in a few steps). Both print one JSON line:
 the per-step metrics the cookbook wrote to its ``metrics.jsonl``.
@@ -97,7 +98,7 @@ def conversations(path: Path, count: int) -> None:
 def run_sft(args: argparse.Namespace) -> None:
     data = Path(args.log_path) / "conversations.jsonl"
     data.parent.mkdir(parents=True, exist_ok=True)
-    conversations(data, 16 * args.steps + 32)
+    conversations(data, 16 * 24 + 32)  # the same file for every --steps, so a second run resumes the first
     common = ChatDatasetBuilderCommonConfig(model_name_for_tokenizer=args.model, renderer_name=RENDERER,
                                             max_length=64, batch_size=16)
     config = sft_train.Config(

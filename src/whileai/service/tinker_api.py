@@ -208,10 +208,16 @@ class TinkerFront:
             run_id = await self.open_run(body.session_id, owner, spec["base_model"], spec["lora_rank"], spec["seed"])
             shutil.copytree(runs / source["id"] / "states" / found["name"], runs / run_id / "states" / found["name"])
             self.aliases[alias] = run_id
+            self.keep_metadata(run_id, body.user_metadata)
         request_id = self.submit(self.run(alias, owner, route), ("from_state",), "load_state",
                                  {"name": found["name"], "optimizer": body.optimizer}, raw,
                                  {"kind": "load_weights", "route": route, "name": found["name"]})
         return _json({"request_id": request_id, "model_id": alias})
+
+    def keep_metadata(self, run_id: str, metadata: dict[str, Any] | None) -> None:
+        """A run's ``user_metadata`` (from create_model or a load), for the RestClient's training run."""
+        if metadata:
+            self.metadata[run_id] = {str(k): str(v) for k, v in metadata.items()}
 
     def tokenizer_id(self, base_model: str) -> str:
         """Where ``AutoTokenizer.from_pretrained`` finds this model's tokenizer (a built-in's is written once)."""
@@ -329,8 +335,7 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
         if request_id not in front.ready:  # a retry gets the run made the first time
             run_id = await front.open_run(body.session_id, owner, body.base_model, lora.rank, lora.seed or 0)
             front.ready[request_id] = {"model_id": run_id, "type": "create_model"}
-            if body.user_metadata:
-                front.metadata[run_id] = {str(k): str(v) for k, v in body.user_metadata.items()}
+            front.keep_metadata(run_id, body.user_metadata)
         return _json({"request_id": request_id, "model_id": front.ready[request_id]["model_id"]})
 
     @app.post("/api/v1/get_info")
