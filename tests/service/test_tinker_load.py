@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
@@ -47,10 +48,19 @@ def test_eight_sdk_processes_creating_runs_at_once_with_one_seed_see_identical_l
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for _ in range(PROCESSES)]
         outputs = [p.communicate(timeout=600) for p in procs]
+        histories = {}
+        for out, _ in outputs:
+            if out.strip():
+                model_id = json.loads(out.strip().splitlines()[-1])["model_id"]
+                histories[model_id] = [h["op"] for h in httpx.get(
+                    f"{server.url}/v1/training/runs/{model_id}/operations",
+                    headers={"Authorization": f"Bearer {server.token}"}).json()]
     for p, (_, err) in zip(procs, outputs):
         assert p.returncode == 0, err[-2000:]
     results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
     assert len({r["model_id"] for r in results}) == PROCESSES      # eight runs, not one shared
+    for model_id, ops in histories.items():                         # each ran its client's ops exactly once
+        assert ops == ["forward_backward", "optim_step"] * STEPS, (model_id, ops)
     first = results[0]["losses"]
     assert all(b < a for a, b in zip(first, first[1:])), first     # it trains
     assert [r["losses"] for r in results] == [first] * PROCESSES   # bit-identical, step 1 included
