@@ -262,8 +262,12 @@ def test_prompts_may_be_numpy_arrays_or_tensors():
     ({"max_tokens": 4, "top_p": 0.0}, r"top_p=0.0 is invalid: it must be a finite number in \(0.0, 1.0\]"),
     ({"max_tokens": 4, "top_k": -2}, "top_k=-2 is invalid: it must be an integer >= -1"),
     ({"max_tokens": 4, "seed": -1}, r"seed=-1 is invalid: it must be an integer >= 0 \(seed of the random streams"),
-    ({"max_tokens": 4, "stop": "\n"}, "holds text"),
-    ({"max_tokens": 4, "stop": [[1, 2], []]}, r"stop\[1\]=\[\] is not a token id"),
+    ({"max_tokens": 4, "stop": ["\n", ""]}, r"stop=\['\\n', ''\] is invalid: it must be non-empty stop strings, "
+                                            r"but stop\[1\] is ''"),
+    ({"max_tokens": 4, "stop": [[1, 2], []]}, r"must be strings, token ids or non-empty sequences of token ids "
+                                              r"\(integers >= 0\), but stop\[1\] is \[\]"),
+    ({"max_tokens": 4, "stop": 1.5}, r"stop=1.5 is invalid: it must be stop strings, token ids or sequences"),
+    ({"max_tokens": 4, "ignore_eos": 1}, r"ignore_eos=1 is invalid: it must be True or False"),
 ])
 def test_sampling_params_are_validated(kwargs, message):
     with pytest.raises(ConfigError, match=message):
@@ -283,10 +287,53 @@ def test_every_bad_setting_is_reported_at_once_with_its_rule_from_the_knob_table
     assert SamplingParams(max_tokens=np.int64(3)).max_tokens == 3  # numpy integers are whole numbers too
 
 
+def test_stop_strings_cut_every_row_where_its_decoded_text_first_holds_one():
+    """Batched rows (three prompts x three samples, rows leaving the batch as they stop): each stopped row is its
+    free sample cut at the first token after which the decoded completion contains a stop string; a row whose
+    text never holds one runs to max_tokens. Decoding here: one letter per token (id 3 + k -> chr(97 + k % 4)),
+    so a two-letter stop is matched whichever tokens spell it."""
+    model = tiny_model()
+    decode = lambda ids: "".join(chr(97 + (t - 3) % 4) if t >= 3 else "" for t in ids)  # noqa: E731
+    params = dict(max_tokens=10, temperature=1.0, seed=4)
+    free = sample(model, PROMPTS, 3, SamplingParams(**params))
+    stops = ["ab", "dd"]
+    cut = sample(model, PROMPTS, 3, SamplingParams(**params, stop=stops), decode=decode)
+    hits = 0
+    for free_samples, cut_samples in zip(free, cut):
+        for f, c in zip(free_samples, cut_samples):
+            ends = [n for n in range(1, len(f.tokens) + 1) if any(t in decode(f.tokens[:n]) for t in stops)]
+            if ends:
+                hits += 1
+                assert (c.tokens, c.stop_reason) == (f.tokens[:ends[0]], "stop")
+            else:
+                assert (c.tokens, c.stop_reason) == (f.tokens, f.stop_reason)
+    assert 0 < hits < 3 * len(PROMPTS)  # both kinds of row happened
+    with pytest.raises(ConfigError, match=r"stop has strings \['ab'\]; the sampler needs the tokenizer"):
+        sample(model, PROMPTS, 1, SamplingParams(max_tokens=2, stop="ab"))
+
+
+def test_ignore_eos_drops_the_eos_stop_only():
+    model = tiny_model()
+    free = sample(model, [[1, 2, 3]], 1, SamplingParams(max_tokens=8, temperature=0.0))[0][0]
+    eos = free.tokens[2]
+    assert len(sample(model, [[1, 2, 3]], 1, SamplingParams(max_tokens=8, temperature=0.0), eos_token_id=eos)[0][0]
+               .tokens) == free.tokens.index(eos) + 1
+    kept = sample(model, [[1, 2, 3]], 1, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True),
+                  eos_token_id=eos)[0][0]
+    assert (kept.tokens, kept.stop_reason) == (free.tokens, "length")
+    other = free.tokens[5]
+    if other != eos:
+        stopped = sample(model, [[1, 2, 3]], 1, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True,
+                                                               stop=[other]), eos_token_id=eos)[0][0]
+        assert stopped.tokens == free.tokens[:free.tokens.index(other) + 1]
+
+
 def test_stop_is_normalised_to_sequences():
     assert SamplingParams(max_tokens=1, stop=7).stop == ((7,),)
     assert SamplingParams(max_tokens=1, stop=[2, [13, 13]]).stop == ((2,), (13, 13))
     assert SamplingParams(max_tokens=1, stop=None).stop == ()
+    assert SamplingParams(max_tokens=1, stop="\n\nUser:").stop == ("\n\nUser:",)
+    assert SamplingParams(max_tokens=1, stop=["ab", 3, [4, 5]]).stop == ("ab", (3,), (4, 5))
 
 
 # ---------------------------------------------------------------------------------------------------

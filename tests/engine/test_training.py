@@ -216,8 +216,9 @@ def test_train_step_runs_one_forward_and_equals_the_kernel_with_the_methods_coef
     seen = method.seen
     assert [r["tokens"] for r in seen] == [[12, 13, 2], [21, 22, 23, 2], [32, 2]]
     assert seen[1]["task_id"] == "t" and "prompt_tokens" not in seen[0]
-    for r, o in zip(seen, ref.loss_fn_outputs):
-        np.testing.assert_allclose(r["logprobs"], o["logprobs"][o["logprobs"] != 0], rtol=1e-6)
+    for r, o, d in zip(seen, ref.loss_fn_outputs, data):
+        scored = np.asarray(d["loss_fn_inputs"]["weights"]) != 0
+        np.testing.assert_allclose(r["logprobs"], o["logprobs"][scored], rtol=1e-6)
     assert rows == bridge_rows()  # the caller's rows are not mutated
 
 
@@ -370,7 +371,7 @@ def test_params_as_json_dicts_equal_the_dataclasses_and_bad_ones_name_the_fields
     assert a.sample([1, 5], 2, {"max_tokens": 3, "seed": 1}) == a.sample([1, 5], 2, SamplingParams(max_tokens=3, seed=1))
     with pytest.raises(ValueError, match=r"adam_params has unknown fields \['lr'\]; AdamParams has \['learning_rate'"):
         a.optim_step({"lr": 1e-3})
-    with pytest.raises(ValueError, match=r"sampling_params: .*missing 1 required positional argument: 'max_tokens'"):
+    with pytest.raises(ValueError, match=r"sampling_params lacks \['max_tokens'\], which SamplingParams requires"):
         a.sample([1, 5], 1, {"temperature": 0.5})
     with pytest.raises(ValueError, match=r"sampling_params must be a SamplingParams or a dict of its fields"):
         a.sample([1, 5], 1, 8)
@@ -404,14 +405,16 @@ def test_train_step_with_bpco_fills_values_from_the_critic_and_trains_it():
 
 
 def test_a_datum_with_nothing_to_score_adds_nothing():
-    """All advantages 0 and no weights: no position can change the ppo loss, so none is projected,
-    the loss is exactly 0 and no gradient appears (an optimizer step then has norm 0)."""
+    """All advantages 0 and no weights: no position can change the ppo loss, so none is in the graph,
+    the loss is exactly 0 and no gradient appears (an optimizer step then has norm 0); the returned
+    logprobs are still the real ones (Tinker's clients read them at every action token)."""
     engine = TrainingEngine("builtin:tiny", seed=0)
     datum = make_datum([1, 5], [6, 7], logprobs=[-1.0, -1.0], advantages=[0.0, 0.0])
     del datum["loss_fn_inputs"]["weights"]
     out = engine.forward_backward([datum], "ppo")
     assert out.metrics == {"loss:sum": 0.0, "num_tokens:sum": 0.0, "num_datums:sum": 1.0}
-    assert out.loss_fn_outputs[0]["logprobs"].tolist() == [0.0, 0.0, 0.0]
+    np.testing.assert_allclose(out.loss_fn_outputs[0]["logprobs"], engine.compute_logprobs([1, 5, 6, 7])["logprobs"][1:],
+                               rtol=1e-6)
     assert all(p.grad is None for p in engine.named_params.values())
     assert engine.optim_step().grad_norm == 0.0 and engine.step == 1
 
@@ -441,5 +444,6 @@ def test_forward_returns_logprobs_at_every_position_for_a_client_side_custom_los
     (torch.arange(len(logp)) * chosen.exp()).sum().backward()
     for name, g in via_weights.items():
         torch.testing.assert_close(engine.named_params[name].grad, g, rtol=1e-4, atol=1e-6)
-    # forward_backward projects only the scored positions (weights 0 -> nothing), for memory
-    assert engine.forward_backward([datum], "cross_entropy").loss_fn_outputs[0]["logprobs"].tolist() == [0.0] * 5
+    # forward_backward returns them too (the weight-0 positions computed outside the graph)
+    np.testing.assert_allclose(engine.forward_backward([datum], "cross_entropy").loss_fn_outputs[0]["logprobs"], want,
+                               rtol=1e-6)

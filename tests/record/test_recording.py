@@ -64,6 +64,23 @@ def test_the_client_gets_what_the_upstream_would_have_sent_and_the_trace_holds_i
     assert exchange["weights_version"] == f"{MODEL}@seed0" and exchange["logprobs_mode"] == "processed_logprobs"
 
 
+def test_models_are_the_upstreams_and_each_of_n_choices_has_its_own_trace_id(servers):
+    """``models.list()`` through the recorder is the upstream's list (with the key passed on: a wrong one is the
+    upstream's 401); ``n=2`` gives a JSON list of two trace ids in x-whileai-trace-ids, one per choice in index
+    order, each trace holding that choice's tokens; x-whileai-trace-id is choice 0's."""
+    policy, recorder, _ = servers
+    assert [m.id for m in client(recorder).models.list()] == [m.id for m in client(policy).models.list()] == [MODEL]
+    wrong = openai.OpenAI(base_url=recorder.url + "/v1", api_key="sk-wrong", max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        wrong.models.list()
+    raw = client(recorder).completions.with_raw_response.create(model=MODEL, prompt="ab", max_tokens=6, n=2, seed=3)
+    ids = json.loads(raw.headers["x-whileai-trace-ids"])
+    assert len(ids) == len(set(ids)) == 2 and raw.headers["x-whileai-trace-id"] == ids[0]
+    for trace_id, choice in zip(ids, raw.parse().choices):
+        exchange = trace(recorder, trace_id)["exchanges"][0]
+        assert chat.decode(tokenizer(), reply_ids(exchange)) == choice.text
+
+
 def test_asked_for_logprobs_the_client_gets_them_and_they_are_the_recorded_ones(servers):
     _, recorder, _ = servers
     raw = client(recorder).completions.with_raw_response.create(model=MODEL, prompt="abc", max_tokens=6, seed=5,

@@ -146,13 +146,17 @@ def select_logprobs(model: Any, hidden_PH: torch.Tensor, targets_PK: torch.Tenso
     transform = _logit_transform(model)
     grad = torch.is_grad_enabled() and (hidden_PH.requires_grad or
                                         any(p.requires_grad for p in head.parameters()))
+    # Only a head with active dropout (LoRA dropout on the output layer) draws random numbers to replay; for any
+    # other, preserving the RNG state would set torch's global RNG in the backward, under the feet of a run that
+    # another thread is initialising from its seed (wai serve creates runs concurrently)
+    random = head.training and any(isinstance(m, torch.nn.Dropout) and m.p > 0 for m in head.modules())
     pieces = []
     for start in range(0, hidden_PH.shape[0], chunk_size):
         h = hidden_PH[start:start + chunk_size]
         t = targets_PK[start:start + chunk_size]
         if grad:
             pieces.append(checkpoint(_chunk_logprobs, head, transform, h, t, distribution,
-                                     use_reentrant=False))
+                                     use_reentrant=False, preserve_rng_state=random))
         else:
             pieces.append(_chunk_logprobs(head, transform, h, t, distribution))
     if not pieces:

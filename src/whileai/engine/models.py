@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import torch
 
+from whileai.engine.rng import seeded
 from whileai.errors import ConfigError
 
 SPECIAL_TOKENS = ("<|pad|>", "<|bos|>", "<|eos|>")
@@ -171,8 +172,7 @@ def build_builtin(size: str, seed: int = 0) -> tuple[Any, Any]:
     tokenizer = byte_tokenizer()
     config = Qwen2Config(vocab_size=len(tokenizer), tie_word_embeddings=False,
                          pad_token_id=0, bos_token_id=1, eos_token_id=2, **BUILTINS[size])
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = Qwen2ForCausalLM(config)
     return model, tokenizer
 
@@ -416,14 +416,13 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
         notes += lora_notes
         lora = dict(r=lora_rank, lora_alpha=lora_alpha if lora_alpha is not None else lora_rank,
                     lora_dropout=lora_dropout, target_modules=targets)
-        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        with seeded(seed + 1), warnings.catch_warnings():
             # PEFT calls a transformers method that transformers 5 deprecated; nothing for a user to do
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             # PEFT sets fan_in_fan_out per layer type itself (True for Conv1D, False for Linear) and says so
             warnings.filterwarnings("ignore", message="fan_in_fan_out is set to")
             # an adapter on a tied output layer: export(merged=True) unties it before merging (state.py)
             warnings.filterwarnings("ignore", message="Model has `tie_word_embeddings=True` and a tied layer")
-            torch.manual_seed(seed + 1)
             model = get_peft_model(model, LoraConfig(**lora))
         if model.peft_config["default"].base_model_name_or_path is None:  # built-ins: say which base
             model.peft_config["default"].base_model_name_or_path = name_or_path

@@ -74,6 +74,10 @@ def _stop_rule(stop: Any) -> str | None:
     return None
 
 
+def _flag(x: Any) -> str | None:
+    return None if isinstance(x, bool) else "True or False"
+
+
 SAMPLING_KNOBS: dict[str, Knob] = {
     "max_tokens": Knob(None, "most tokens to generate per sample (fewer if the model's context runs out first)",
                        _whole(1), TINKER_SAMPLING),
@@ -82,10 +86,13 @@ SAMPLING_KNOBS: dict[str, Knob] = {
                   number(0.0, 1.0, open_low=True), TINKER_SAMPLING),
     "top_k": Knob(0, "keep only the k most likely tokens; 0 (or Tinker's -1) = off", _whole(-1),
                   f"{TINKER_SAMPLING}; its default is -1, ours 0, both mean off"),
-    "stop": Knob((), "stop token ids and/or sequences of ids, e.g. [2, 7] or [[13, 13], 2]; the stop is kept "
-                 "at the end of the returned tokens", _stop_rule, TINKER_SAMPLING),
+    "stop": Knob((), "stop strings, token ids and/or sequences of ids, e.g. '\\n\\nUser:', [2, 7] or "
+                 "[[13, 13], 2, 'User:']; the stop is kept at the end of the returned tokens", _stop_rule,
+                 TINKER_SAMPLING),
     "seed": Knob(None, "seed of the random streams; None draws one from torch's global generator",
                  _optional_seed, TINKER_SAMPLING),
+    "ignore_eos": Knob(False, "do not stop at the model's end-of-sequence token (Tinker's stop=[]); only "
+                       "`stop` and max_tokens end a sample", _flag, "vLLM SamplingParams.ignore_eos"),
 }
 
 
@@ -114,10 +121,14 @@ class SamplingParams:
     top_k: int = _knob("top_k")
     """Keep only the k most likely tokens; 0 (or Tinker's -1) = off."""
     stop: Any = _knob("stop")
-    """Stop token ids and/or stop sequences of ids: ``[2, 7]`` or ``[[13, 13], 2]``. Normalised to a
-    tuple of tuples. The stop token or sequence is kept at the end of the returned tokens."""
+    """Stop strings, token ids and/or stop sequences of ids: ``"\\n\\nUser:"``, ``[2, 7]`` or ``[[13, 13], 2]``.
+    Normalised to a tuple whose items are tuples of ids or strings. A string stops a sample at the first
+    token after which the decoded completion contains it (the sampler then needs the tokenizer's
+    ``decode``). The stop is kept at the end of the returned tokens."""
     seed: int | None = _knob("seed")
     """Seed of the random streams; None draws one from torch's global generator."""
+    ignore_eos: bool = _knob("ignore_eos")
+    """Do not stop at the model's end-of-sequence token; only ``stop`` and ``max_tokens`` end a sample."""
 
     def __post_init__(self) -> None:
         problems = []
@@ -141,29 +152,30 @@ class SampledSequence:
     stop_reason: StopReason
 
 
-def _normalise_stop(stop: Any) -> tuple[tuple[int, ...], ...]:
-    """``2`` / ``[2, 7]`` / ``[[13, 13], 2]`` -> ``((2,), (7,))`` / ``((13, 13), (2,))``."""
+def _normalise_stop(stop: Any) -> tuple[tuple[int, ...] | str, ...]:
+    """``2`` / ``"ab"`` / ``[2, 7]`` / ``[[13, 13], 2, "ab"]`` -> ``((2,),)`` / ``("ab",)`` / ``((2,), (7,))`` /
+    ``((13, 13), (2,), "ab")``."""
     if stop is None:
         return ()
-    if isinstance(stop, str) or (isinstance(stop, Sequence) and any(isinstance(s, str) for s in stop)):
-        raise ConfigError(
-            f"SamplingParams.stop={stop!r} holds text; the sampler works on token ids. "
-            "Encode stop strings with the tokenizer first (e.g. stop=[tokenizer.encode('\\n\\n')])"
-        )
-    if not isinstance(stop, (int, np.integer, Sequence)):
-        raise ConfigError(f"SamplingParams.stop={stop!r} is not a token id or a list of token ids / sequences")
-    items = [stop] if isinstance(stop, (int, np.integer)) else list(stop)
-    normalised = []
-    for index, item in enumerate(items):
+    if isinstance(stop, (str, int, np.integer)):
+        stop = [stop]
+    if not isinstance(stop, Sequence):
+        raise ConfigError("stop strings, token ids or sequences of token ids (a str, an int or a list of them), "
+                          f"not a {type(stop).__name__}")
+    normalised: list[tuple[int, ...] | str] = []
+    for index, item in enumerate(stop):
+        if isinstance(item, str):
+            if not item:
+                raise ConfigError(f"non-empty stop strings, but stop[{index}] is ''")
+            normalised.append(item)
+            continue
         sequence = (item,) if isinstance(item, (int, np.integer)) else tuple(item) if isinstance(
             item, Sequence) else ()
         if not sequence or any(
             isinstance(t, bool) or not isinstance(t, (int, np.integer)) or t < 0 for t in sequence
         ):
-            raise ConfigError(
-                f"SamplingParams.stop[{index}]={item!r} is not a token id or a non-empty sequence of "
-                "token ids (integers >= 0)"
-            )
+            raise ConfigError(f"strings, token ids or non-empty sequences of token ids (integers >= 0), but "
+                              f"stop[{index}] is {item!r}")
         normalised.append(tuple(int(t) for t in sequence))
     return tuple(normalised)
 
@@ -250,7 +262,10 @@ def row_uniforms(seed: int | None, num_prompts: int, num_samples: int, steps: in
     """(prompts x samples, steps) float64 uniforms in [0, 1); row i * num_samples + j is the stream of
     (seed, i, j), so a row's draws do not depend on the rest of the batch."""
     if seed is None:
-        seed = int(torch.randint(0, 2**62, (1,)).item())
+        from whileai.engine.rng import GLOBAL_RNG
+
+        with GLOBAL_RNG:  # not in the middle of another thread's seeded initialisation
+            seed = int(torch.randint(0, 2**62, (1,)).item())
     rows = [np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, i, j]))).random(steps)
             for i in range(num_prompts) for j in range(num_samples)]
     return torch.from_numpy(np.stack(rows))
@@ -331,13 +346,15 @@ def sample(
     *,
     eos_token_id: int | Sequence[int] | None = None,
     max_context: int | None = None,
+    decode: Any = None,
 ) -> list[list[SampledSequence]]:
     """Sample ``num_samples`` continuations of every prompt; returns ``result[prompt][sample]``.
 
     All prompts x samples run as one batch: prompts are left-padded (attention mask + position ids),
     each prompt is prefilled once and its KV cache copied for its samples, then every step feeds one
-    new token per running row. ``eos_token_id`` (one id or several) stops a sample like a stop token;
-    None means only ``params.stop`` stops early. A prompt that does not fit the context raises
+    new token per running row. ``eos_token_id`` (one id or several) stops a sample like a stop token
+    unless ``params.ignore_eos``; None means only ``params.stop`` stops early. ``decode`` (token ids ->
+    text, the tokenizer's) is needed for stop strings. A prompt that does not fit the context raises
     ``BatchError`` naming the prompt; a sample that reaches the context ends with ``"length"``.
     """
     if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
@@ -345,6 +362,10 @@ def sample(
     if not isinstance(params, SamplingParams):
         raise ConfigError(f"params must be a SamplingParams, got {type(params).__name__}; build one with "
                           "SamplingParams(max_tokens=...)")
+    texts = [s for s in params.stop if isinstance(s, str)]
+    if texts and decode is None:
+        raise ConfigError(f"SamplingParams.stop has strings {texts}; the sampler needs the tokenizer to match "
+                          "them: pass decode=tokenizer.decode (TrainingEngine.sample does)")
     vocab_size = model.get_input_embeddings().num_embeddings
     context = context_length(model, max_context)
     prompts = check_prompts(prompt_tokens, vocab_size, context)
@@ -352,9 +373,12 @@ def sample(
     model.eval()
     try:
         with torch.inference_mode():
-            stops = _stop_ids(eos_token_id) + params.stop
+            ids = tuple(s for s in params.stop if not isinstance(s, str))
+            stops = (() if params.ignore_eos else _stop_ids(eos_token_id)) + ids
             cascade = int(num_samples) > 1 and shares_prefixes(model)
-            return _Run(model, prompts, int(num_samples), params, stops, context, cascade).generate()
+            run = _Run(model, prompts, int(num_samples), params, stops, context, cascade)
+            run.text_stops = _TextStops(texts, decode) if texts else None
+            return run.generate()
     finally:
         model.train(was_training)
 
@@ -382,6 +406,7 @@ class _Run:
         self.single_stops = torch.tensor([s[0] for s in stops if len(s) == 1], dtype=torch.long, device=self.device)
         self.long_stops = [torch.tensor(s, device=self.device) for s in stops if len(s) > 1]
         self.names = _step_kwargs(model)
+        self.text_stops: _TextStops | None = None
         # the running batch, set by _prefill: its rows, which still run, their last position, the mask
         self.cache: Any = None
         self.shared: _SharedPrefix | None = None
@@ -426,6 +451,12 @@ class _Run:
             if step + 1 >= len(stop):
                 recent = self.tokens_RT[self.rows_B, step + 1 - len(stop) : step + 1]
                 hit_B |= (recent == stop).all(dim=-1)
+        if self.text_stops is not None:
+            check = (self.running_B & ~hit_B).nonzero().squeeze(-1)
+            if len(check):
+                tails = self.tokens_RT[self.rows_B[check], max(0, step + 1 - self.text_stops.window) : step + 1]
+                found = self.text_stops.found(tails.tolist())
+                hit_B[check[torch.tensor(found, dtype=torch.bool, device=check.device)]] = True
         return hit_B
 
     def _maybe_compact(self) -> None:
@@ -493,6 +524,23 @@ class _Run:
                 for t, lp, n, s in zip(tokens, logprobs, lengths, stopped)]
         n = self.num_samples
         return [rows[i * n : (i + 1) * n] for i in range(len(self.prompts))]
+
+
+class _TextStops:
+    """Stop strings, matched on the decoded text of each row's latest tokens after every step.
+
+    A row stops at the first token after which its decoded completion contains a stop string; rows are
+    checked every step, so the string is new in the last few tokens. The window covers a string of c
+    characters even when every character takes 4 byte tokens, plus margin for a tokenizer that changes
+    a token's text at the start of a decode (a leading space, a partial UTF-8 character)."""
+
+    def __init__(self, texts: list[str], decode: Any) -> None:
+        self.texts, self.decode = texts, decode
+        self.window = 4 * max(len(t) for t in texts) + 8
+
+    def found(self, tails: list[list[int]]) -> list[bool]:
+        decoded = [self.decode(tail) for tail in tails]
+        return [any(t in text for t in self.texts) for text in decoded]
 
 
 def _check_logits(logits_BV: torch.Tensor, rows_B: torch.Tensor, step: int, num_samples: int) -> None:

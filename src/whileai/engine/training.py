@@ -13,6 +13,7 @@ the detached log-probabilities to ``method.update()``, and runs the kernel with 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -103,10 +104,12 @@ def as_params(cls: Any, value: Any, what: str) -> Any:
     unknown = sorted(set(value) - set(fields))
     if unknown:
         raise ConfigError(f"{what} has unknown fields {unknown}; {cls.__name__} has {fields}")
-    try:
-        return cls(**value)
-    except TypeError as err:  # a required field is missing
-        raise ConfigError(f"{what}: {err}; {cls.__name__} has {fields}") from None
+    missing = [name for name, f in cls.__dataclass_fields__.items() if name not in value
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"{what} lacks {missing}, which {cls.__name__} requires (it has no default); give "
+                          f"{', '.join(f'{m}=...' for m in missing)}")
+    return cls(**value)
 
 
 @dataclass
@@ -254,8 +257,9 @@ class TrainingEngine:
 
     def _datum_loss(self, spec: LossSpec, config: dict[str, Any], item: Prepared, hidden_TH: torch.Tensor,
                     every_position: bool, scorer: _Scorer) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
-        """The datum's summed loss over its scored positions, and its output (``logprobs`` or ``values``)
-        at the scored positions, or at every position when ``every_position`` (0 elsewhere)."""
+        """The datum's summed loss over its scored positions, and its output: ``logprobs`` at every position
+        (the unscored ones without a gradient: Tinker's clients read them at every action token), or
+        ``values`` at the scored positions, at every position when ``every_position`` (0 elsewhere)."""
         where = np.ones(item.length, dtype=bool) if every_position else item.scored
         if spec.on_values:
             index = torch.from_numpy(np.flatnonzero(where)).to(self.device)
@@ -270,7 +274,16 @@ class TrainingEngine:
         loss = per_token_loss(spec, x.double(), inputs, config).sum()
         full = np.zeros(shape, dtype=np.float32)
         full[where] = x_all.detach().float().cpu().numpy()
+        if name == "logprobs" and not every_position:
+            self._fill_unscored(full, item, hidden_TH, scorer)
         return loss, {name: full}
+
+    def _fill_unscored(self, full: np.ndarray, item: Prepared, hidden_TH: torch.Tensor, scorer: _Scorer) -> None:
+        """``full`` at the positions the loss does not read: their log-probabilities, outside the graph."""
+        rest = ~item.scored
+        if rest.any():
+            with torch.no_grad():
+                full[rest] = self._logprobs_at(item, hidden_TH.detach(), rest, scorer).float().cpu().numpy()
 
     @contextlib.contextmanager
     def _mode(self, train: bool) -> Iterator[None]:
@@ -374,9 +387,10 @@ class TrainingEngine:
         if loss.requires_grad:
             loss.backward()
         outputs = []
-        for item, logp in zip(items, logps):
+        for b, (item, logp) in enumerate(zip(items, logps)):
             full = np.zeros(item.targets.shape, dtype=np.float32)
             full[item.scored] = logp.detach().float().cpu().numpy()
+            self._fill_unscored(full, item, hidden[b, :item.length], scorer)
             outputs.append({"logprobs": full})
         return ForwardBackwardOutput(outputs, {"loss:sum": float(loss.detach()), **{k: float(v) for k, v in
                                                                                   dict(metrics).items()}})
@@ -386,9 +400,8 @@ class TrainingEngine:
                 reference: bool = False) -> ForwardBackwardOutput:
         """The same loss and metrics as ``forward_backward``, without gradients (eval mode).
 
-        Unlike ``forward_backward``, which projects only the scored positions through the output
-        layer, ``forward`` returns the learner's log-probabilities at **every** position (weights 0
-        included), as Tinker's ``forward`` does: ``forward(data_with_zero_weights)`` gives the
+        Like ``forward_backward`` (and Tinker's ``forward``), it returns the learner's log-probabilities at
+        **every** position (weights 0 included): ``forward(data_with_zero_weights)`` gives the
         log-probabilities a client-side custom loss needs. ``sampling_params`` as in
         ``forward_backward`` (an unscored position whose target truncation removed reads -inf);
         ``reference=True`` scores under the reference policy (a whole batch of ``ref_logprobs``).
@@ -528,7 +541,8 @@ class TrainingEngine:
         prompts = [prompt_tokens] if single else prompt_tokens
         with self.weights(version), self.loaded.precision():
             out = sample(self.model, prompts, num_samples, sampling_params,
-                         eos_token_id=self.tokenizer.eos_token_id, max_context=self.max_context)
+                         eos_token_id=self.tokenizer.eos_token_id, max_context=self.max_context,
+                         decode=self.tokenizer.decode)
         return out[0] if single else out
 
     # ------------------------------------------------------------------ critic

@@ -1,6 +1,9 @@
 """`wai record`: an OpenAI-compatible proxy that records each exchange as a training trace.
 
-    POST /v1/chat/completions, /v1/completions   forwarded upstream (streaming and not); header x-whileai-trace-id
+    POST /v1/chat/completions, /v1/completions   forwarded upstream (streaming and not); headers x-whileai-trace-id
+                                                 (choice 0's trace) and x-whileai-trace-ids (a JSON list, one
+                                                 trace id per choice, in choice-index order)
+    GET  /v1/models                                forwarded upstream as it is
     POST /v1/rewards {trace_id, reward, replace?}  a late score: 404 unknown id, 409 already scored, 422 bad body
     GET  /v1/traces/{trace_id}                     a recorded trace, its exchanges oldest first
     GET  /healthz                                  readiness
@@ -34,6 +37,7 @@ from whileai.record.rewards import reward_route
 from whileai.record.store import RecordStore, UnknownTrace
 
 TRACE_HEADER = "x-whileai-trace-id"
+TRACES_HEADER = "x-whileai-trace-ids"
 OTHER_KNOBS = ("min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias")
 """Request fields that change the distribution a token is drawn from, besides temperature / top-p / top-k."""
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
@@ -134,7 +138,7 @@ class Recorder:
         if not isinstance(reply, dict):
             return error_response(502, "the upstream answered 200 with JSON that is not an object; nothing was recorded",
                           "upstream_error")
-        choices = [c for c in reply.get("choices") or [] if isinstance(c, Mapping)]
+        choices = sorted((c for c in reply.get("choices") or [] if isinstance(c, Mapping)), key=_choice_index)
         ids = []
         for choice in choices:
             sampled = Sampled()
@@ -145,8 +149,19 @@ class Recorder:
             finally:
                 self.release(trace_id)
             ids.append(trace_id)
-        headers = {**_passed(upstream.headers), TRACE_HEADER: ",".join(ids)}
+        headers = {**_passed(upstream.headers), TRACE_HEADER: ids[0] if ids else "", TRACES_HEADER: json.dumps(ids)}
         return JSONResponse(strip(reply, body, chat), headers=headers)
+
+    async def models(self, request: Request) -> Response:
+        """``GET /v1/models``, the upstream's answer passed on (the OpenAI client's ``models.list()``)."""
+        headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
+        try:
+            upstream = await self.http.get("/v1/models", headers=headers)
+        except httpx.HTTPError as err:
+            return error_response(502, f"the upstream {self.config.upstream} did not answer ({type(err).__name__}: "
+                                       f"{err}). Fix: start it, or point --upstream at a running server",
+                                  "upstream_error")
+        return Response(upstream.content, status_code=upstream.status_code, headers=_passed(upstream.headers))
 
     async def _stream(self, upstream: httpx.Response, body: dict[str, Any], chat: bool) -> Response:
         events = _events(upstream)
@@ -175,7 +190,7 @@ class Recorder:
                 self.release(trace_id)
                 await upstream.aclose()
 
-        headers = {**_passed(upstream.headers), TRACE_HEADER: trace_id}
+        headers = {**_passed(upstream.headers), TRACE_HEADER: trace_id, TRACES_HEADER: json.dumps([trace_id])}
         return StreamingResponse(lines(), media_type="text/event-stream", headers=headers)
 
 
@@ -195,6 +210,11 @@ def _requested_sampling(body: Mapping[str, Any]) -> dict[str, Any]:
     return shaping | {k: body[k] for k in OTHER_KNOBS if body.get(k) is not None}
 
 
+def _choice_index(choice: Mapping[str, Any]) -> int:
+    index = choice.get("index")
+    return index if isinstance(index, int) else 0
+
+
 def _passed(headers: httpx.Headers) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in _HOP}
 
@@ -211,6 +231,10 @@ def create_record_app(config: RecordConfig) -> FastAPI:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         return {"ok": True, "upstream": config.upstream}
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        return await recorder.models(request)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:

@@ -176,6 +176,10 @@ class LocalRun:
             saved = sorted(p.name for p in (self.folder / "states").glob("*") if (p / "LATEST").is_file())
             raise ConfigError(f"load_state: this run saved no state named {body.name!r}; its saved states: "
                               f"{saved or 'none'}")
+        # a gradient accumulated by forward_backward without optim_step belongs to the weights being replaced
+        self.engine.zero_grad()
+        if self.engine.critic is not None:
+            self.engine.critic.optimizer.zero_grad(set_to_none=True)
         self.engine.load_state(str(folder))
         if not body.optimizer:  # weights only: Adam starts again from zero moments
             self.engine.optimizer.state.clear()

@@ -44,7 +44,8 @@ POLL_SECONDS = 25.0  # under the SDK's 45 s retrieve_future timeout
 WEIGHTS_PATH = re.compile(r"^tinker://(?P<run>[^/]+)/(?P<kind>weights|sampler_weights)/(?P<name>[^/]+)$")
 SUPPORTED = ("create_session, session_heartbeat, client/config, get_server_capabilities, create_model, get_info, "
              "forward_backward, optim_step, save_weights, load_weights, save_weights_for_sampler, "
-             "create_sampling_session, samplers/{id}, asample, retrieve_future, sessions/{id}/finish")
+             "create_sampling_session, samplers/{id}, asample, retrieve_future, sessions/{id}/finish, "
+             "GET training_runs/{id}")
 
 
 class TinkerError(WhileaiError):
@@ -80,6 +81,7 @@ class TinkerFront:
         self.samplers: dict[str, tuple[str, int | None, str | None]] = {}  # sampling session -> run, version, path
         self.paths: dict[str, tuple[str, int]] = {}     # tinker://run/sampler_weights/name -> run, version
         self.aliases: dict[str, str] = {}                # the SDK's "<session>:train:<n>" model id -> run
+        self.metadata: dict[str, dict[str, Any]] = {}    # run -> create_model's user_metadata (RestClient reads it)
 
     # ------------------------------------------------------------------ who, which run
     def owner(self, request: Request) -> str:
@@ -206,10 +208,16 @@ class TinkerFront:
             run_id = await self.open_run(body.session_id, owner, spec["base_model"], spec["lora_rank"], spec["seed"])
             shutil.copytree(runs / source["id"] / "states" / found["name"], runs / run_id / "states" / found["name"])
             self.aliases[alias] = run_id
+            self.keep_metadata(run_id, body.user_metadata)
         request_id = self.submit(self.run(alias, owner, route), ("from_state",), "load_state",
                                  {"name": found["name"], "optimizer": body.optimizer}, raw,
                                  {"kind": "load_weights", "route": route, "name": found["name"]})
         return _json({"request_id": request_id, "model_id": alias})
+
+    def keep_metadata(self, run_id: str, metadata: dict[str, Any] | None) -> None:
+        """A run's ``user_metadata`` (from create_model or a load), for the RestClient's training run."""
+        if metadata:
+            self.metadata[run_id] = {str(k): str(v) for k, v in metadata.items()}
 
     def tokenizer_id(self, base_model: str) -> str:
         """Where ``AutoTokenizer.from_pretrained`` finds this model's tokenizer (a built-in's is written once)."""
@@ -242,6 +250,9 @@ def mount(app: FastAPI, service: Any) -> None:
     _session_routes(app, front)
     _training_routes(app, front)
     _sampling_routes(app, front)
+    from whileai.service.tinker_rest import mount_rest
+
+    mount_rest(app, front, _json)
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def unsupported(rest: str, request: Request) -> Response:
@@ -324,6 +335,7 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
         if request_id not in front.ready:  # a retry gets the run made the first time
             run_id = await front.open_run(body.session_id, owner, body.base_model, lora.rank, lora.seed or 0)
             front.ready[request_id] = {"model_id": run_id, "type": "create_model"}
+            front.keep_metadata(run_id, body.user_metadata)
         return _json({"request_id": request_id, "model_id": front.ready[request_id]["model_id"]})
 
     @app.post("/api/v1/get_info")

@@ -207,7 +207,14 @@ class TinkerRun:
 def _prompt_seed(params: dict[str, Any], index: int) -> dict[str, Any]:
     """Prompt ``index``'s sampling settings. A Tinker request carries one prompt, so each prompt of a batch
     gets its own seed: the batch's for the first (the same draws as the local engine, whose streams are
-    seeded from (seed, prompt, sample)), one derived from (seed, index) for the others."""
+    seeded from (seed, prompt, sample)), one derived from (seed, index) for the others. ``ignore_eos`` is
+    Tinker's ``stop=[]`` (it has no way to say both: no EOS stop, but other stops)."""
+    params = dict(params)
+    if params.pop("ignore_eos", False):
+        if params.get("stop"):
+            raise ConfigError(f"sampling_params: ignore_eos=True with stop={params['stop']!r} cannot be sent to a "
+                              "Tinker server (its stop=[] is the only way to drop the EOS stop); drop one of them")
+        params["stop"] = []
     if params.get("seed") is None or index == 0:
         return params
     return {**params, "seed": int(np.random.SeedSequence([int(params["seed"]), index]).generate_state(1)[0])}

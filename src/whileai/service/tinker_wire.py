@@ -65,6 +65,8 @@ def forward_backward_body(raw: bytes) -> tuple[Any, dict[str, Any]]:
         if len(datum.model_input_spans) or len(datum.loss_fn_input_spans):
             raise ConfigError(f"{where}: provenance spans are not supported by wai serve; send the datum without them")
         inputs = {name: _tensor(t, f"{where} loss_fn_inputs[{name!r}]") for name, t in datum.loss_fn_inputs.items()}
+        if msg.loss_fn == "cross_entropy" and "weights" not in inputs and "target_tokens" in inputs:
+            inputs["weights"] = [1.0] * len(inputs["target_tokens"])  # Tinker's default: every position counts
         data.append({"model_input": _tokens(datum.model_input, where), "loss_fn_inputs": inputs})
     config: dict[str, Any] = {k: v.number if v.WhichOneof("value") == "number" else v.text
                               for k, v in msg.loss_fn_config_v2.items()}
@@ -138,7 +140,24 @@ def sample_body(request: Any) -> dict[str, Any]:
         prompt = request.prompt.to_ints()
     except ValueError as err:
         raise BatchError(f"/api/v1/asample: the prompt must be text tokens only ({err})") from None
-    params = request.sampling_params.model_dump(exclude_none=True)
+    params = sampling_params(request.sampling_params)
     return {"prompt_tokens": prompt, "num_samples": request.num_samples, "sampling_params": params,
             "prompt_logprobs": bool(request.prompt_logprobs) or request.topk_prompt_logprobs > 0,
             "topk_prompt_logprobs": request.topk_prompt_logprobs}
+
+
+UNTIL_CONTEXT = 2**31 - 1
+"""``max_tokens`` for the SDK's ``max_tokens=None``: no cap but the model's context (the engine stops a sample
+there, with ``stop_reason="length"``)."""
+
+
+def sampling_params(params: Any) -> dict[str, Any]:
+    """The SDK's ``SamplingParams`` as the engine's fields. ``stop`` keeps its strings (the engine matches them
+    on the decoded text with the run's tokenizer) and token ids; ``stop=[]`` means no EOS stop either
+    (``ignore_eos``), ``stop=None`` the EOS stop only; ``max_tokens=None`` runs to the model's context."""
+    fields = params.model_dump(exclude_none=True)
+    if params.stop is not None and not isinstance(params.stop, str) and len(params.stop) == 0:
+        fields["ignore_eos"] = True
+    if params.max_tokens is None:
+        fields["max_tokens"] = UNTIL_CONTEXT
+    return fields  # type: ignore[no-any-return]
