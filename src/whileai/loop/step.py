@@ -1,14 +1,15 @@
-"""One training step, written only with the trainer's public operations.
+"""The one training step, written only with the trainer's public operations (``whileai.loop.trainer``).
 
-    score rows (forward, no grad) -> method.update(whole batch) -> forward_backward("cross_entropy",
-    weights = c) -> optim_step            (+ the critic's own steps where the method has one)
+    score rows (forward, no grad) -> method.update(whole batch) -> forward_backward -> optim_step
+                                                         (+ the critic's own steps where the method has one)
 
-The trainer is anything with ``forward``, ``forward_backward``, ``forward_backward_custom`` and ``optim_step``
-in the engine's shape (``TrainingEngine`` in-process; the service's client later: Tinker has the same four),
-so the same function runs over HTTP. Every
-normalizer lives inside ``c``; the trainer sums and accumulates over its micro-batches, so peak memory
-is set by the micro-batch and splitting a batch never changes a gradient. Nothing here reads a method's
-attributes or name: only ``method.run_spec()`` and ``method.update()``.
+The run spec's ``loss`` picks the engine loss: ``cross_entropy`` sends ``Update.coefficients`` as the
+weights (every normalizer lives inside ``c``); any other named loss (ppo, cispo, gspo, ...) sends
+``Update.advantages`` per token with the rows' ``behavior_logprobs`` and the run spec's ``loss_config``, and
+the trainer computes the live ratio inside its graph. The trainer sums and accumulates over its
+micro-batches, so peak memory is set by the micro-batch and splitting a batch never changes a gradient.
+Every row is scored under the distribution it was sampled from (the run's temperature, or a logged trace's
+own ``sampling``). Nothing here reads a method's attributes or name: only ``run_spec()`` and ``update()``.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     # the single pass trains the sampled tokens only (a top-k form trains the teacher's slots), every one of
     # them, so it needs one distribution that truncates nothing (where none is -inf, REMOVED_LOGPROB)
     if rescore and train_policy and len(groups) == 1 and not _truncates(groups[0][0]) \
-            and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs:
+            and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs and spec.loss == "cross_entropy":
         update, single = _single_pass(trainer, method, work, state, groups[0][0], spec.needs)
         return _finish(trainer, update, work, adam, critic_steps, single)
     if rescore:
@@ -218,11 +219,39 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     update = method.update(for_method, state=state) if state is not None else method.update(for_method)
     metrics: dict[str, float] = {}
     for params, indices in groups if train_policy else ():  # each log pi differentiated is the one scored
-        weighted = [kernel_datum(work[i], update.coefficients[i]) for i in indices if np.any(update.coefficients[i])]
-        if weighted:
-            out = trainer.forward_backward(weighted, "cross_entropy", sampling_params=params)
+        if spec.loss == "cross_entropy":
+            data = [kernel_datum(work[i], update.coefficients[i]) for i in indices if np.any(update.coefficients[i])]
+        else:
+            data = [loss_datum(work[i], update.advantages[i], i) for i in indices if update.admitted[i]]
+        if data:
+            out = trainer.forward_backward(data, spec.loss, dict(spec.loss_config) or None, sampling_params=params)
             metrics["loss"] = metrics.get("loss", 0.0) + float(out.metrics.get("loss:sum", 0.0))
     return _finish(trainer, update, work, adam, critic_steps, metrics)
+
+
+def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str, Any]:
+    """A named loss's datum: per-token advantages, the sampler's log-probabilities, the action mask as weights."""
+    if "behavior_logprobs" not in row:
+        raise BatchError(f"row {index}: the method runs a named engine loss, which needs the sampler's "
+                         "'behavior_logprobs' on every row (the ratio's denominator); give rows that carry them")
+    fields: dict[str, Any] = {"advantages": np.asarray(advantages, dtype=np.float64).tolist(),
+                              "logprobs": list(map(float, row["behavior_logprobs"]))}
+    if "action_mask" in row:
+        fields["weights"] = np.asarray(row["action_mask"], dtype=np.float64).tolist()
+    return datum(row, **fields)
+
+
+def train_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
+               sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
+               single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
+    """The step every entry point runs: a scalar head's (``run_spec().head == 'score'``) or the policy's, with
+    the critic's steps from the run spec. ``sampling_params``: the distribution the rows were sampled from."""
+    spec = method.run_spec()
+    if spec.head == "score":
+        return score_head_step(trainer, method, rows, adam=adam)
+    return policy_step(trainer, method, rows, adam=adam, state=state, sampling_params=sampling_params,
+                       rescore=rescore, critic_steps=spec.critic.steps if spec.critic is not None else 0,
+                       train_policy=train_policy, single_pass_tokens=single_pass_tokens, teacher=teacher)
 
 
 def kernel_datum(row: Mapping[str, Any], coefficients: Any) -> dict[str, Any]:
