@@ -38,8 +38,8 @@ class Judge:
 def reward_model(run: Any) -> Judge:
     """The judge a reward-model run (``wai.train(method="rm", rows=...)``) trained: a ``Run`` or its directory."""
     from whileai.engine import TrainingEngine
+    from whileai.loop.checks import resolve_method
     from whileai.loop.config import build
-    from whileai.loop.run import resolve_method
 
     folder = Path(getattr(run, "dir", run))
     if not (folder / "config.toml").is_file():
