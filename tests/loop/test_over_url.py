@@ -1,0 +1,67 @@
+"""`wai train --url`: the same run over a real `wai serve` subprocess gives the in-process run's weights.
+
+For a group (GRPO), a one-rollout (FlashReinforce at temperature 0.7), a critic (SAO) and a teacher method
+(OPD, teacher loaded by the loop) the final weights after three steps match the in-process run's within
+1e-5 (the fingerprint of tests/loop/test_spine_pin.py). A need the server cannot meet is refused before the
+run is created, naming the reason and the alternative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_spine_pin import close, train_case
+
+import whileai as wai
+from whileai.cli import main
+from whileai.loop.trainer import Needs, refusals
+from whileai.service import Client
+from whileai.service.launch import LocalServer, start_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    with start_server(tmp_path_factory.mktemp("serve") / "data", args=["--model", "builtin:tiny"]) as running:
+        yield running
+
+
+@pytest.mark.parametrize("name", ["grpo", "flash_reinforce", "sao", "opd"])
+def test_a_run_over_the_service_ends_with_the_in_process_weights(server: LocalServer, tmp_path: Path, name: str):
+    local = train_case(name, tmp_path / "local")
+    remote = train_case(name, tmp_path / "remote", url=server.url, token=server.token)
+    assert close(local, remote, 1e-5) <= 1e-5
+    assert (tmp_path / "remote" / "summary.json").read_text().count(f"service at {server.url}") == 1
+
+
+def test_the_cli_trains_over_url_and_prints_where(server: LocalServer, tmp_path: Path, capsys, monkeypatch):
+    monkeypatch.setenv("WAI_TOKEN", server.token)
+    code = main(["train", "--url", server.url, "--steps", "1", "--rollouts-per-step", "4", "--warm-start-steps", "0",
+                 "--eval-tasks", "0", "--no-progress", "--no-export", "--run-dir", str(tmp_path / "r")])
+    assert code == 0
+    assert f"trainer: service at {server.url}" in capsys.readouterr().out
+
+
+def test_a_need_the_server_cannot_meet_is_refused_before_a_run_is_created(server: LocalServer, tmp_path: Path):
+    with Client(server.url, server.token) as client:
+        before = len(client.sessions())
+        with pytest.raises(wai.ConfigError, match="does not serve model 'builtin:mini'.*wai serve --model "
+                                                  "builtin:mini"):
+            wai.train(model="builtin:mini", url=server.url, token=server.token, run_dir=str(tmp_path / "a"),
+                      progress=False)
+        with pytest.raises(wai.ConfigError, match="teacher is the student's own weights \\('ema'\\).*drop --url"):
+            wai.train(method="opsd", url=server.url, token=server.token, run_dir=str(tmp_path / "b"), progress=False,
+                      warm_start_steps=0)
+        assert len(client.sessions()) == before  # nothing was allocated
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_refusals_read_the_capabilities():
+    """A server without add_critic or the method's loss: each unmet need named, with what to do instead."""
+    caps = {"models": ["builtin:tiny"], "operations": ["forward", "forward_backward", "optim_step", "sample"],
+            "losses": {"cross_entropy": {}}}
+    assert refusals(caps, "builtin:tiny", Needs()) == []
+    found = refusals(caps, "builtin:tiny", Needs(loss="ppo", critic=(1e-3, None)))
+    assert len(found) == 2 and "'ppo', which it does not advertise (it takes cross_entropy)" in found[0]
+    assert "no add_critic" in found[1] and "drop --url" in found[1]
