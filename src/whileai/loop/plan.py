@@ -83,13 +83,14 @@ class RunPlan:
         """Every setting's value (config.toml's [plan], summary.json's ``plan``)."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"}
 
-    def table(self) -> str:
-        """The compact table `wai train` prints at start: setting, value, source."""
-        values = {k: v for k, v in self.values().items() if v is not None}
-        width = max(len(k) for k in values)
-        shown = {k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in values.items()}
-        vwidth = max(len(v) for v in shown.values())
-        return "run plan:\n" + "\n".join(f"  {k:<{width}}  {shown[k]:<{vwidth}}  {self.source(k)}" for k in values)
+    def table(self, columns: int = 2) -> str:
+        """The compact table `wai train` prints at start: each setting's value and [source], ``columns`` a line."""
+        cells = [f"{k} {v:g} [{self.source(k)}]" if isinstance(v, float) else f"{k} {v} [{self.source(k)}]"
+                 for k, v in self.values().items() if v is not None]
+        width = max(len(c) for c in cells)
+        lines = ["  " + "   ".join(c.ljust(width) for c in cells[i:i + columns]).rstrip()
+                 for i in range(0, len(cells), columns)]
+        return "run plan (value [source]):\n" + "\n".join(lines)
 
     def learning_rate_at(self, step: int) -> float:
         """The policy learning rate of step ``step`` (0-based) under ``lr_schedule`` over ``steps``."""

@@ -289,10 +289,11 @@ def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows
                     hooks = [WarmStart(ctx), HeldOut(ctx)] + ([TraceHook(ctx, batches)] if rows is not None else []) \
                         + [TeacherHook(ctx), Record(ctx), Checkpoints(ctx)]
                     run_loop(backend.trainer, method, plan, batches, state, hooks)
+                log.close()
+                summary, weights = finish(ctx, state, time.perf_counter() - started)
             finally:
                 log.close()
                 metrics.close()
-            summary, weights = finish(ctx, state, time.perf_counter() - started)
         finally:
             backend.close()
     return Run(run_dir, config, summary, weights)
