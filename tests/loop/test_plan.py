@@ -9,7 +9,7 @@ import pytest
 
 import whileai as wai
 from whileai.cli import main
-from whileai.loop.config import saved_plan
+from whileai.loop.plan import saved_plan
 
 QUICK = dict(rollouts_per_step=8, warm_start_steps=0, eval_tasks=0, export=False, progress=False, save_every=1)
 

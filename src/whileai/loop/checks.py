@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop import config as config_io
 from whileai.loop import teacher as teacher_io
@@ -97,8 +98,6 @@ def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
     spec = getattr(config, name)
     if spec is None:
         return None, []
-    from whileai.envs import load_taskset
-
     try:
         return load_taskset(spec, **config.taskset_options), []
     except WhileaiError as err:

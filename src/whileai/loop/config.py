@@ -262,12 +262,3 @@ def to_toml(config: TrainConfig, plan: Any = None) -> str:
 
 PLAN_TABLES = ("plan", "sources")  # a run's record in its config.toml; a config read from it ignores them
 
-
-def saved_plan(path: Path) -> Any:
-    """The run plan a run wrote to its config.toml, or None (a run written before plans were saved)."""
-    from whileai.loop.plan import RunPlan
-
-    data = tomllib.loads(path.read_text())
-    if "plan" not in data:
-        return None
-    return RunPlan.from_saved(data["plan"], data.get("sources", {}))

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from whileai.envs import render_prompt
 from whileai.errors import WhileaiError
 from whileai.loop.plan import RunPlan
 from whileai.loop.rollouts import LagQueue, sample_batch, step_tasks
@@ -58,8 +59,6 @@ class Loop:
 
 def prompts(tokenizer: Any, tasks: Sequence[Any]) -> list[list[int]]:
     """The tokens of each task's prompt (one rendering, ``whileai.envs.render_prompt``, everywhere)."""
-    from whileai.envs import render_prompt
-
     return [render_prompt(tokenizer, t) for t in tasks]
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop import teacher as teacher_io
 from whileai.loop import trace_run
@@ -88,7 +89,6 @@ class Context:
 def warm_start(trainer: Any, taskset: Any, plan: RunPlan) -> list[float]:
     """``plan.warm_start_steps`` supervised steps on reference episodes; each step's summed loss."""
     from whileai.engine.datums import make_datum
-    from whileai.envs.episode import reference_episode
 
     losses = []
     tasks_all = taskset.split("train")

@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from whileai.knobs import Knob, integer, number
-from whileai.loop.config import TrainConfig
+from whileai.loop.config import TrainConfig, tomllib
 from whileai.loop.rollouts import Sampling
 from whileai.methods.run_spec import RunSpec
 
@@ -112,6 +113,14 @@ class RunPlan:
         names = {f.name for f in dataclasses.fields(cls)} - {"sources"}
         filled = {n: values.get(n) for n in names}
         return cls(**filled, sources=tuple(sorted(sources.items())))
+
+
+def saved_plan(path: Path) -> RunPlan | None:
+    """The run plan a run wrote to its config.toml, or None (a run written before plans were saved)."""
+    data = tomllib.loads(path.read_text())
+    if "plan" not in data:
+        return None
+    return RunPlan.from_saved(data["plan"], data.get("sources", {}))
 
 
 Rule = Callable[[TrainConfig, Any, Any], tuple[Any, str]]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from whileai.envs.episode import is_episodic, play
 from whileai.errors import BatchError
 
 
@@ -51,8 +52,6 @@ def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[
 
     A plain taskset's episode is one completion; an ``EnvTaskset``'s alternates model turns and environment
     replies (``whileai.envs.episode``), every turn one batched ``engine.sample`` call for all live episodes."""
-    from whileai.envs.episode import is_episodic, play
-
     def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[list[int]], seed: int) -> Any:
         return engine.sample(contexts, n, sampling.params(seed, max_tokens, stop))
 

@@ -39,7 +39,7 @@ from whileai.loop.hooks import (
     WarmStart,
     read_state,
 )
-from whileai.loop.plan import FILE, USER, RunPlan, make_plan
+from whileai.loop.plan import FILE, USER, RunPlan, make_plan, saved_plan
 from whileai.loop.record import Metrics, Progress
 from whileai.loop.summary import finish
 from whileai.loop.traces import RowsFile, open_rows
@@ -219,7 +219,7 @@ def _resume(run_dir_text: str, token: str | None, **changes: Any) -> Run:
                           f"be more than that to train longer")
     method, problems = resolve_method(config)
     taskset, more = _load_taskset(config)
-    plan = config_io.saved_plan(run_dir / "config.toml") or make_plan(config, {}, method, taskset)
+    plan = saved_plan(run_dir / "config.toml") or make_plan(config, {}, method, taskset)
     if "steps" in changes:
         plan = plan.with_steps(int(changes["steps"]))
     problems += more + check(config, method, taskset, plan)

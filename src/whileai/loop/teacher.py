@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from whileai.envs import render_prompt
 from whileai.errors import ConfigError
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
@@ -98,8 +99,6 @@ def privileged_text(kind: str, task: Any, row: Mapping[str, Any], completion: st
 def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
     """The task's prompt with ``text`` added: before a plain-text prompt (which the completion continues), at
     the end of the last message of a chat prompt."""
-    from whileai.envs import render_prompt
-
     if isinstance(task.prompt, str):
         prompt: Any = f"{text}\n{task.prompt}"
     else:

@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import WhileaiError
+from whileai.loop.evaluate import PASS
 from whileai.loop.step import BOOKKEEPING, fill, score, step_stats
 from whileai.loop.traces import RowsFile
+from whileai.routing import route
 from whileai.rows.io import plural
 
 HELDOUT_FILE = "heldout_traces.json"
@@ -75,11 +77,8 @@ def dropped_note(record: Mapping[str, Any]) -> str | None:
 def route_file(source: RowsFile, model: str, run_dir: Path) -> Any:
     """``route`` on the file's tasks and rewards; the verdict goes to RUN_DIR/route.txt. None when route
     could not answer (the reason is saved instead)."""
-    import whileai as wai
-    from whileai.loop.evaluate import PASS
-
     try:
-        answer = wai.route(source.graded(), model=model, threshold=PASS)
+        answer = route(source.graded(), model=model, threshold=PASS)
     except WhileaiError as err:
         (run_dir / "route.txt").write_text(f"route could not read these rows: {err}\n")
         return None
