@@ -65,3 +65,30 @@ def test_refusals_read_the_capabilities():
     found = refusals(caps, "builtin:tiny", Needs(loss="ppo", critic=(1e-3, None)))
     assert len(found) == 2 and "'ppo', which it does not advertise (it takes cross_entropy)" in found[0]
     assert "no add_critic" in found[1] and "drop --url" in found[1]
+
+
+@pytest.mark.slow
+def test_wai_serve_chained_to_a_tinker_api_server_gives_the_same_weights(tmp_path: Path):
+    """`wai serve --tinker-url A` in front of a second `wai serve` A (through the Tinker SDK): `wai train --url`
+    on the front ends with the in-process weights. One prompt a step: a Tinker sample request carries one
+    prompt, so only then does the upstream draw the same random stream (service/tinker_provider.py)."""
+    pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
+    import secrets
+
+    upstream_token = "tml-" + secrets.token_urlsafe(24)
+    with start_server(tmp_path / "upstream", token=upstream_token) as upstream:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("TINKER_API_KEY", upstream_token)
+            front = start_server(tmp_path / "front", args=["--tinker-url", upstream.url])
+        with front:
+            with pytest.raises(wai.ConfigError, match="cannot export them \\(no export_lora\\): add --no-export"):
+                wai.train(url=front.url, token=front.token, run_dir=str(tmp_path / "refused"), progress=False)
+            one_prompt = dict(method="grpo", knobs={"generations": 8}, steps=3, rollouts_per_step=8,
+                              warm_start_steps=0, eval_tasks=0, progress=False, save_every=1000, export=False)
+            local = wai.train(**one_prompt, run_dir=str(tmp_path / "local"))
+            relayed = wai.train(**one_prompt, url=front.url, token=front.token, run_dir=str(tmp_path / "relayed"))
+    assert relayed.summary["where"] == f"service at {front.url}"
+    for mine, theirs in zip(relayed.metrics(), local.metrics(), strict=True):
+        for key in ("reward", "loss", "grad_norm", "drift"):
+            assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (key, mine, theirs)
+    assert local.metrics()[-1]["grad_norm"] > 0

@@ -107,7 +107,7 @@ def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
 def needs_of(config: TrainConfig, plan: RunPlan, method: Any) -> Needs:
     """What the method's run spec and the config ask of the backend (``--method auto``: a probe's)."""
     if method is None:
-        return Needs()
+        return Needs(export=config.export)
     spec = method.run_spec()
     critic = None
     if spec.critic is not None:
@@ -117,7 +117,8 @@ def needs_of(config: TrainConfig, plan: RunPlan, method: Any) -> Needs:
     policy_teacher = spec.teacher.weights if spec.teacher is not None and spec.teacher.weights != "model" else None
     reference = _needs_reference(spec)
     return Needs(spec.loss, reference, critic, policy_teacher,
-                 retake_reference=reference and not config.lora_rank and plan.warm_start_steps > 0)
+                 retake_reference=reference and not config.lora_rank and plan.warm_start_steps > 0,
+                 export=config.export, own_distribution=plan.temperature == 1.0)
 
 
 

@@ -105,6 +105,15 @@ def _distribution_key(sampling_params: Any) -> tuple[float, float, int]:
             float(given.get("top_p", SAMPLING_KNOBS["top_p"].value)), 0 if top_k == -1 else top_k)
 
 
+PLAIN = (1.0, 1.0, 0)  # temperature 1, no top-p, no top-k: the model's own distribution
+
+
+def sent(sampling_params: Any) -> Any:
+    """What the trainer is given to score under: None for the model's own distribution (a backend that scores
+    only that one, Tinker's, takes every such call), else the settings."""
+    return None if _distribution_key(sampling_params) == PLAIN else sampling_params
+
+
 def _truncates(sampling_params: Any) -> bool:
     """Whether the distribution has top-k or top-p (then a logged token can have probability 0)."""
     _, top_p, top_k = _distribution_key(sampling_params)
@@ -118,7 +127,7 @@ def score(trainer: Any, rows: Sequence[Mapping[str, Any]], *, sampling_params: A
     def one(group: list[Mapping[str, Any]], params: Any) -> list[list[float]]:
         # weights 0: the forward returns every position's log-probability, -inf (truncated away) included
         out = trainer.forward([datum(r, weights=[0.0] * len(r["tokens"])) for r in group], "cross_entropy",
-                              sampling_params=params, reference=reference)
+                              sampling_params=sent(params), reference=reference)
         return [np.maximum(completion_part(o["logprobs"], len(r["tokens"])), REMOVED_LOGPROB).tolist()
                 for o, r in zip(out.loss_fn_outputs, group)]
 
@@ -150,7 +159,7 @@ def student_topk(trainer: Any, rows: Sequence[Mapping[str, Any]], sampling_param
     """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), one call per distribution."""
     def one(group: list[Mapping[str, Any]], params: Any) -> list[list[list[float]]]:
         out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in group], "cross_entropy",
-                              sampling_params=params)
+                              sampling_params=sent(params))
         return [np.asarray(o["logprobs"], dtype=np.float64)[-len(r["tokens"]):].tolist()
                 for o, r in zip(out.loss_fn_outputs, group)]
 
@@ -224,7 +233,8 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
         else:
             data = [loss_datum(work[i], update.advantages[i], i) for i in indices if update.admitted[i]]
         if data:
-            out = trainer.forward_backward(data, spec.loss, dict(spec.loss_config) or None, sampling_params=params)
+            out = trainer.forward_backward(data, spec.loss, dict(spec.loss_config) or None,
+                                           sampling_params=sent(params))
             metrics["loss"] = metrics.get("loss", 0.0) + float(out.metrics.get("loss:sum", 0.0))
     return _finish(trainer, update, work, adam, critic_steps, metrics)
 
@@ -287,7 +297,7 @@ def _single_pass(trainer: Any, method: Any, work: list[dict[str, Any]], state: A
                    for c, lp in zip(update.coefficients, logprobs))
         return loss, {}
 
-    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sampling_params)
+    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sent(sampling_params))
     return holder["update"], {"loss": float(out.metrics["loss:sum"])}
 
 

@@ -59,6 +59,10 @@ class Needs:
     """a teacher made of the student's own weights ('live', 'initial', 'ema'), or None"""
     retake_reference: bool = False
     """the reference is re-taken after a warm start (full fine-tuning)"""
+    export: bool = False
+    """the final weights are written to RUN_DIR/final"""
+    own_distribution: bool = True
+    """every token is scored under the model's own distribution (temperature 1, no top-k / top-p)"""
 
 
 @dataclass
@@ -165,6 +169,14 @@ def refusals(capabilities: Mapping[str, Any], model: str, needs: Needs) -> list[
         problems.append(f"the method's teacher is the student's own weights ({needs.policy_teacher!r}), which the "
                         "loop reads from an in-process engine only: drop --url, or use a method whose teacher is a "
                         "separate model (opd --teacher MODEL)")
+    if capabilities.get("provider") == "tinker" and not (needs.own_distribution and not needs.reference):
+        what = "a reference policy" if needs.reference else "tokens sampled at another temperature"
+        problems.append(f"the method needs {what} scored, and a Tinker-API server scores under the policy's own "
+                        "distribution only: set --set temperature=1 (and beta=0), or train on the local engine "
+                        "(a wai serve without --tinker-url, or drop --url)")
+    if needs.export and "export_lora" not in operations:
+        problems.append("the run writes its final weights to RUN_DIR/final and the server cannot export them (no "
+                        "export_lora): add --no-export (the weights stay on the server's side)")
     if needs.retake_reference:
         problems.append("the method's reference policy would be re-taken after the warm start, which a server run "
                         "cannot do (its reference is the model as created): set --warm-start-steps 0, or drop --url")
