@@ -44,10 +44,16 @@ def _pairs(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def register(subparsers: Any) -> None:
+    _add(subparsers, "train", "train a model: sample, grade, update, step (no arguments: a CPU demo)")
+    # `wai loop`: what the loop over a server was called before `wai train --url` was it; the same command
+    _add(subparsers, "loop", "another name of `wai train` (the same flags)")
+
+
+def _add(subparsers: Any, name: str, summary: str) -> None:
     from whileai.loop.config import TrainConfig, field_docs
 
-    p = subparsers.add_parser("train", help="train a model: sample, grade, update, step (no arguments: a CPU demo)",
-                              description=__doc__, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(name, help=summary, description=__doc__, epilog=EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", help="a TOML file of settings (a [train] table or top-level keys); "
                    "flags override it")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint (its saved config)")
