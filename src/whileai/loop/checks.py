@@ -109,11 +109,12 @@ def needs_of(config: TrainConfig, plan: RunPlan, method: Any) -> Needs:
     if method is None:
         return Needs(export=config.export)
     spec = method.run_spec()
-    critic = None
+    critic: tuple[float, tuple[float, float] | None] | None = None
+    rate = float(plan.critic_learning_rate or 0.0)
     if spec.critic is not None:
-        critic = (plan.critic_learning_rate, spec.critic.reward_range)
+        critic = (rate, spec.critic.reward_range)
     elif spec.head == "score":  # a reward model: the value head is the scalar head
-        critic = (plan.critic_learning_rate, None)
+        critic = (rate, None)
     policy_teacher = spec.teacher.weights if spec.teacher is not None and spec.teacher.weights != "model" else None
     reference = _needs_reference(spec)
     return Needs(spec.loss, reference, critic, policy_teacher,

@@ -111,7 +111,7 @@ class RunPlan:
     def from_saved(cls, values: Mapping[str, Any], sources: Mapping[str, str]) -> RunPlan:
         """The plan a run wrote to config.toml (TOML has no null: a missing optional value is None)."""
         names = {f.name for f in dataclasses.fields(cls)} - {"sources"}
-        filled = {n: values.get(n) for n in names}
+        filled: dict[str, Any] = {n: values.get(n) for n in names}
         return cls(**filled, sources=tuple(sorted(sources.items())))
 
 

@@ -105,13 +105,17 @@ def _distribution_key(sampling_params: Any) -> tuple[float, float, int]:
             float(given.get("top_p", SAMPLING_KNOBS["top_p"].value)), 0 if top_k == -1 else top_k)
 
 
-PLAIN = (1.0, 1.0, 0)  # temperature 1, no top-p, no top-k: the model's own distribution
+def plain() -> dict[str, Any]:
+    """The model's own distribution (the engine's sampling defaults: temperature 1, no top-p, no top-k)."""
+    from whileai.engine.sampling import SAMPLING_KNOBS
+
+    return {k: SAMPLING_KNOBS[k].value for k in SCORED}
 
 
 def sent(sampling_params: Any) -> Any:
     """What the trainer is given to score under: None for the model's own distribution (a backend that scores
     only that one, Tinker's, takes every such call), else the settings."""
-    return None if _distribution_key(sampling_params) == PLAIN else sampling_params
+    return None if _distribution_key(sampling_params) == _distribution_key(None) else sampling_params
 
 
 def _truncates(sampling_params: Any) -> bool:
