@@ -8,9 +8,11 @@ run is created, naming the reason and the alternative.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_spine_pin import close, train_case
 
@@ -92,3 +94,50 @@ def test_wai_serve_chained_to_a_tinker_api_server_gives_the_same_weights(tmp_pat
         for key in ("reward", "loss", "grad_norm", "drift"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (key, mine, theirs)
     assert local.metrics()[-1]["grad_norm"] > 0
+
+
+def _rows_file(path: Path) -> str:
+    """A pass and a fail for each of four prompts: what SFT, DPO and RM train on."""
+    lines = [{"task_id": f"t{i}", "prompt": f"abc{i}", "completion": good, "reward": reward}
+             for i in range(4) for good, reward in (("ABCD", 1.0), ("xy", 0.0))]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return str(path)
+
+
+def _every_method() -> list[tuple[str, object, dict]]:
+    cases = []
+    for name in wai.method_names():
+        method: object = name
+        extra: dict = {}
+        if name == "async":
+            extra = {"knobs": {"method": "grpo"}}
+        elif name == "groupwise_grading":
+            method = wai.GroupwiseGrading(grader=lambda rows: [len(r["tokens"]) for r in rows],
+                                          method=wai.GRPO(generations=4))
+        elif name == "opd":
+            extra = {"teacher": "builtin:tiny"}
+        elif name in ("sao", "bpco"):
+            extra = {"knobs": {"critic_warmup": 1}}
+        cases.append((name, method, extra))
+    return cases
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, method, extra", _every_method(), ids=[c[0] for c in _every_method()])
+def test_every_method_trains_over_the_service_or_is_refused_first(server: LocalServer, tmp_path: Path, name: str,
+                                                                 method: object, extra: dict):
+    """Two steps of every registry method over --url; a need the server cannot meet (OPSD's EMA teacher, the
+    student's own weights) is refused before anything is created there, naming the alternative."""
+    settings = dict(steps=2, rollouts_per_step=8, warm_start_steps=0, eval_tasks=0, progress=False, export=False,
+                    run_dir=str(tmp_path / "r"), url=server.url, token=server.token, **extra)
+    built = wai.method(name, **extra.get("knobs", {})) if isinstance(method, str) else method
+    if built.run_spec().source == "rows":  # type: ignore[attr-defined]
+        settings["rows"] = _rows_file(tmp_path / "rows.jsonl")
+    if name == "opsd":
+        with pytest.raises(wai.ConfigError, match="teacher is the student's own weights \\('ema'\\)"):
+            wai.train(method=method, **settings)
+        return
+    run = wai.train(method=method, **settings)
+    metrics = run.metrics()
+    assert run.summary["where"] == f"service at {server.url}" and len(metrics) == 2
+    assert all(np.isfinite(m["loss"]) for m in metrics if "loss" in m)
