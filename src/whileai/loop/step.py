@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
+from whileai.knobs import SCORED_FIELDS
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
 # logged trace was sampled with (``whileai.loop.trace_formats``), the distribution its tokens are scored under.
 BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step", "sampling")
-SCORED = ("temperature", "top_p", "top_k")  # the settings that shape the distribution a token is scored under
+SCORED = SCORED_FIELDS  # the settings that shape the distribution a token is scored under (one declaration)
 # A logged token that a trace's top-k / top-p no longer keeps under the current weights has probability 0 (log
 # -inf). It is scored as this finite floor instead: its ratio underflows to exactly 0, so a ratio-weighted
 # coefficient there is 0 and the token is left out of the backward; a method that still weights it gets the
