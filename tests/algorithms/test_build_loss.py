@@ -177,17 +177,3 @@ def test_options_refuse_unknown_keys_and_bad_values():
         algorithm("maxrl").make_options({"estimator": "best"})
     with pytest.raises(ConfigError, match="unknown algorithm 'grpo'.*grpo_nostd"):
         algorithm("grpo")
-
-
-def test_preflight_fails_closed_before_any_run_exists():
-    from whileai.algorithms.loops import preflight
-
-    gspo = algorithm("gspo")
-    with pytest.raises(ConfigError, match="loss 'gspo' is not advertised"):
-        preflight(tinker_like_capabilities(), gspo, gspo.make_options(), teacher=False)
-    caps = {**tinker_like_capabilities(), "operations": ["sample", "forward_backward", "optim_step",
-                                                        "save_weights_for_sampler", "forward"]}
-    opd = algorithm("opd")
-    preflight(caps, opd, opd.make_options(), teacher=False)  # everything the student's loop calls is there
-    with pytest.raises(ConfigError, match=r"does not advertise the operations \['logprobs'\], which opd needs"):
-        preflight(caps, opd, opd.make_options(), teacher=True)
