@@ -16,15 +16,16 @@ EVAL_SEED = 1_000_003  # the same sampler seeds before and after: the two arms d
 PASS = 1.0  # a pass is reward >= 1.0 (the taskset contract)
 
 
-def held_out(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], samples: int,
+def held_out(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], rollouts_per_prompt: int,
              sampling: Sampling, seed: int) -> dict[str, Any]:
-    """``samples`` episodes (completions) per held-out task at the method's temperature; pass@1 with its 95% interval."""
-    rows = rollouts(engine, taskset, tasks, prompts, [samples] * len(tasks), sampling, seed + EVAL_SEED, -1)
+    """``rollouts_per_prompt`` episodes (completions) per held-out task at the method's temperature; pass@1 with its 95% interval."""
+    rows = rollouts(engine, taskset, tasks, prompts, [rollouts_per_prompt] * len(tasks), sampling, seed + EVAL_SEED,
+                    -1)
     graded = [{"task_id": r["task_id"], "reward": r["reward"], "completion": r["completion"]} for r in rows]
     result = pass_at([{"task_id": r["task_id"], "reward": r["reward"]} for r in rows], threshold=PASS)
     return {"pass_at_1": float(result.pass_at_1), "ci95": [float(x) for x in result.ci95],
             "mean_reward": float(np.mean([r["reward"] for r in rows])), "tasks": len(tasks),
-            "samples": samples, "rows": graded}
+            "samples": rollouts_per_prompt, "rows": graded}
 
 
 def before_after(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
