@@ -27,6 +27,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--every", type=int, default=100)
     parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--stop", action="store_true", help="stop where warm_start_reached first says so")
     args = parser.parse_args()
     taskset = load_taskset(args.taskset)
     engine = TrainingEngine("builtin:tiny", seed=args.seed, keep_sampler_versions=1)
@@ -47,6 +48,8 @@ def main() -> None:
         tokens.append(count / len(data))
         if reached is None and warm_start_reached(losses, tokens):
             reached = k + 1
+            if args.stop:
+                break
         if (k + 1) % args.every == 0:
             rows = rollouts(engine, taskset, probe, [render_prompt(engine.tokenizer, t) for t in probe],
                             [1] * len(probe), sampling, seed=k, sampler_step=k)

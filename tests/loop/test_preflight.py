@@ -157,6 +157,10 @@ def test_no_gain_reason_names_what_the_metrics_show():
         "the gradient was 0 on every one of 10 steps")
     assert no_gain_reason(steps(10, reward=lambda k: k % 2, reply_tokens=250.0), cap=256).startswith(
         "replies averaged 250 tokens against a cap of 256")
+    # pass rate 1/64 on every step: mean 1.6% < 2%
+    assert no_gain_reason(steps(10, reward=lambda k: 0.01 * (k % 2), pass_rate=1 / 64)) == (
+        "rollouts passed 1.6% of the time over 10 steps: too rare a signal to learn from (a longer warm start, "
+        "easier tasks, or more rollouts per step)")
     # first fifth 0.8, last fifth 0.4 at learning rate 0.01
     fell = no_gain_reason(steps(10, reward=lambda k: 0.8 if k < 5 else 0.4, learning_rate=0.01))
     assert fell.startswith("training reward fell from 0.800 to 0.400") and "learning rate 0.01" in fell

@@ -57,7 +57,7 @@ def test_answer_tokens_counts_text_answers_only():
 def test_the_cap_from_the_longest_answer(lengths, cap):
     got, source = rules.generation_cap(taskset_cap=None, answer_lengths=lengths, whole_answer=True, method_cap=8192)
     assert got == cap
-    assert f"longest reference answer ({max(lengths)} tokens)" in source
+    assert f"longest reference answer ({max(lengths)} token{'s' * (max(lengths) > 1)})" in source
 
 
 def test_the_cap_falls_back_to_the_taskset_then_the_method_then_the_loop():

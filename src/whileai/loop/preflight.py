@@ -24,6 +24,8 @@ PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""
 TIE = 1e-9
 """rewards closer than this count as equal (a group whose rewards all lie within it is unanimous)"""
+RARE_PASS = 0.02
+"""a run whose rollouts passed less often than this, on average over its steps, learned from too rare a signal"""
 LONG_CAP_FACTOR = 8
 """a cap more than this many times the longest reference answer (+ EOS) earns the 'lower the cap' fix"""
 
@@ -241,7 +243,7 @@ def no_gain_reason(records: Sequence[Mapping[str, Any]], compare: Mapping[str, A
     steps = [r for r in records if "step" in r]
     if not steps:
         return "no training step was recorded: the run stopped before its first update"
-    for check in (_never_passed, _all_dropped, _empty_updates, _hit_cap, _reward_trend):
+    for check in (_never_passed, _all_dropped, _empty_updates, _hit_cap, _rarely_passed, _reward_trend):
         reason = check(steps, cap)
         if reason is not None:
             return reason
@@ -284,6 +286,14 @@ def _hit_cap(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
     if cap is not None and lengths and min(lengths) >= 0.95 * cap:
         return (f"replies averaged {statistics.fmean(lengths):.0f} tokens against a cap of {cap} on every step: "
                 "the model never stopped on its own (a warm start that ends answers with EOS, or a lower cap)")
+    return None
+
+
+def _rarely_passed(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+    passes = _values(steps, "pass_rate")
+    if passes and statistics.fmean(passes) < RARE_PASS:
+        return (f"rollouts passed {statistics.fmean(passes):.1%} of the time over {len(passes)} steps: too rare a "
+                "signal to learn from (a longer warm start, easier tasks, or more rollouts per step)")
     return None
 
 
