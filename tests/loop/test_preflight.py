@@ -100,6 +100,13 @@ def test_no_answer_under_the_cap_is_fatal():
     assert fatal.fixes == ("--max-tokens 8 or more",)
 
 
+def test_a_taskset_cap_as_long_as_its_answers_fits_them():
+    # builtin:copy: cap 3 = the answers' length, ended by the cap, no EOS: all fit
+    report = preflight(rows([0, 1]), GROUP, cap=3, answer_lengths=[3, 3], cap_ends_answer=True)
+    assert report.answers_within_cap == 1.0 and report.ok
+    assert preflight(rows([0, 1]), GROUP, cap=3, answer_lengths=[3, 3]).answers_within_cap == 0.0
+
+
 def test_a_rows_method_is_not_judged_on_rewards():
     sft = method("sft").run_spec()
     report = preflight(rows([0], [0]), sft)

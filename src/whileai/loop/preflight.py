@@ -108,20 +108,22 @@ class Preflight:
 
 def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: float | None = None,
               drift: float | None = None, cap: int | None = None, answer_lengths: Sequence[int] = (),
-              warm_start_steps: int | None = None, random_init: bool = False) -> Preflight:
+              cap_ends_answer: bool = False, warm_start_steps: int | None = None,
+              random_init: bool = False) -> Preflight:
     """The report for one probe.
 
     ``rows``: the first rollouts (each with ``reward`` and ``task_id``), or the first logged traces; ``spec``:
     the method's ``RunSpec`` (``rollouts_per_prompt``, ``min_rollouts_per_prompt``, ``source``);
     ``admitted_share`` / ``drift``: the method's admitted share and the mean drift on logged traces at step 0
     (--rows runs; None otherwise); ``cap``: the sampling cap; ``answer_lengths``: the train split's reference
-    answers in tokens (``rules.answer_tokens``); ``warm_start_steps`` and ``random_init``: the plan's, for the
+    answers in tokens (``rules.answer_tokens``); ``cap_ends_answer``: the taskset sets the cap as its answers'
+    length (``Sampling.cap_is_answer_length``: an answer as long as the cap needs no EOS); ``warm_start_steps`` and ``random_init``: the plan's, for the
     fixes (a warm start is offered to a random-init model that has none)."""
     learns_from_rewards = getattr(spec, "source", "rollouts") == "rollouts"
     rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None] if learns_from_rewards else []
     groups = _groups(rows) if rewards else {}
     group_method = getattr(spec, "min_rollouts_per_prompt", 1) > 1
-    fits = [n + 1 <= cap for n in answer_lengths] if cap is not None else []
+    fits = [n + (0 if cap_ends_answer else 1) <= cap for n in answer_lengths] if cap is not None else []
     report = dict(
         rollouts=len(rewards), tasks=len(groups),
         task_pass_share=_share(any(x >= PASS for x in g) for g in groups.values()) if groups else None,
