@@ -120,7 +120,7 @@ def test_the_learning_rate_rule_is_one_function_with_its_source():
     ]
     for (model, rank, declared, recommended), want in cases:
         config = build(model=model, lora_rank=rank)
-        got = learning_rate_rule(config, Declares(declared), Tasks(recommended))
+        got = learning_rate_rule(config, Declares(declared), Tasks(recommended), {})
         assert got == want, (model, rank, declared, recommended)
 
 

@@ -99,6 +99,9 @@ class TrainConfig:
     """write the final weights (a PEFT adapter under LoRA, else a merged model) to RUN_DIR/final"""
     progress: bool = True
     """show a progress bar with live reward, pass rate, drift and admitted share"""
+    force: bool = False
+    """train even when the preflight finds nothing to learn from in the first rollouts (it stops the run, with the
+    reasons and the fixes, otherwise)"""
     url: str | None = None
     """train on the `wai serve` at this address (its bearer token: --token or $WAI_TOKEN) instead of in-process;
     the server may itself run on a Tinker-API server (wai serve --tinker-url)"""

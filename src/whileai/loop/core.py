@@ -34,7 +34,10 @@ class LoopState:
     queue: list[list[dict[str, Any]]] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
     warm_start_done: bool = False
+    warm_start_steps_done: int = 0
     engine_step: int = 0
+    preflight: dict[str, Any] | None = None
+    """the preflight's report on the first rollouts (whileai.loop.preflight), once measured"""
 
 
 class Batches(Protocol):

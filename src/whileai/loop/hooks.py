@@ -18,17 +18,19 @@ from typing import Any
 
 from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError, WhileaiError
+from whileai.loop import rules, trace_run
 from whileai.loop import teacher as teacher_io
-from whileai.loop import trace_run
 from whileai.loop.config import TrainConfig
 from whileai.loop.core import Loop, LoopState, prompts
 from whileai.loop.evaluate import held_out
 from whileai.loop.plan import RunPlan
+from whileai.loop.preflight import preflight
 from whileai.loop.record import Metrics, Progress, write_json
 from whileai.loop.rollouts import step_tasks
 
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
+PROBE_DRAW = 20_000_000  # the preflight's probe batch: a draw of its own, never trained on
 
 
 class Interrupted(WhileaiError):
@@ -87,10 +89,12 @@ class Context:
 
 
 def warm_start(trainer: Any, taskset: Any, plan: RunPlan) -> list[float]:
-    """``plan.warm_start_steps`` supervised steps on reference episodes; each step's summed loss."""
+    """``plan.warm_start_steps`` supervised steps on reference episodes (fewer when the plan's rule stops it
+    once its pass estimate is reached, ``rules.warm_start_reached``); each step's loss per answer token."""
     from whileai.engine.datums import make_datum
 
-    losses = []
+    losses: list[float] = []
+    answer_tokens: list[float] = []
     tasks_all = taskset.split("train")
     for k in range(plan.warm_start_steps):
         tasks = step_tasks(tasks_all, min(plan.warm_start_batch, len(tasks_all)), plan.seed, WARM_START_DRAW + k)
@@ -101,6 +105,9 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan) -> list[float]:
         out = trainer.forward_backward(datums, "cross_entropy")
         trainer.optim_step({"learning_rate": plan.warm_start_learning_rate})
         losses.append(float(out.metrics["loss:sum"]))
+        answer_tokens.append(count / len(data))
+        if plan.warm_start_until_pass and rules.warm_start_reached(losses, answer_tokens):
+            break
     return losses
 
 
@@ -115,9 +122,12 @@ class WarmStart:
         steps = self.ctx.plan.warm_start_steps
         if steps and not loop.state.warm_start_done:
             losses = warm_start(loop.trainer, self.ctx.taskset, self.ctx.plan)
+            until = (f" (the rule's pass estimate {rules.WARM_START_TARGET:g} reached; at most {steps})"
+                     if self.ctx.plan.warm_start_until_pass and len(losses) < steps else "")
             self.ctx.log.write(f"warm start: {len(losses)} supervised steps on reference answers at learning rate "
                                f"{self.ctx.plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> "
-                               f"{losses[-1]:.3f})")
+                               f"{losses[-1]:.3f}){until}")
+            loop.state.warm_start_steps_done = len(losses)
             self.reference(loop.trainer)
             self.ctx.stop_if_asked(loop.state)
         elif steps and self.ctx.resuming:
@@ -195,6 +205,45 @@ class TraceHook:
         record.update(trace_run.step_record(result.update, self.batches.lines))
         if record["step"] % 10 == 0 and trace_run.dropped_note(record):
             self.ctx.log.write(str(trace_run.dropped_note(record)))
+
+
+@dataclass
+class PreflightHook:
+    """Before the first RL step: is there any signal in the first rollouts (a probe batch the run does not
+    train on) or the file's first traces? Printed, kept for summary.json; a run that would learn nothing stops
+    here with the reasons and the fixes, unless ``--force`` (whileai.loop.preflight)."""
+
+    ctx: Context
+    batches: Any
+
+    def before(self, loop: Loop) -> None:
+        if loop.state.step > 0 or loop.state.preflight is not None or self.ctx.method.run_spec().source != "rollouts":
+            return
+        report = preflight(self.probe(), self.ctx.method.run_spec(), **self.measured(loop.trainer))
+        self.ctx.log.write(str(report))
+        loop.state.preflight = report.to_dict()
+        if not report.ok and not self.ctx.config.force:
+            raise ConfigError(report.stop_message())
+
+    def probe(self) -> list[dict[str, Any]]:
+        if self.ctx.rows is not None:  # the first batch of the file, as step 0 reads it
+            return self.ctx.rows.batch(0, self.ctx.plan.rollouts_per_step, self.ctx.plan.seed, self.batches.grouped)[0]
+        return self.batches.sample(PROBE_DRAW, 0)
+
+    def measured(self, trainer: Any) -> dict[str, Any]:
+        """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
+        (a run from a file), the cap and the reference answers' lengths, the warm start."""
+        plan, out = self.ctx.plan, {}
+        heldout = trace_run.heldout_summary(self.ctx.run_dir) if self.ctx.rows is not None else {}
+        before = heldout.get("heldout_traces", {}).get("before") or {}
+        if before:
+            out.update(admitted_share=before.get("admitted_share"), drift=before.get("drift"))
+        if self.ctx.taskset is not None and self.ctx.rows is None:
+            encode = trainer.tokenizer.encode
+            out["answer_lengths"] = rules.answer_tokens((t.answer for t in self.ctx.taskset.split("train")),
+                                                        lambda text: encode(text, add_special_tokens=False))
+        return {**out, "cap": plan.max_tokens, "cap_ends_answer": plan.cap_is_answer_length,
+                "warm_start_steps": plan.warm_start_steps, "random_init": plan.model.startswith("builtin:")}
 
 
 @dataclass

@@ -12,6 +12,7 @@ from whileai.loop import trace_run
 from whileai.loop.core import LoopState
 from whileai.loop.evaluate import before_after
 from whileai.loop.hooks import Context, eval_line
+from whileai.loop.preflight import no_gain_reason
 from whileai.loop.record import plot, write_json
 
 
@@ -32,6 +33,13 @@ def finish(ctx: Context, state: LoopState, seconds: float) -> tuple[dict[str, An
         summary["eval_before"] = {k: v for k, v in before.items() if k != "rows"}
         summary["eval_after"] = {k: v for k, v in after.items() if k != "rows"}
         summary["compare"] = before_after(before, after)
+        reason = no_gain_reason(records, summary["compare"], cap=plan.max_tokens)
+        if reason is not None:
+            summary["no_gain_reason"] = reason
+    if state.preflight is not None:
+        summary["preflight"] = state.preflight
+    if state.warm_start_steps_done:
+        summary["warm_start_steps_run"] = state.warm_start_steps_done
     if ctx.rows is not None:  # a traces run without an eval taskset: its held-out traces, never a pass rate
         summary.update(trace_run.finish(ctx.rows, method, ctx.config, ctx.run_dir, ctx.backend.trainer,
                                         plan.sampling().scoring(), state.method_state))
@@ -107,4 +115,6 @@ def report(summary: Mapping[str, Any]) -> str:
     if "weights" in summary:
         lines.append(f"  weights: {summary['weights']}")
     lines.append(f"  curves: {summary['plot']}")
+    if "no_gain_reason" in summary:  # last: what the metrics show went wrong, not only the numbers
+        lines.append(f"  no held-out gain: {summary['no_gain_reason']}")
     return "\n".join(lines)
