@@ -77,3 +77,35 @@ def test_held_out_pass_at_1_is_a_tensorboard_scalar_before_during_and_after(tmp_
     assert [step for step, _ in points] == [0, 1, 2] == [e["step"] for e in evals]
     assert [v for _, v in points] == pytest.approx([e["pass_at_1"] for e in evals])
     assert run.summary["eval_after"]["pass_at_1"] == pytest.approx(points[-1][1])
+
+
+def _own_taskset(path: Path, answer: str = "y") -> str:
+    path.write_text("".join(json.dumps({"prompt": f"{1000 + i}?", "answer": answer}) + "\n" for i in range(60)))
+    return str(path)
+
+
+def test_a_taskset_of_your_own_gets_the_rules_each_with_its_sentence(tmp_path: Path, capsys):
+    """No Recommended: the warm start runs until the rule's pass estimate, the cap comes from the answers
+    (1 token + a margin of 1 + EOS = 3, not FlashReinforce's 8192), and RL after a warm start runs at 1e-3."""
+    tasks = _own_taskset(tmp_path / "tasks.jsonl")
+    assert main(["train", "--taskset", tasks, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "warm_start_steps 2000 [rule]" in out and "warm_start_until_pass True [derived]" in out
+    assert "max_tokens 3 [rule]" in out and "learning_rate 0.001 [rule]" in out
+    assert "max_tokens: 3: the longest reference answer (1 token) + a margin of 1 + EOS" in out
+    built_in = wai.loop.dry_run()  # a built-in taskset keeps its measured settings and the loop's rate
+    assert (built_in.warm_start_steps, built_in.learning_rate, built_in.warm_start_until_pass) == (14, 1e-2, False)
+
+
+def test_the_preflight_stops_a_run_with_no_signal_before_the_first_rl_step(tmp_path: Path):
+    """An answer a random-init model never writes, no warm start: every probe rollout earns 0, so the run
+    stops with the reason and the fixes (and leaves no run behind); --force trains anyway and records why."""
+    tasks = _own_taskset(tmp_path / "tasks.jsonl", answer="qqqq")
+    settings = dict(taskset=tasks, steps=1, rollouts_per_step=8, warm_start_steps=0, eval_tasks=0, progress=False,
+                    export=False)
+    with pytest.raises(wai.ConfigError, match="(?s)NO SIGNAL.*no rollout passed.*warm start.*--force"):
+        wai.train(**settings, run_dir=str(tmp_path / "stopped"))
+    assert not (tmp_path / "stopped").exists()
+    run = wai.train(**settings, run_dir=str(tmp_path / "forced"), force=True)
+    assert run.summary["preflight"]["ok"] is False and run.summary["preflight"]["pass_rate"] == 0.0
+    assert len(run.metrics()) == 1
