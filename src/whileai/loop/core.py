@@ -8,7 +8,8 @@ checkpoints).
 service's ``RunClient``); ``plan`` is the run's resolved ``RunPlan``; ``batches`` hands out the batch of
 each step (``Rollouts``: sampled from the taskset and graded; ``Pushed``: rows read from a file). The loop
 reads the method only through ``run_spec()`` and ``update()`` and never branches on its name. A hook is any
-object with some of ``before(loop)``, ``after_step(loop, record, result)`` and ``stop_requested()``.
+object with some of ``before(loop)``, ``before_update(loop)`` (the step's batch is in ``loop.batch``) and
+``after_step(loop, record, result)``.
 """
 
 from __future__ import annotations
@@ -133,6 +134,9 @@ def run_loop(trainer: Any, method: Any, plan: RunPlan, batches: Batches, state: 
         began = time.perf_counter()
         adam = {"learning_rate": plan.learning_rate_at(t)}
         loop.batch = batches.next(t, queue)  # sample with the weights of step t - lag, and grade
+        for hook in hooks:  # the preflight reads the first batch before its update (and may stop the run)
+            if hasattr(hook, "before_update"):
+                hook.before_update(loop)
         trained = time.perf_counter()
         result = train_step(trainer, method, loop.batch, adam=adam, state=state.method_state,
                             sampling_params=scoring, rescore=batches.rescore(loop.batch, t),

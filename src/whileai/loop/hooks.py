@@ -30,7 +30,6 @@ from whileai.loop.rollouts import step_tasks
 
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
-PROBE_DRAW = 20_000_000  # the preflight's probe batch: a draw of its own, never trained on
 
 
 class Interrupted(WhileaiError):
@@ -209,26 +208,21 @@ class TraceHook:
 
 @dataclass
 class PreflightHook:
-    """Before the first RL step: is there any signal in the first rollouts (a probe batch the run does not
-    train on) or the file's first traces? Printed, kept for summary.json; a run that would learn nothing stops
-    here with the reasons and the fixes, unless ``--force`` (whileai.loop.preflight)."""
+    """Before the first update: is there any signal in the first batch (the first rollouts, or the file's first
+    traces)? Printed, kept for summary.json; a run that would learn nothing stops here, before the RL budget is
+    spent, with the reasons and the fixes, unless ``--force`` (whileai.loop.preflight). It reads the batch the
+    first step trains on, so it samples and grades nothing of its own."""
 
     ctx: Context
-    batches: Any
 
-    def before(self, loop: Loop) -> None:
+    def before_update(self, loop: Loop) -> None:
         if loop.state.step > 0 or loop.state.preflight is not None or self.ctx.method.run_spec().source != "rollouts":
             return
-        report = preflight(self.probe(), self.ctx.method.run_spec(), **self.measured(loop.trainer))
+        report = preflight(loop.batch, self.ctx.method.run_spec(), **self.measured(loop.trainer))
         self.ctx.log.write(str(report))
         loop.state.preflight = report.to_dict()
         if not report.ok and not self.ctx.config.force:
             raise ConfigError(report.stop_message())
-
-    def probe(self) -> list[dict[str, Any]]:
-        if self.ctx.rows is not None:  # the first batch of the file, as step 0 reads it
-            return self.ctx.rows.batch(0, self.ctx.plan.rollouts_per_step, self.ctx.plan.seed, self.batches.grouped)[0]
-        return self.batches.sample(PROBE_DRAW, 0)
 
     def measured(self, trainer: Any) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0

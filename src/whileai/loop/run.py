@@ -288,7 +288,7 @@ def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows
                     batches: Any = Pushed(rows, trace_run.grouped(method), plan) if rows is not None else \
                         Rollouts(backend.trainer, taskset, method, plan)
                     hooks = [WarmStart(ctx), HeldOut(ctx)] + ([TraceHook(ctx, batches)] if rows is not None else []) \
-                        + [PreflightHook(ctx, batches), TeacherHook(ctx), Record(ctx), Checkpoints(ctx)]
+                        + [PreflightHook(ctx), TeacherHook(ctx), Record(ctx), Checkpoints(ctx)]
                     run_loop(backend.trainer, method, plan, batches, state, hooks)
                 log.close()
                 summary, weights = finish(ctx, state, time.perf_counter() - started)
