@@ -183,8 +183,9 @@ def _check(controls: Sequence[str], select_from: Any, train: Mapping[str, Any]) 
 
 
 def _control_arm(name: str, train: Mapping[str, Any], taskset: Any, select_from: Any, seed: int) -> dict[str, Any]:
-    """``wai.train``'s arguments for the control ``name`` at ``seed``."""
-    arm = dict(train)
+    """``wai.train``'s arguments for the control ``name`` at ``seed``. A control trains on the budget the real
+    arm had whatever its first batch shows (its rewards are noise on purpose), so the preflight does not stop it."""
+    arm = {**train, "force": True}
     if name == "random-selection":
         arm["rows"] = _random_subset(_rows(train["rows"], "rows"), _rows(select_from, "select_from"), seed)
     elif train.get("rows") is not None:  # the rewards to train on are in the rows: permute them
