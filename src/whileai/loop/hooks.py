@@ -227,7 +227,8 @@ class PreflightHook:
     def measured(self, trainer: Any) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
         (a run from a file), the cap and the reference answers' lengths, the warm start."""
-        plan, out = self.ctx.plan, {}
+        plan = self.ctx.plan
+        out: dict[str, Any] = {}
         heldout = trace_run.heldout_summary(self.ctx.run_dir) if self.ctx.rows is not None else {}
         before = heldout.get("heldout_traces", {}).get("before") or {}
         if before:
