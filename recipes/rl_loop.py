@@ -5,7 +5,7 @@
 
 The loop is the whole of RL post-training in miniature: sample from weights `lag` steps old (so the
 sampler's log-probabilities differ from the learner's and the method's off-policy correction has work
-to do), grade each completion with a program, hand the graded rows to `engine.train_step(method, ...)`,
+to do), grade each completion with a program, hand the graded rows to the loop's one step, `whileai.loop.train_step(engine, method, ...)`,
 repeat. The method object is the only thing that changes between runs: the loop reads its group size
 and sampling temperature from `method.run_spec()` and never looks at its name.
 
@@ -32,6 +32,7 @@ import numpy as np
 
 import whileai as wai
 from whileai.engine import AdamParams, SamplingParams, TrainingEngine
+from whileai.loop import train_step
 
 LOWER = "abcdefghijklmnopqrstuvwxyz"
 UPPER = LOWER.upper()
@@ -175,9 +176,9 @@ def train(cfg: Config, log: Any = print) -> dict[str, Any]:
                  "reward": grade(p, s.tokens, engine.tokenizer, cfg.completion_len)}
                 for i, (p, seqs) in enumerate(zip(prompts, samples)) for s in seqs]
 
-        # ALGO LOGIC: the method turns rows into per-token coefficients; the engine runs -sum c log p
-        out = engine.train_step(method, rows, AdamParams(learning_rate=cfg.learning_rate),
-                                sampling_params={"temperature": temperature})  # score as the sampler drew
+        # ALGO LOGIC: the one step `wai train` runs: score (as the sampler drew), method.update, -sum c log p, Adam
+        out = train_step(engine, method, rows, adam=AdamParams(learning_rate=cfg.learning_rate),
+                         sampling_params={"temperature": temperature})
 
         # PLUMBING: logging
         reward = float(np.mean([r["reward"] for r in rows]))

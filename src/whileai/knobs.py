@@ -27,6 +27,9 @@ class _Same:
 
 SAME: Any = _Same()
 
+SCORED_FIELDS = ("temperature", "top_p", "top_k")
+"""the sampling settings that shape the distribution a token is scored under (the rest only stop or seed it)"""
+
 
 @dataclass(frozen=True)
 class Knob:

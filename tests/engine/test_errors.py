@@ -14,7 +14,6 @@ from whileai.engine import AdamParams, TrainingEngine, load_model, make_datum, r
 from whileai.engine.critic import Critic
 from whileai.engine.reference import model_logprobs
 from whileai.errors import BatchError, ConfigError
-from whileai.methods import FlashReinforce
 
 DATUM = make_datum([1, 10], [11, 2])
 ROW = {"prompt_tokens": [1, 10], "tokens": [11, 2], "reward": 1.0}
@@ -95,15 +94,6 @@ CASES = [
      lambda e: Critic(4, learning_rate=1e-3).loss(torch.zeros(2, 4), [[0.0], [0.0, 1.0]])),
     ("critic value_clip", ConfigError, "value_clip=-1",
      lambda e: Critic(4, learning_rate=1e-3).loss(torch.zeros(2, 4), [0.0, 0.0], value_clip=-1, old_values=[0, 0])),
-    # ------------------------------------------------------------------ the method bridge
-    ("method", ConfigError, "method=None", lambda e: e.train_step(None, [ROW])),
-    ("rows a dict", BatchError, "rows must be", lambda e: e.train_step(FlashReinforce(), ROW)),
-    ("rows a number", BatchError, "rows must be", lambda e: e.train_step(FlashReinforce(), 5)),
-    ("row not a dict", BatchError, "row 0: expected a dict", lambda e: e.train_step(FlashReinforce(), [5])),
-    ("row without tokens", BatchError, "row 0: give 'prompt_tokens'",
-     lambda e: e.train_step(FlashReinforce(), [{"reward": 1.0}])),
-    ("train_step sampling", ConfigError, "temperature=0",
-     lambda e: e.train_step(FlashReinforce(), [ROW], sampling_params={"temperature": 0})),
     # ------------------------------------------------------------------ state, export, reference helpers
     ("no state", ConfigError, "no saved state", lambda e: e.load_state("/nonexistent/whileai-state")),
     ("adapter of a full model", ConfigError, "no adapter to export", lambda e: e.export("/tmp/whileai-x")),

@@ -15,7 +15,6 @@ import torch
 
 from whileai.engine import AdamParams, SamplingParams, TrainingEngine, make_datum, sft_datum
 from whileai.errors import BatchError, ConfigError
-from whileai.methods import FlashReinforce
 
 TEMPERATURES = (1.0, 0.7, 1.3)
 TOP_KS = (0, 20)
@@ -119,33 +118,12 @@ def test_the_gradient_is_autograd_of_the_tempered_truncated_log_softmax(engine, 
         torch.testing.assert_close(got[name].double(), param.grad, rtol=1e-3, atol=1e-5, msg=name)
 
 
-def test_train_step_at_lag_0_admits_every_trajectory_under_a_temperature():
-    """FlashReinforce at T = 0.7 on a peaked policy: scored at T = 1 every fresh trajectory drifts past the
-    trust region and is dropped; scored under the sampler's settings the ratio is 1 and all are admitted."""
-    engine = peaked_engine()
-    method = FlashReinforce(temperature=0.7)
-    params = SamplingParams(max_tokens=12, temperature=method.temperature, seed=2)
-    rows = [{"prompt_tokens": prompt, "tokens": seq.tokens, "behavior_logprobs": seq.logprobs,
-             "reward": float(i % 2)} for i, (prompt, seq) in enumerate(sample_rows(engine, params))]
-    stale = engine.train_step(method, rows)
-    engine.zero_grad()
-    assert stale.update.stats["admitted_share"] < 0.5
-    fresh = engine.train_step(method, rows, sampling_params={"temperature": method.temperature})
-    engine.zero_grad()
-    assert fresh.update.stats["admitted_share"] == 1.0
-    assert fresh.update.stats["mean_ratio"] == pytest.approx(1.0, abs=1e-4)
-    for row, logp in zip(rows, fresh.logprobs):
-        np.testing.assert_allclose(logp, row["behavior_logprobs"], atol=1e-4, rtol=0)
-
-
 # ----------------------------------------------------------------------------- what cannot be scored
 def test_greedy_cannot_be_scored_and_says_why(engine):
     datum = make_datum([1, 70], [71, 2])
     for call in (lambda sp: engine.forward([datum], sampling_params=sp),
                  lambda sp: engine.forward_backward([datum], "cross_entropy", sampling_params=sp),
-                 lambda sp: engine.compute_logprobs([1, 70, 71], sampling_params=sp),
-                 lambda sp: engine.train_step(FlashReinforce(), [{"prompt_tokens": [1], "tokens": [70],
-                                                                  "reward": 1.0}], sampling_params=sp)):
+                 lambda sp: engine.compute_logprobs([1, 70, 71], sampling_params=sp)):
         with pytest.raises(ConfigError, match=r"temperature=0 \(greedy\) cannot be scored"):
             call(SamplingParams(max_tokens=4, temperature=0))
     with pytest.raises(ConfigError, match=r"unknown fields \['temp'\]"):
@@ -174,10 +152,6 @@ def test_a_target_that_truncation_removes_names_the_datum_and_position(engine):
                          sampling_params={"top_k": 1})
     assert out.loss_fn_outputs[0]["logprobs"][-1] == -np.inf
     assert engine.compute_logprobs(prompt + [unlikely], sampling_params={"top_k": 1})["logprobs"][-1] == -np.inf
-    with pytest.raises(BatchError, match=rf"row 0: target token {unlikely} at position"):
-        engine.train_step(FlashReinforce(), [{"prompt_tokens": prompt, "tokens": [unlikely], "reward": 1.0}],
-                          sampling_params={"top_k": 1})
-    engine.zero_grad()
 
 
 # ----------------------------------------------------------------------------- reference=True

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import torch
 
 from whileai.engine import AdamParams, SamplingParams, TrainingEngine, make_datum, sft_datum
-from whileai.errors import BatchError, WhileaiError
+from whileai.errors import WhileaiError
 
 
 def grads(engine: TrainingEngine) -> dict[str, torch.Tensor]:
@@ -163,140 +162,6 @@ def test_a_sampler_version_is_usable_several_steps_later_until_it_is_evicted():
 
 
 # ----------------------------------------------------------------------------- the method bridge
-@dataclass
-class _Update:
-    coefficients: list
-    value_targets: list | None = None
-
-
-class ScaledSFT:
-    """A stand-in method: c = scale * reward on every token; records what it was given."""
-
-    requires: dict = {}
-
-    def __init__(self, scale: float) -> None:
-        self.scale, self.seen = scale, None
-
-    def update(self, rows):
-        self.seen = copy.deepcopy(rows)
-        return _Update([self.scale * r["reward"] * np.ones(len(r["logprobs"])) for r in rows])
-
-
-def bridge_rows() -> list[dict]:
-    return [{"prompt_tokens": [1, 10, 11], "tokens": [12, 13, 2], "reward": 1.0},
-            {"prompt_tokens": [1, 20], "tokens": [21, 22, 23, 2], "reward": -0.5, "task_id": "t"},
-            {"model_input": [1, 30, 31, 32], "loss_fn_inputs": {"target_tokens": [30, 31, 32, 2],
-                                                                "weights": [0, 0, 1, 1]}, "reward": 2.0}]
-
-
-def count_decoder_calls(engine: TrainingEngine) -> list[int]:
-    calls = [0]
-    engine.model.get_decoder().register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
-    return calls
-
-
-def test_train_step_runs_one_forward_and_equals_the_kernel_with_the_methods_coefficients():
-    """train_step(method, rows) = forward_backward(cross_entropy, weights = c), with a single forward."""
-    bridge = TrainingEngine("builtin:tiny", seed=8)
-    plain = TrainingEngine("builtin:tiny", seed=8)
-    calls = count_decoder_calls(bridge)
-    method = ScaledSFT(0.5)
-    rows = bridge_rows()
-    out = bridge.train_step(method, rows)
-    assert calls[0] == 1  # all three rows in one padded forward pass, never a second one
-    data = [make_datum([1, 10, 11], [12, 13, 2], weights=[0.5] * 3),
-            make_datum([1, 20], [21, 22, 23, 2], weights=[-0.25] * 4),
-            {"model_input": [1, 30, 31, 32], "loss_fn_inputs": {"target_tokens": [30, 31, 32, 2],
-                                                                "weights": [0, 0, 1.0, 1.0]}}]
-    ref = plain.forward_backward(data, "cross_entropy")
-    assert out.metrics["loss:sum"] == pytest.approx(ref.metrics["loss:sum"], rel=1e-6)
-    for (name, a), b in zip(grads(plain).items(), grads(bridge).values()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=name)
-    # the method saw the engine's logprobs for exactly the trajectory tokens, and the row fields
-    seen = method.seen
-    assert [r["tokens"] for r in seen] == [[12, 13, 2], [21, 22, 23, 2], [32, 2]]
-    assert seen[1]["task_id"] == "t" and "prompt_tokens" not in seen[0]
-    for r, o, d in zip(seen, ref.loss_fn_outputs, data):
-        scored = np.asarray(d["loss_fn_inputs"]["weights"]) != 0
-        np.testing.assert_allclose(r["logprobs"], o["logprobs"][scored], rtol=1e-6)
-    assert rows == bridge_rows()  # the caller's rows are not mutated
-
-
-def test_train_step_with_the_library_sft_and_an_optimizer_step():
-    """The real SFT method (c = 1, summed) through the bridge equals plain cross-entropy, step included."""
-    from whileai.methods import method
-
-    bridge = TrainingEngine("builtin:tiny", seed=8)
-    plain = TrainingEngine("builtin:tiny", seed=8)
-    rows = [r for r in bridge_rows() if "prompt_tokens" in r]
-    out = bridge.train_step(method("sft"), rows, AdamParams(learning_rate=1e-3))
-    plain.forward_backward([make_datum(r["prompt_tokens"], r["tokens"]) for r in rows], "cross_entropy")
-    ref = plain.optim_step(AdamParams(learning_rate=1e-3))
-    assert out.optim.grad_norm == pytest.approx(ref.grad_norm, rel=1e-5)
-    assert str(out.update).startswith("sft update: 2 of 2 trajectories admitted")
-    for a, b in zip(plain.named_params.values(), bridge.named_params.values()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
-
-
-def test_train_step_fills_ref_logprobs_from_the_reference_under_lora():
-    """DPO requires ref_logprobs; under LoRA the engine fills them from the base (adapters off),
-    which before any step equals the policy, so z = 0 and c = +-beta/2 on chosen/rejected tokens."""
-    from whileai.methods import method
-
-    engine = TrainingEngine("builtin:tiny", seed=8, lora_rank=4)
-    assert engine.reference is not None and engine.reference.shares_weights
-    rows = [{"prompt_tokens": [1, 10], "tokens": [11, 12, 2], "reward": 1.0, "task_id": "p"},
-            {"prompt_tokens": [1, 10], "tokens": [13, 2], "reward": 0.0, "task_id": "p"}]
-    dpo = method("dpo")
-    out = engine.train_step(dpo, rows)
-    beta = dpo.beta
-    np.testing.assert_allclose(out.update.coefficients[0], beta / 2, rtol=1e-6)
-    np.testing.assert_allclose(out.update.coefficients[1], -beta / 2, rtol=1e-6)
-
-
-def test_train_step_refuses_rows_it_cannot_read():
-    engine = TrainingEngine("builtin:tiny", seed=8)
-    with pytest.raises(ValueError, match="row 0: give 'prompt_tokens' and 'tokens'"):
-        engine.train_step(ScaledSFT(1.0), [{"reward": 1.0, "logprobs": [-1.0]}])
-    with pytest.raises(ValueError, match=r"datum 1 model_input: token 999 at position 1 is outside"):
-        engine.train_step(ScaledSFT(1.0), [bridge_rows()[0], {"prompt_tokens": [1, 999], "tokens": [3], "reward": 0}])
-
-
-def test_train_step_reads_a_datums_sampler_logprobs_as_behavior_logprobs():
-    """Tinker's datum 'logprobs' are the sampler's: the method must get them as behavior_logprobs at the
-    trajectory's positions (weights [0, 0, 1, 1] -> positions 2 and 3 -> [-0.7, -0.9]), never drop them;
-    a loss input train_step cannot use is refused rather than ignored."""
-    engine = TrainingEngine("builtin:tiny", seed=8)
-    datum = {"model_input": [1, 30, 31, 32], "reward": 1.0,
-             "loss_fn_inputs": {"target_tokens": [30, 31, 32, 2], "weights": [0, 0, 1, 1],
-                                "logprobs": [0.0, 0.0, -0.7, -0.9]}}
-    method = ScaledSFT(1.0)
-    engine.train_step(method, [datum])
-    assert method.seen[0]["behavior_logprobs"] == [-0.7, -0.9]
-    assert method.seen[0]["logprobs"] != [-0.7, -0.9]  # the engine's own, this pass
-    advantages = {**datum, "loss_fn_inputs": {**datum["loss_fn_inputs"], "advantages": [0, 0, 1, 1]}}
-    with pytest.raises(BatchError, match=r"row 0: loss_fn_inputs 'advantages' is not read by train_step"):
-        engine.train_step(method, [advantages])
-    both = {**datum, "behavior_logprobs": [-0.7, -0.9]}
-    with pytest.raises(BatchError, match=r"row 0: both loss_fn_inputs 'logprobs' and 'behavior_logprobs'"):
-        engine.train_step(method, [both])
-
-
-def test_train_step_refuses_coefficients_that_do_not_match_the_rows():
-    """A method that returns one coefficient too few (or a NaN) is a bug in the method: refused by row,
-    before any backward."""
-    engine = TrainingEngine("builtin:tiny", seed=8)
-
-    class Broken(ScaledSFT):
-        def update(self, rows):
-            coefficients = [np.ones(len(r["logprobs"])) for r in rows]
-            coefficients[1] = coefficients[1][:-1]
-            return _Update(coefficients)
-
-    with pytest.raises(WhileaiError, match=r"row 1: the method's coefficients have shape \(3,\) .* but the row "
-                                           r"has 4 tokens"):
-        engine.train_step(Broken(1.0), bridge_rows())
-    assert all(p.grad is None for p in engine.named_params.values())
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -377,31 +242,6 @@ def test_params_as_json_dicts_equal_the_dataclasses_and_bad_ones_name_the_fields
         a.sample([1, 5], 1, 8)
     with pytest.raises(ValueError, match=r"loss_fn_config for loss 'ppo' must be a dict of \['clip_low_threshold'"):
         a.forward([make_datum([1, 5], [6], logprobs=[-1.0], advantages=[1.0])], "ppo", [0.8, 1.2])
-
-
-def test_train_step_with_bpco_fills_values_from_the_critic_and_trains_it():
-    """BPCO requires values: the engine reads them from its bounded critic (zero-initialised head, so
-    V = the middle of reward_range = 0.5 on every token), and the update's value_targets (the return R)
-    train the critic with its own optimizer, moving V toward R."""
-    from whileai.methods import method
-
-    engine = TrainingEngine("builtin:tiny", seed=8)
-    critic = engine.add_critic(learning_rate=0.05, reward_range=(0.0, 1.0))
-    rows = [{"prompt_tokens": [1, 10], "tokens": [11, 12, 2], "reward": 1.0},
-            {"prompt_tokens": [1, 20], "tokens": [21, 2], "reward": 0.0}]
-    bpco = method("bpco")
-    out = engine.train_step(bpco, rows)
-    np.testing.assert_allclose(np.concatenate(out.update.value_targets), [1, 1, 1, 0, 0])
-    # with V = 0.5 everywhere the loss is the mean of (0.5 - R)^2 = 0.25 (E2's value_loss is a mean)
-    assert out.metrics["critic_loss:mean"] == pytest.approx(0.25, rel=1e-6)
-    method_rows = [{"tokens": r["tokens"], "reward": r["reward"], "logprobs": lp.tolist(), "values": [0.5] * len(lp)}
-                   for r, lp in zip(rows, out.logprobs)]
-    expected = bpco.update(method_rows)  # the same update, computed by hand from the returned logprobs
-    for got, want in zip(out.update.coefficients, expected.coefficients):
-        np.testing.assert_allclose(got, want, rtol=1e-6)
-    again = engine.train_step(bpco, rows)
-    assert again.metrics["critic_loss:mean"] < 0.25  # the critic moved toward the returns
-    assert critic.head.linear.weight.abs().sum() > 0
 
 
 def test_a_datum_with_nothing_to_score_adds_nothing():

@@ -158,12 +158,13 @@ def test_copy_declares_its_measured_settings_and_the_others_the_short_warm_start
     the others keep the 14-step warm start and the loop's rates; resolve reads them for a built-in model."""
     from whileai.envs import Recommended
     from whileai.loop import config as config_io
+    from whileai.loop.plan import make_plan
 
     assert load_taskset("builtin:copy").recommended == Recommended(warm_start_steps=60, learning_rate=1e-3)
     for name in ("case", "reverse", "add"):
         assert load_taskset(f"builtin:{name}").recommended == Recommended(warm_start_steps=14)
     config = config_io.build(None, taskset="builtin:copy")
-    resolved = config_io.resolve(config, load_taskset("builtin:copy"), None)
+    resolved = make_plan(config, {}, None, load_taskset("builtin:copy"))
     assert (resolved.warm_start_steps, resolved.learning_rate) == (60, 1e-3)
     loaded = config_io.build(None, taskset="builtin:copy", model="some/model")
-    assert config_io.resolve(loaded, load_taskset("builtin:copy"), None).warm_start_steps == 0  # not a built-in
+    assert make_plan(loaded, {}, None, load_taskset("builtin:copy")).warm_start_steps == 0  # not a built-in

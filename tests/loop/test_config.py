@@ -9,6 +9,7 @@ import pytest
 import whileai as wai
 from whileai.cli import main
 from whileai.loop.config import TrainConfig, build, field_docs
+from whileai.methods.run_spec import RunSpec
 
 
 def test_every_field_has_a_doc_line_and_the_toml_round_trips(tmp_path: Path):
@@ -91,32 +92,51 @@ def test_the_cli_prints_one_error_and_exits_2(capsys, tmp_path: Path):
 
 
 # ----------------------------------------------------------------------------- settings left empty
-def test_the_learning_rate_rule_is_one_function_that_both_loops_read():
+def test_the_learning_rate_rule_is_one_function_with_its_source():
     """The method's declared rate first; a built-in model: the taskset's recommendation, else 1e-2 (random init);
-    a loaded model: 2e-4 under LoRA, 1e-5 for full fine-tuning. The algorithms' loop reads the same function."""
-    from whileai.algorithms.loops import LoopSettings
-    from whileai.loop.config import default_learning_rate
+    a loaded model: 2e-4 under LoRA, 1e-5 for full fine-tuning. The rule says where its value came from."""
+    from whileai.envs import Recommended
+    from whileai.loop.plan import learning_rate_rule
 
-    cases = [  # (model, lora_rank, declared, recommended) -> rate
-        (("builtin:tiny", 0, None, None), 1e-2), (("builtin:tiny", 4, None, None), 1e-2),
-        (("builtin:tiny", 0, None, 1e-3), 1e-3), (("builtin:tiny", 0, 5e-5, 1e-3), 5e-5),
-        (("./my-model", 8, None, None), 2e-4), (("./my-model", 0, None, None), 1e-5),
-        (("./my-model", 0, None, 1e-3), 1e-5),  # a taskset's recommendation is for a random-init model only
-        (("./my-model", 8, 3e-6, None), 3e-6),
+    class Declares:
+        def __init__(self, rate):
+            self.rate = rate
+
+        def run_spec(self):
+            return RunSpec(learning_rate=self.rate)
+
+    class Tasks:
+        max_tokens = None
+
+        def __init__(self, rate):
+            self.recommended = Recommended(learning_rate=rate)
+
+    cases = [  # (model, lora_rank, declared, recommended) -> (rate, source)
+        (("builtin:tiny", 0, None, None), (1e-2, "model rule")), (("builtin:tiny", 4, None, None), (1e-2, "model rule")),
+        (("builtin:tiny", 0, None, 1e-3), (1e-3, "taskset")), (("builtin:tiny", 0, 5e-5, 1e-3), (5e-5, "method")),
+        (("./my-model", 8, None, None), (2e-4, "model rule")), (("./my-model", 0, None, None), (1e-5, "model rule")),
+        (("./my-model", 0, None, 1e-3), (1e-5, "model rule")),  # a recommendation is for a random-init model only
+        (("./my-model", 8, 3e-6, None), (3e-6, "method")),
     ]
     for (model, rank, declared, recommended), want in cases:
-        assert default_learning_rate(model, rank, declared, recommended) == want, (model, rank, declared, recommended)
-        if recommended is None:
-            assert LoopSettings().rate(model, rank, declared) == want
-    assert LoopSettings(learning_rate=0.5).rate("builtin:tiny", 0, 1e-3) == 0.5
+        config = build(model=model, lora_rank=rank)
+        got = learning_rate_rule(config, Declares(declared), Tasks(recommended), {})
+        assert got == want, (model, rank, declared, recommended)
 
 
 def test_a_tasksets_recommendation_fills_only_the_fields_left_empty():
     """builtin:lookup on a built-in model gets its measured settings; each value the user gives wins alone; a
     loaded model, or a run on rows, gets the loop's rules; builtin:case keeps the embedded default run's."""
     from whileai.envs import load_taskset
-    from whileai.loop.config import resolve
+    from whileai.loop.plan import make_plan
 
+    def resolve(config, taskset, declared_learning_rate=None):
+        class Declares:
+            def run_spec(self):
+                return RunSpec(learning_rate=declared_learning_rate)
+        return make_plan(config, {}, Declares(), taskset)
+
+    keys = ("steps", "warm_start_steps", "warm_start_learning_rate", "learning_rate", "lag")
     lookup, case = load_taskset("builtin:lookup"), load_taskset("builtin:case")
     got = resolve(build(taskset="builtin:lookup", lag=2), lookup)
     assert (got.steps, got.warm_start_steps, got.warm_start_learning_rate, got.learning_rate, got.lag) == \
@@ -124,8 +144,9 @@ def test_a_tasksets_recommendation_fills_only_the_fields_left_empty():
     for name, value in (("steps", 7), ("warm_start_steps", 3), ("warm_start_learning_rate", 0.5),
                         ("learning_rate", 0.25)):
         mine = resolve(build(taskset="builtin:lookup", **{name: value}), lookup)
-        assert getattr(mine, name) == value and {k: v for k, v in vars(mine).items() if k != name} == \
-            {k: v for k, v in vars(resolve(build(taskset="builtin:lookup"), lookup)).items() if k != name}
+        assert getattr(mine, name) == value and mine.source(name) == "user"
+        base = resolve(build(taskset="builtin:lookup"), lookup)
+        assert {k: getattr(mine, k) for k in keys if k != name} == {k: getattr(base, k) for k in keys if k != name}
     loaded = resolve(build(taskset="builtin:lookup", model="./my-model"), lookup)
     assert (loaded.steps, loaded.warm_start_steps, loaded.warm_start_learning_rate, loaded.learning_rate) == \
         (40, 0, 1e-2, 1e-5)
@@ -134,6 +155,8 @@ def test_a_tasksets_recommendation_fills_only_the_fields_left_empty():
     default = resolve(build(), case)
     assert (default.steps, default.warm_start_steps, default.warm_start_learning_rate, default.learning_rate) == \
         (40, 14, 1e-2, 1e-2)
+    assert [default.source(k) for k in ("steps", "warm_start_steps", "learning_rate")] == \
+        ["default", "taskset", "model rule"]
     assert resolve(build(method="grpo"), case, declared_learning_rate=3e-4).learning_rate == 3e-4
 
 

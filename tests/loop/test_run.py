@@ -99,8 +99,9 @@ def test_a_taskset_object_with_a_python_grader_trains(tmp_path: Path, quick):
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps({"prompt": f"p{i}", "answer": "aeiou"}) + "\n" for i in range(40)))
     tasks = load_taskset(str(path), grader=vowels, max_tokens=3)
-    run = wai.train(**quick, taskset=tasks, run_dir=str(tmp_path / "obj"))
+    run = wai.train(**quick, taskset=tasks, run_dir=str(tmp_path / "obj"), force=True)  # no vowel yet: no signal
     assert len(calls) == (3 + 2) * 8 and len(run.metrics()) == 3  # lag 2: two batches sampled ahead
+    assert run.summary["preflight"]["ok"] is False
     assert "<taskset passed in Python>" in (run.dir / "config.toml").read_text()
 
 
@@ -188,7 +189,7 @@ def test_a_grader_that_raises_names_the_task_and_leaves_the_checkpoint(tmp_path:
         with pytest.raises(wai.BatchError, match="task_id=") as info:
             wai.train(**{**quick, "steps": 5, "lag": 0}, taskset=str(tasks),
                       taskset_options={"grader": "flaky_grader:grade"}, max_tokens=2,
-                      run_dir=str(tmp_path / "run"))
+                      run_dir=str(tmp_path / "run"), force=True)  # a constant reward: the preflight would stop it
     finally:
         sys.path.remove(str(tmp_path))
     assert "nan" in str(info.value).lower()

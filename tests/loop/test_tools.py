@@ -156,7 +156,7 @@ def test_wai_train_samples_episodes_and_evaluates_them(method, settings, tmp_pat
     run = wai.train(method=method, model="builtin:tiny", taskset="builtin:lookup", steps=2, rollouts_per_step=8,
                     warm_start_steps=30, warm_start_learning_rate=1e-2, eval_tasks=8, eval_samples=1,
                     taskset_options={"test_size": 16, "train_size": 64}, run_dir=str(tmp_path / "run"),
-                    progress=False, export=False, **settings)
+                    progress=False, export=False, force=True, **settings)  # 30 warm-start steps pass no probe
     assert [m["step"] for m in run.metrics()] == [1, 2]
     assert run.summary["eval_before"]["tasks"] == 8 and "compare" in run.summary
     queue = [row for batch in _queue(run.dir) for row in batch]

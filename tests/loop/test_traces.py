@@ -317,7 +317,10 @@ def test_stale_behavior_logprobs_get_traces_dropped_and_named_by_line(tmp_path: 
     other = _engine(0)  # the random initialisation re-scores the same tokens: the log now names another policy
     stale = [dict(t, behavior_logprobs=other.compute_logprobs(t["prompt_tokens"] + t["tokens"])["logprobs"]
                   [len(t["prompt_tokens"]):]) for t in traces]
-    run = _one_step(tmp_path, "stale", stale, model=model)
+    with pytest.raises(wai.ConfigError, match="dropped every logged trace at step 0.*--model the model the logs"):
+        _one_step(tmp_path, "stopped", stale, model=model)  # the preflight: held-out traces all dropped at step 0
+    run = _one_step(tmp_path, "stale", stale, model=model, force=True)
+    assert run.summary["preflight"]["admitted_share"] == 0.0
     record = run.metrics()[0]
     dropped = record["traces/dropped"]
     assert dropped >= 12 and record["admitted_share"] == pytest.approx(1 - dropped / 16)

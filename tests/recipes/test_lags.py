@@ -179,8 +179,8 @@ def test_a_tiny_sweep_reports_its_runs_and_reads_them_back(tmp_path):
 
 @pytest.mark.slow
 def test_a_local_model_directory_goes_to_every_run_unchanged(tmp_path):
-    """--model PATH reaches wai.train as given; the pinned rate is the loop's for a loaded model under full
-    fine-tuning (1e-5), and the built-in-only critic rate is not applied to it."""
+    """--model PATH reaches wai.train as given; the pinned rate is the loop's for a small loaded model under full
+    fine-tuning (1e-3), and the built-in-only critic rate is not applied to it."""
     from whileai.engine.models import build_builtin
 
     model, tokenizer = build_builtin("tiny")
@@ -188,7 +188,8 @@ def test_a_local_model_directory_goes_to_every_run_unchanged(tmp_path):
     tokenizer.save_pretrained(tmp_path / "model")
     table = run_lag_table(methods=["grpo"], lags=[0, 2], seeds=1, model=str(tmp_path / "model"),
                           run_dir=str(tmp_path / "t"), **{**TINY, "steps": 2})
-    assert table.settings["model"] == str(tmp_path / "model") and table.settings["learning_rate"] == 1e-5
+    # the loop's rule for a small loaded model (an exported built-in, under 100M parameters): 1e-3 (loop.rules)
+    assert table.settings["model"] == str(tmp_path / "model") and table.settings["learning_rate"] == 1e-3
     assert "critic_learning_rate" not in table.settings
     for lag in (0, 2):
         saved = (tmp_path / "t" / f"grpo-lag{lag}-seed0" / "config.toml").read_text()

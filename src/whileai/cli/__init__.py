@@ -21,7 +21,6 @@ COMMANDS: tuple[str, ...] = (
     "whileai.cli.rows_cmd",
     "whileai.cli.prime_rl_cmd",
     "whileai.cli.serve_cmd",
-    "whileai.cli.loop_cmd",
     "whileai.cli.skills_cmd",
     "whileai.cli.policy_cmd",
     "whileai.cli.record_cmd",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -16,7 +17,12 @@ EXAMPLES = """examples:
   wai train --method sft --rows passes.jsonl --model ./my-model --lora-rank 16
   wai train --rows traces.jsonl --method flash_reinforce --model ./my-model   logged traces (docs/traces.md)
   wai train --resume runs/flash_reinforce-20261201-120000
+  wai train --method grpo --dry-run                 print the run plan (every setting, its value, its source)
+  wai train --url http://127.0.0.1:8321 --token T   train on a running `wai serve` (token also from $WAI_TOKEN)
 """
+# argparse reads "-1e-3" as an option (its own pattern knows only -1 and -1.5), so --learning-rate -1e-3 would
+# fail as "expected one argument" before the config's own check could say what is wrong with the value.
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
 def _value(text: str) -> Any:
@@ -38,10 +44,16 @@ def _pairs(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def register(subparsers: Any) -> None:
+    _add(subparsers, "train", "train a model: sample, grade, update, step (no arguments: a CPU demo)")
+    # `wai loop`: what the loop over a server was called before `wai train --url` was it; the same command
+    _add(subparsers, "loop", "another name of `wai train` (the same flags)")
+
+
+def _add(subparsers: Any, name: str, summary: str) -> None:
     from whileai.loop.config import TrainConfig, field_docs
 
-    p = subparsers.add_parser("train", help="train a model: sample, grade, update, step (no arguments: a CPU demo)",
-                              description=__doc__, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(name, help=summary, description=__doc__, epilog=EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", help="a TOML file of settings (a [train] table or top-level keys); "
                    "flags override it")
     p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint (its saved config)")
@@ -50,6 +62,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--taskset-option", action="append", default=[], metavar="KEY=VALUE",
                    help="a taskset option, e.g. --taskset-option grader=numeric (docs/tasksets.md)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
+    p.add_argument("--dry-run", action="store_true", help="resolve and check the run plan, print it (every setting, "
+                   "its value and its source) and exit: nothing is loaded or written")
+    p.add_argument("--token", metavar="T", help="with --url: the server's bearer token (default $WAI_TOKEN)")
+    p._negative_number_matcher = NEGATIVE_NUMBER  # type: ignore[attr-defined]
     _control_flags(p)
     docs = field_docs()
     for name, spec in TrainConfig.__dataclass_fields__.items():
@@ -76,7 +92,7 @@ def _control_flags(p: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from whileai.loop import Interrupted, TrainConfig, train
+    from whileai.loop import Interrupted, TrainConfig, dry_run, train
 
     if args.resume:
         given = [f for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None
@@ -85,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--resume uses the run's saved config (only --steps, to train longer, and --progress "
                               f"may change); drop {', '.join('--' + g.replace('_', '-') for g in given) or '--config/--set'}")
     overrides = {f: getattr(args, f) for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None}
-    for field_name in ("rows", "taskset", "eval_taskset", "teacher", "run_dir", "model", "method", "device"):  # paths and names stay strings
+    for field_name in ("rows", "taskset", "eval_taskset", "teacher", "run_dir", "model", "method", "device", "url"):
+        # paths and names stay strings
         if field_name in overrides and not isinstance(overrides[field_name], str):
             overrides[field_name] = str(overrides[field_name])
     if args.set:
@@ -94,8 +111,13 @@ def run(args: argparse.Namespace) -> int:
         overrides["taskset_options"] = _pairs(args.taskset_option, "--taskset-option")
     if args.control or args.select_from:
         return _controlled(args, overrides)
+    if args.dry_run:
+        if args.resume:
+            raise ConfigError("--dry-run prints a new run's plan; a resumed run's is in RUN_DIR/config.toml ([plan])")
+        print(dry_run(config_file=args.config, **overrides).table())
+        return 0
     try:
-        result = train(resume=args.resume, config_file=args.config, **overrides)
+        result = train(resume=args.resume, config_file=args.config, token=args.token, **overrides)
     except Interrupted as stop:
         print(f"wai train: {stop}", file=sys.stderr)
         return 130

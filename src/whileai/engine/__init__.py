@@ -17,7 +17,6 @@ from whileai.engine.training import (
     ForwardBackwardOutput,
     OptimStepOutput,
     TrainingEngine,
-    TrainStepOutput,
 )
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "OptimStepOutput",
     "SampledSequence",
     "SamplingParams",
-    "TrainStepOutput",
     "TrainingEngine",
     "capabilities",
     "load_model",

@@ -29,6 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 from whileai.engine.sampling import SamplingParams, sampling_logprobs
 from whileai.errors import ConfigError
+from whileai.knobs import SCORED_FIELDS
 
 # Positions projected through the output layer at once: 256 x 151,936 x 4 bytes = 155 MB.
 DEFAULT_CHUNK = 256
@@ -53,7 +54,6 @@ class Distribution:
 
 
 PLAIN = Distribution()
-SCORED_FIELDS = ("temperature", "top_k", "top_p")
 
 
 def scoring(sampling_params: Any) -> Distribution:

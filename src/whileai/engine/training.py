@@ -3,11 +3,10 @@
     engine = TrainingEngine("builtin:tiny", lora_rank=8)
     out = engine.forward_backward([datum, ...], "cross_entropy")     # gradients accumulate
     engine.optim_step(AdamParams(learning_rate=1e-3))                 # AdamW, returns the grad norm
-    engine.train_step(method, rows)                                   # the method bridge
 
 Every loss is summed over tokens and datums, so splitting a batch across calls never changes a
-gradient. The engine never branches on a method's name: ``train_step`` runs one forward, hands
-the detached log-probabilities to ``method.update()``, and runs the kernel with its coefficients.
+gradient. The engine knows no methods: the one training step (score -> ``method.update()`` ->
+``forward_backward`` -> ``optim_step``) is ``whileai.loop.step.train_step``, written with these operations.
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ import numpy as np
 import torch
 
 from whileai.engine import state as state_io
-from whileai.engine.datums import Prepared, as_array, check_tokens, make_datum, prepare, prepare_datum
+from whileai.engine.datums import Prepared, check_tokens, prepare
 from whileai.engine.logprobs import (
     DEFAULT_CHUNK,
     Distribution,
@@ -135,28 +134,12 @@ class OptimStepOutput:
         return self.grad_norm
 
 
-@dataclass
-class TrainStepOutput:
-    """What ``train_step`` did: the method's ``Update``, the log-probabilities it saw, metrics."""
-
-    update: Any
-    logprobs: list[np.ndarray]
-    metrics: dict[str, float]
-    optim: OptimStepOutput | None = None
-
-
 @dataclass(frozen=True)
 class _Scorer:
     """What a scoring pass runs: the model (the policy, or the reference) and the distribution."""
 
     model: Any
     distribution: Distribution
-
-
-@dataclass
-class _Trajectory:
-    item: Prepared
-    row: dict[str, Any] = field(default_factory=dict)
 
 
 class TrainingEngine:
@@ -556,136 +539,6 @@ class TrainingEngine:
                               "reward_range, weight_decay, betas and eps")
         self.critic = Critic.for_model(self.model, learning_rate=learning_rate, **options)
         return self.critic
-
-    # ------------------------------------------------------------------ the method bridge
-    def _trajectory(self, index: int, row: Mapping[str, Any]) -> _Trajectory:
-        """A row (``prompt_tokens`` + ``tokens``) or a datum (trajectory = positions with nonzero weight)."""
-        if not isinstance(row, Mapping):
-            raise BatchError(f"row {index}: expected a dict, got {type(row).__name__}")
-        spec = LOSSES["cross_entropy"]
-        lfi: dict[str, Any] = {}
-        if "model_input" in row:
-            lfi = dict(row.get("loss_fn_inputs") or {})
-            unread = sorted(set(lfi) - {"target_tokens", "weights", "logprobs"})
-            if unread:
-                raise BatchError(f"row {index}: loss_fn_inputs {unread[0]!r} is not read by train_step (the method "
-                                 "computes its own advantages from the row fields, e.g. 'reward'); drop it, or train "
-                                 "on your own advantages with forward_backward(data, 'importance_sampling')")
-            datum = {"model_input": row["model_input"],
-                     "loss_fn_inputs": {k: lfi[k] for k in ("target_tokens", "weights") if k in lfi}}
-            extras = {k: v for k, v in row.items() if k not in ("model_input", "loss_fn_inputs")}
-        elif "prompt_tokens" in row and "tokens" in row:
-            datum = make_datum(row["prompt_tokens"], row["tokens"])
-            extras = {k: v for k, v in row.items() if k != "prompt_tokens"}
-        else:
-            raise BatchError(f"row {index}: give 'prompt_tokens' and 'tokens' (the completion), or a datum "
-                             "with 'model_input' and loss_fn_inputs 'target_tokens' and 'weights' (nonzero "
-                             "on the trajectory's tokens)")
-        item = prepare_datum(index, datum, spec, self.vocab_size, self.max_context)
-        if item.targets.ndim != 1 or not item.scored.any():
-            raise BatchError(f"row {index}: a trajectory needs (N,) target_tokens and at least one position "
-                             "with nonzero weight")
-        extras.setdefault("tokens", item.targets[item.scored].tolist())
-        if "logprobs" in lfi:  # a datum's logprobs are the sampler's (Tinker): the rows' behavior_logprobs
-            if "behavior_logprobs" in extras:
-                raise BatchError(f"row {index}: both loss_fn_inputs 'logprobs' and 'behavior_logprobs' give the "
-                                 "sampler's log-probabilities; keep one")
-            sampler = as_array(lfi["logprobs"], f"row {index}: loss_fn_inputs['logprobs']").astype(np.float64)
-            if sampler.shape != item.targets.shape:
-                raise BatchError(f"row {index}: loss_fn_inputs['logprobs'] has shape {sampler.shape}, but the "
-                                 f"datum has {item.targets.shape[0]} positions; give one per position")
-            extras["behavior_logprobs"] = sampler[item.scored].tolist()
-        return _Trajectory(item, extras)
-
-    def _fill_required(self, method: Any, trajectories: list[_Trajectory], hidden: list[torch.Tensor],
-                       distribution: Distribution) -> None:
-        """Values from the critic / ref_logprobs from the reference (under the same distribution as the
-        policy's scores), where the method requires them."""
-        required = getattr(method, "requires", {}) or {}
-        for t, h in zip(trajectories, hidden):
-            index = torch.from_numpy(np.flatnonzero(t.item.scored)).to(self.device)
-            if "values" in required and "values" not in t.row and self.critic is not None:
-                t.row["values"] = self.critic.values(h[index]).double().cpu().tolist()
-            if "ref_logprobs" in required and "ref_logprobs" not in t.row and self.reference is not None:
-                with torch.no_grad(), self._policy(True) as ref:
-                    scorer = _Scorer(ref, distribution)
-                    ref_h = hidden_states(ref, torch.from_numpy(t.item.input_ids).to(self.device)[None])[0]
-                    ref_logp = self._logprobs_at(t.item, ref_h, t.item.scored, scorer)
-                    _refuse_impossible(ref_logp, t.item, np.flatnonzero(t.item.scored),
-                                       f"row {t.item.index} (reference policy)", scorer)
-                    t.row["ref_logprobs"] = ref_logp.double().cpu().tolist()
-
-    def train_step(self, method: Any, rows: Sequence[Mapping[str, Any]], adam_params: AdamParams | None = None,
-                   *, sampling_params: Any = None) -> TrainStepOutput:
-        """One forward with gradients, ``method.update()`` on the detached log-probabilities, the kernel
-        ``-sum c * log p`` with the method's coefficients, one backward; then an optimizer step when
-        ``adam_params`` is given (otherwise the gradients accumulate).
-
-        Rows are trajectory dicts (``prompt_tokens``, ``tokens``, ``reward``, ...) or datums with row
-        fields at the top level. Each row's ``logprobs`` is replaced by the engine's; the sampler's
-        belong in ``behavior_logprobs``. If the method returns ``value_targets`` and a critic is
-        attached, the critic takes one step of its own optimizer on them. ``sampling_params``: the
-        settings the rows were sampled with, so the policy (and reference) log-probabilities are those
-        of the sampler's distribution and the ratio is exactly 1 at lag 0 (see ``forward_backward``).
-        """
-        if not callable(getattr(method, "update", None)):
-            raise ConfigError(f"method={method!r:.60} has no update(rows); pass a method object, e.g. "
-                              "whileai.methods.method('grpo') or wai.FlashReinforce()")
-        if isinstance(rows, Mapping) or not isinstance(rows, Sequence) or not rows:
-            raise BatchError("rows must be a non-empty list of trajectory dicts")
-        distribution = scoring(sampling_params)
-        trajectories = [self._trajectory(i, r) for i, r in enumerate(rows)]
-        with self._mode(True):  # the backward replays checkpointed chunks: keep train mode (dropout) for it
-            with self.loaded.precision():
-                logps, hiddens = self._forward_rows(trajectories, _Scorer(self.model, distribution))
-                self._fill_required(method, trajectories, hiddens, distribution)
-                method_rows = [{**t.row, "logprobs": lp.detach().double().cpu().tolist()}
-                               for t, lp in zip(trajectories, logps)]
-                update = method.update(method_rows)
-                loss = self._kernel(update.coefficients, logps)
-            loss.backward()
-        metrics = {"loss:sum": float(loss.detach()),
-                   "num_tokens:sum": float(sum(int(t.item.scored.sum()) for t in trajectories))}
-        if getattr(update, "value_targets", None) is not None and self.critic is not None:
-            metrics["critic_loss:mean"] = self._critic_step(update.value_targets, hiddens, trajectories)
-        out = TrainStepOutput(update, [lp.detach().cpu().numpy() for lp in logps], metrics)
-        if adam_params is not None:
-            out.optim = self.optim_step(adam_params)
-        return out
-
-    def _forward_rows(self, trajectories: list[_Trajectory],
-                      scorer: _Scorer) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The one forward with gradients: per row, its log-probabilities at the scored positions and
-        its last hidden states."""
-        logps: list[Any] = [None] * len(trajectories)
-        hiddens: list[Any] = [None] * len(trajectories)
-        for batch in self._microbatches(list(enumerate(trajectories)), lambda e: e[1].item.length):
-            hidden = self._hidden([t.item for _, t in batch])
-            for b, (i, t) in enumerate(batch):
-                hiddens[i] = hidden[b, :t.item.length]
-                logps[i] = self._logprobs_at(t.item, hiddens[i], t.item.scored, scorer)
-                _refuse_impossible(logps[i], t.item, np.flatnonzero(t.item.scored), f"row {i}", scorer)
-        return logps, hiddens
-
-    def _kernel(self, coefficients: Sequence[Any], logps: Sequence[Any]) -> torch.Tensor:
-        if len(coefficients) != len(logps):
-            raise WhileaiError(f"the method returned {len(coefficients)} coefficient arrays for {len(logps)} rows")
-        total = torch.zeros((), dtype=torch.float64, device=self.device)
-        for i, (c, lp) in enumerate(zip(coefficients, logps)):
-            c = np.asarray(c, dtype=np.float64)
-            if c.shape != tuple(lp.shape) or not np.all(np.isfinite(c)):
-                raise WhileaiError(f"row {i}: the method's coefficients have shape {c.shape} (finite: "
-                                   f"{bool(np.all(np.isfinite(c)))}) but the row has {lp.shape[0]} tokens")
-            total = total + per_token_loss(LOSSES["cross_entropy"], lp.double(),
-                                           {"weights": torch.from_numpy(c).to(self.device)}, {}).sum()
-        return total
-
-    def _critic_step(self, value_targets: Sequence[Any], hiddens: Sequence[Any],
-                     trajectories: Sequence[_Trajectory]) -> float:
-        index = [torch.from_numpy(np.flatnonzero(t.item.scored)).to(self.device) for t in trajectories]
-        hidden = torch.cat([h[i].detach() for h, i in zip(hiddens, index)])
-        targets = np.concatenate([np.asarray(v, dtype=np.float64) for v in value_targets])
-        return self.critic.train_step(hidden, targets.astype(np.float32))
 
     # ------------------------------------------------------------------ state and export
     def save_state(self, path: str) -> str:

@@ -29,7 +29,7 @@ def precheck(plans: Sequence[Mapping[str, Any]], label: Any = None) -> None:
     ``label(settings)`` names a run in the listing (default: its method and knobs)."""
     import whileai as wai
     from whileai.loop import config as config_io
-    from whileai.loop.run import _load_taskset, check, resolve_method
+    from whileai.loop.checks import _load_taskset, check, resolve_method
 
     found: dict[str, list[str]] = {}
     for settings in plans:
@@ -41,7 +41,6 @@ def precheck(plans: Sequence[Mapping[str, Any]], label: Any = None) -> None:
             continue
         config = config_io.build(None, **{k: v for k, v in settings.items() if k not in _NOT_CONFIG})
         method, problems = resolve_method(config)
-        config = config_io.with_lag(config, method)
         taskset, more = _load_taskset(config)
         for problem in problems + more + (check(config, method, taskset) if taskset is not None else []):
             found.setdefault(problem, []).append(name)

@@ -363,18 +363,19 @@ def _resolved(recipe: Recipe, train: Mapping[str, Any]) -> tuple[dict[str, Any],
     lag and the generation cap (the config's max_tokens, else the taskset's, as the loop samples)."""
     from whileai.envs import load_taskset
     from whileai.loop import config as config_io
+    from whileai.loop.plan import make_plan
 
     shared = dict(train)
     if str(shared.get("model", "builtin:tiny")).startswith("builtin:"):
         shared = {**recipe.builtin_settings, **shared}
-    config = config_io.with_lag(config_io.build(None, **shared), None)
+    config = config_io.build(None, **shared)
     problems = config_io.check_ranges(config)
     if problems:
         raise ConfigError(config_io._listing(problems))
     taskset = load_taskset(config.taskset, **config.taskset_options) if config.taskset is not None else None
     if taskset is None:
         raise ConfigError("a recipe compares the arms on a taskset's held-out tasks: give a taskset")
-    resolved = config_io.resolve(config, taskset, None)
+    resolved = make_plan(config, {}, None, taskset)
     shared.update(steps=resolved.steps, lag=resolved.lag, learning_rate=resolved.learning_rate,
                   warm_start_steps=resolved.warm_start_steps,
                   warm_start_learning_rate=resolved.warm_start_learning_rate)

@@ -1,16 +1,22 @@
-"""The training loop: sample -> grade -> method.update -> kernel -> optimizer step, as one run.
+"""The training loop: sample -> grade -> method.update -> forward_backward -> optim_step, as one run.
 
-    import whileai as wai
-    run = wai.train()                                  # the embedded default: a built-in model and task, CPU
-    run = wai.train(method="grpo", taskset="builtin:add", steps=100)
-    run = wai.train(method="sft", rows=scored.passes(), model="./my-model")
+    from whileai.loop import train
+    run = train()                                  # the embedded default: a built-in model and task, CPU
+    run = train(method="grpo", taskset="builtin:add", steps=100)
+    run = train(method="sft", rows=scored.passes(), model="./my-model")
+    run = train(method="grpo", url="http://127.0.0.1:8321")   # over a running `wai serve`
 
-See docs/train.md. The loop reads a method only through ``run_spec()`` and ``update()``.
+The loop itself is ``whileai.loop.core.run_loop``; the settings it runs with are one ``RunPlan``
+(``whileai.loop.plan``). See docs/train.md. The loop reads a method only through ``run_spec()`` and ``update()``.
 """
 
 from whileai.loop.config import TrainConfig
+from whileai.loop.hooks import Interrupted
 from whileai.loop.judge import Judge, reward_model
-from whileai.loop.run import Interrupted, Run, train
-from whileai.loop.step import StepResult, policy_step
+from whileai.loop.plan import RunPlan
+from whileai.loop.run import Run, dry_run, train
+from whileai.loop.step import StepResult, policy_step, train_step
+from whileai.loop.trainer import Trainer
 
-__all__ = ["Interrupted", "Judge", "Run", "reward_model", "StepResult", "TrainConfig", "policy_step", "train"]
+__all__ = ["Interrupted", "Judge", "Run", "RunPlan", "StepResult", "TrainConfig", "Trainer", "dry_run",
+           "policy_step", "reward_model", "train", "train_step"]

@@ -60,8 +60,8 @@ class TrainConfig:
     method that learns from rollouts (a lagging sampler, as production has), 0 for rows from a file (no sampler)"""
     learning_rate: float | None = None
     """policy learning rate; None: the method's declared one, else on a built-in model (random init) the
-    taskset's recommendation (builtin:copy, lookup: 1e-3) or 1e-2, 2e-4 with LoRA on a loaded model, 1e-5 for full
-    fine-tuning of a loaded model"""
+    taskset's recommendation or the built-in rate, else the LoRA or the full fine-tuning rate (the run plan's
+    rule: whileai.loop.plan; the table at start says which)"""
     lr_schedule: str = "linear"
     """'linear': the learning rate falls linearly to 0 at the last step (TRL's default); 'constant': it stays"""
     critic_learning_rate: float | None = None
@@ -99,11 +99,17 @@ class TrainConfig:
     """write the final weights (a PEFT adapter under LoRA, else a merged model) to RUN_DIR/final"""
     progress: bool = True
     """show a progress bar with live reward, pass rate, drift and admitted share"""
+    force: bool = False
+    """train even when the preflight finds nothing to learn from in the first rollouts (it stops the run, with the
+    reasons and the fixes, otherwise)"""
+    url: str | None = None
+    """train on the `wai serve` at this address (its bearer token: --token or $WAI_TOKEN) instead of in-process;
+    the server may itself run on a Tinker-API server (wai serve --tinker-url)"""
 
 
 # Fields whose value may be None, and the type they have otherwise.
 _OPTIONAL = {"taskset": str, "rows": str, "eval_taskset": str, "teacher": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
-             "run_dir": str, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
+             "run_dir": str, "url": str, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
              "micro_batch_tokens": 16, "max_tokens": 1}
@@ -179,7 +185,7 @@ def load_toml(path: str) -> dict[str, Any]:
         raise ConfigError(f"--config {path!r} is not valid TOML: {err}") from None
     if "train" not in data:
         return dict(data)
-    outside = sorted(k for k in data if k != "train")
+    outside = sorted(k for k in data if k not in ("train", *PLAN_TABLES))
     if outside or not isinstance(data["train"], Mapping):
         raise ConfigError(f"--config {path!r} has a [train] table and also top-level keys {outside}; put every "
                           "setting in one place (all under [train], or none of them)")
@@ -239,104 +245,23 @@ def check_ranges(config: TrainConfig) -> list[str]:
 SCHEDULES = ("linear", "constant")
 
 
-def learning_rate_at(schedule: str, base: float, step: int, steps: int) -> float:
-    """The policy learning rate of step ``step`` (0-based) of ``steps`` under ``schedule`` (see lr_schedule)."""
-    if schedule == "linear":
-        return base * (1.0 - step / steps)
-    return base
-
-
-# The loop's own defaults for the fields a config may leave None: each declared here once, read by resolve().
-DEFAULT_STEPS = 40
-"""RL steps when neither the config nor the taskset says"""
-DEFAULT_WARM_START_LEARNING_RATE = 1e-2
-"""the warm start's rate when neither the config nor the taskset says"""
-DEFAULT_LAG = 2
-"""a rollout method's sampler lag when the config names none"""
-BUILTIN_LEARNING_RATE = 1e-2
-"""a built-in model's policy rate: random init, tens of steps (adapters too)"""
-LORA_LEARNING_RATE = 2e-4
-"""LoRA on a loaded model"""
-FULL_LEARNING_RATE = 1e-5
-"""full fine-tuning of a loaded model"""
-
-
-def default_learning_rate(model: str, lora_rank: int, declared: float | None = None,
-                          recommended: float | None = None) -> float:
-    """The policy learning rate when none is given, for ``wai train`` and the algorithms' loops alike: the
-    method's ``declared`` rate; else, on a built-in model, the taskset's ``recommended`` one or
-    BUILTIN_LEARNING_RATE; else LORA_LEARNING_RATE under LoRA and FULL_LEARNING_RATE for full fine-tuning."""
-    if declared is not None:
-        return declared
-    if model.startswith("builtin:"):
-        return recommended if recommended is not None else BUILTIN_LEARNING_RATE
-    return LORA_LEARNING_RATE if lora_rank else FULL_LEARNING_RATE
-
-
-def with_lag(config: TrainConfig, method: Any) -> TrainConfig:
-    """The config with its lag resolved for ``method`` (see the field's doc)."""
-    if config.lag is not None:
-        return config
-    rows = config.rows is not None or (method is not None and method.run_spec().source == "rows")
-    return dataclasses.replace(config, lag=0 if rows else DEFAULT_LAG)
-
-
-def taskset_recommendation(config: TrainConfig, taskset: Any) -> Any:
-    """The taskset's ``Recommended`` settings when they apply (a built-in model with the taskset's own tasks;
-    a rows run takes only its warm start, see ``resolve``), else None."""
-    if taskset is None or config.taskset is None or not config.model.startswith("builtin:"):
-        return None
-    return getattr(taskset, "recommended", None)  # a taskset-like object without the attribute declares nothing
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """The values a run uses for the fields its config may leave None (summary.json's ``resolved``)."""
-
-    steps: int
-    """policy optimizer steps"""
-    warm_start_steps: int
-    """supervised steps before RL (0 without a taskset to take reference answers from)"""
-    warm_start_learning_rate: float
-    """the warm start's learning rate"""
-    learning_rate: float
-    """the policy's base learning rate (the schedule scales it per step)"""
-    lag: int
-    """the sampler lag (``with_lag`` has filled a None in)"""
-
-
-def resolve(config: TrainConfig, taskset: Any, declared_learning_rate: float | None = None) -> Resolved:
-    """Each None field of ``config`` by its rule (the field docs): the user's value, else the taskset's
-    recommendation (a built-in model), else the loop's default above. ``declared_learning_rate``: the
-    method's (its run spec's)."""
-    hint = taskset_recommendation(config, taskset)
-    # rows as pushed (SFT, DPO, RM with a taskset for the warm start and the eval) take the taskset's warm start
-    # only: its RL steps and learning rate were measured for rollouts, not for those rows
-    training = ("warm_start_steps", "warm_start_learning_rate") if config.rows is not None else ()
-
-    def pick(name: str, default: Any) -> Any:
-        given = getattr(config, name)
-        if given is not None:
-            return given
-        value = getattr(hint, name, None) if not training or name in training else None
-        return default if value is None else value
-
-    learning_rate = config.learning_rate if config.learning_rate is not None else default_learning_rate(
-        config.model, config.lora_rank, declared_learning_rate,
-        None if training else getattr(hint, "learning_rate", None))
-    return Resolved(steps=pick("steps", DEFAULT_STEPS),
-                    warm_start_steps=pick("warm_start_steps", 0) if taskset is not None else 0,
-                    warm_start_learning_rate=pick("warm_start_learning_rate", DEFAULT_WARM_START_LEARNING_RATE),
-                    learning_rate=learning_rate, lag=int(config.lag or 0))
-
-
 def as_dict(config: TrainConfig) -> dict[str, Any]:
     """Plain values, for config.json and summaries."""
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-def to_toml(config: TrainConfig) -> str:
-    """The resolved config as TOML (``None`` values are left out: TOML has no null)."""
+def to_toml(config: TrainConfig, plan: Any = None) -> str:
+    """RUN_DIR/config.toml: the config as given (``[train]``), and the run plan every value was resolved to
+    (``[plan]``, ``[sources]``: the value and the source of every setting). ``None`` values are left out (TOML
+    has no null)."""
     import tomli_w
 
-    return tomli_w.dumps({"train": {k: v for k, v in as_dict(config).items() if v is not None}})
+    tables: dict[str, Any] = {"train": {k: v for k, v in as_dict(config).items() if v is not None}}
+    if plan is not None:
+        tables["plan"] = {k: v for k, v in plan.values().items() if v is not None}
+        tables["sources"] = dict(plan.sources)
+    return tomli_w.dumps(tables)
+
+
+PLAN_TABLES = ("plan", "sources")  # a run's record in its config.toml; a config read from it ignores them
+

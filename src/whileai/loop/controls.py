@@ -27,8 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
+from whileai.loop import config as config_io
 from whileai.loop.evaluate import PASS
+from whileai.loop.run import train as train_run
+from whileai.rows.io import load_rows
+from whileai.rows.stats import GAIN, LOSS, TABLE_HEADER, compare, format_table
 
 CONTROLS: tuple[str, ...] = ("random-reward", "random-selection")
 CONTROL_SEEDS = 2  # training seeds per arm: `compare` shows a gain only with two or more seeds per arm
@@ -79,7 +84,6 @@ class Controls:
                 "comparisons": {name: c.to_dict() for name, c in self.comparisons.items()}, "report": str(self)}
 
     def __str__(self) -> str:
-        from whileai.rows.stats import TABLE_HEADER, format_table
 
         lines = [f"controls: {self.method} against {', '.join(self.comparisons)}; {len(self.seeds)} seed"
                  f"{'s' if len(self.seeds) != 1 else ''} per arm ({', '.join(map(str, self.seeds))}), same steps, "
@@ -92,7 +96,6 @@ class Controls:
 
 
 def _meaning(control: str, comparison: Any) -> str:
-    from whileai.rows.stats import GAIN, LOSS
 
     what = "reward" if control == "random-reward" else "selection"
     low, high = comparison.ci95
@@ -114,8 +117,6 @@ def train_with_controls(controls: Sequence[str], *, seeds: int | Sequence[int] =
     or the seeds themselves. ``select_from``: for random-selection, the rows (a JSONL path or a list of dicts)
     that ``rows`` was selected from. Writes RUN_DIR/real-seedS/, RUN_DIR/CONTROL-seedS/, controls.json and
     controls.txt under ``run_dir`` (default runs/controls-METHOD-TIME)."""
-    import whileai as wai
-
     seed_list = _seeds(seeds, train.pop("seed", 0))
     _check(controls, select_from, train)
     method = train.get("method") or "flash_reinforce"
@@ -128,18 +129,18 @@ def train_with_controls(controls: Sequence[str], *, seeds: int | Sequence[int] =
             for name in controls}  # every control's data is built (and checked) before anything trains
     runs: dict[str, list[Any]] = {"real": []}
     for seed in seed_list:
-        real = wai.train(**train, seed=seed, run_dir=str(base / f"real-seed{seed}"), progress=progress)
+        real = train_run(**train, seed=seed, run_dir=str(base / f"real-seed{seed}"), progress=progress)
         _held_out_rows(real)
         runs["real"].append(real)
         pinned = {k: real.summary["resolved"][k] for k in PINNED if k in real.summary["resolved"]}
         for name in controls:
-            run = wai.train(**{**arms[name, seed], **pinned}, seed=seed, run_dir=str(base / f"{name}-seed{seed}"),
+            run = train_run(**{**arms[name, seed], **pinned}, seed=seed, run_dir=str(base / f"{name}-seed{seed}"),
                             progress=progress)
             _same_budget(real, run, name)
             runs.setdefault(name, []).append(run)
     real_rows, method_name = _pooled(runs["real"]), runs["real"][0].config.method  # the name the run resolved
-    comparisons = {name: wai.compare(_pooled(runs[name]), real_rows, threshold=PASS, name=name,
-                                     baseline_name=name, treatment_name=method_name) for name in controls}
+    comparisons = {name: compare(_pooled(runs[name]), real_rows, threshold=PASS, name=name,
+                                 baseline_name=name, treatment_name=method_name) for name in controls}
     report = Controls(base, method_name, tuple(seed_list), runs, comparisons)
     (base / "controls.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     (base / "controls.txt").write_text(str(report) + "\n")
@@ -182,8 +183,9 @@ def _check(controls: Sequence[str], select_from: Any, train: Mapping[str, Any]) 
 
 
 def _control_arm(name: str, train: Mapping[str, Any], taskset: Any, select_from: Any, seed: int) -> dict[str, Any]:
-    """``wai.train``'s arguments for the control ``name`` at ``seed``."""
-    arm = dict(train)
+    """``wai.train``'s arguments for the control ``name`` at ``seed``. A control trains on the budget the real
+    arm had whatever its first batch shows (its rewards are noise on purpose), so the preflight does not stop it."""
+    arm = {**train, "force": True}
     if name == "random-selection":
         arm["rows"] = _random_subset(_rows(train["rows"], "rows"), _rows(select_from, "select_from"), seed)
     elif train.get("rows") is not None:  # the rewards to train on are in the rows: permute them
@@ -200,7 +202,6 @@ def _control_arm(name: str, train: Mapping[str, Any], taskset: Any, select_from:
 def _taskset(train: Mapping[str, Any]) -> Any:
     """The taskset the real arm samples from, loaded (None for a run on rows); refused when the run would hold
     no held-out evaluation to compare the arms on."""
-    from whileai.loop import config as config_io
 
     given = train.get("taskset", "")
     fields = {k: v for k, v in train.items() if k not in ("method", "rows", "taskset", "config_file", "config")}
@@ -218,16 +219,12 @@ def _taskset(train: Mapping[str, Any]) -> Any:
         return None
     if given is not None and not isinstance(given, str):
         return given
-    from whileai.envs import load_taskset
-
     return load_taskset(resolved.taskset, **resolved.taskset_options)
 
 
 def _rows(rows: Any, where: str) -> list[dict[str, Any]]:
     if isinstance(rows, (str, Path)):
-        import whileai as wai
-
-        return [dict(r) for r in wai.load_rows(str(rows))]
+        return [dict(r) for r in load_rows(str(rows))]
     if not isinstance(rows, Sequence) or not all(isinstance(r, Mapping) for r in rows):
         raise ConfigError(f"{where}: give a JSONL path or a list of row dicts, not {type(rows).__name__}")
     return [dict(r) for r in rows]

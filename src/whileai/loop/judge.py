@@ -7,6 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError
+from whileai.loop.checks import resolve_method
+from whileai.loop.config import build
+from whileai.loop.pushed import tokenised
+from whileai.loop.step import critic_values
 
 
 class Judge:
@@ -22,9 +26,6 @@ class Judge:
         self.engine, self.source = engine, source
 
     def scores(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
-        from whileai.loop.pushed import tokenised
-        from whileai.loop.step import critic_values
-
         ready = [tokenised(r, i, self.engine.tokenizer) for i, r in enumerate(rows)]
         return [float(v[-1]) for v in critic_values(self.engine, ready)]
 
@@ -37,9 +38,7 @@ class Judge:
 
 def reward_model(run: Any) -> Judge:
     """The judge a reward-model run (``wai.train(method="rm", rows=...)``) trained: a ``Run`` or its directory."""
-    from whileai.engine import TrainingEngine
-    from whileai.loop.config import build
-    from whileai.loop.run import resolve_method
+    from whileai.engine import TrainingEngine  # torch: loaded only when a judge is made
 
     folder = Path(getattr(run, "dir", run))
     if not (folder / "config.toml").is_file():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from whileai.envs import Task, render_prompt
 from whileai.errors import BatchError
 
 
@@ -21,8 +22,6 @@ def tokenised(row: Mapping[str, Any], index: int, tokenizer: Any) -> dict[str, A
     if "prompt_tokens" in row and "tokens" in row:
         return out
     if "prompt" in row and "completion" in row:
-        from whileai.envs import Task, render_prompt
-
         out["prompt_tokens"] = render_prompt(tokenizer, Task(str(row.get("task_id", index)), row["prompt"]))
         completion = tokenizer.encode(str(row["completion"]), add_special_tokens=False)
         if tokenizer.eos_token_id is not None:

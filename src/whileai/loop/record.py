@@ -37,6 +37,11 @@ class Metrics:
                 self.board.add_scalar(key, float(value), step)
         self.board.flush()
 
+    def scalar(self, key: str, value: float, step: int) -> None:
+        """One TensorBoard scalar outside a step's record (the held-out pass@1 before and after training)."""
+        self.board.add_scalar(key, float(value), step)
+        self.board.flush()
+
     def read(self) -> list[dict[str, Any]]:
         return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()] \
             if self.path.exists() else []

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from whileai.envs.episode import is_episodic, play
 from whileai.errors import BatchError
 
 
@@ -45,18 +46,17 @@ def completion_text(tokenizer: Any, tokens: Sequence[int]) -> str:
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
-def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], per_task: Sequence[int],
+def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]],
+             rollouts_per_prompt: Sequence[int],
              sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
-    """``per_task[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights.
+    """``rollouts_per_prompt[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights.
 
     A plain taskset's episode is one completion; an ``EnvTaskset``'s alternates model turns and environment
     replies (``whileai.envs.episode``), every turn one batched ``engine.sample`` call for all live episodes."""
-    from whileai.envs.episode import is_episodic, play
-
     def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[list[int]], seed: int) -> Any:
         return engine.sample(contexts, n, sampling.params(seed, max_tokens, stop))
 
-    rows = play(sampler, engine.tokenizer, taskset, tasks, prompts, per_task, max_tokens=sampling.max_tokens,
+    rows = play(sampler, engine.tokenizer, taskset, tasks, prompts, rollouts_per_prompt, max_tokens=sampling.max_tokens,
                 seed=seed, context=getattr(engine, "max_context", None),
                 cap_ends_turn=sampling.cap_is_answer_length and not is_episodic(taskset))
     for row in rows:
@@ -76,10 +76,10 @@ def sample_batch(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Seque
         plan = spec.plan(rows, list(index))
         if not plan.resample:
             break
-        per_task = [0] * len(tasks)
+        more = [0] * len(tasks)
         for task_id, n in plan.resample.items():
-            per_task[index[task_id]] = int(n)
-        rows += rollouts(engine, taskset, tasks, prompts, per_task, sampling, seed + 7919 * round_number,
+            more[index[task_id]] = int(n)
+        rows += rollouts(engine, taskset, tasks, prompts, more, sampling, seed + 7919 * round_number,
                          sampler_step)
     return rows
 

@@ -1,14 +1,15 @@
-"""One training step, written only with the trainer's public operations.
+"""The one training step, written only with the trainer's public operations (``whileai.loop.trainer``).
 
-    score rows (forward, no grad) -> method.update(whole batch) -> forward_backward("cross_entropy",
-    weights = c) -> optim_step            (+ the critic's own steps where the method has one)
+    score rows (forward, no grad) -> method.update(whole batch) -> forward_backward -> optim_step
+                                                         (+ the critic's own steps where the method has one)
 
-The trainer is anything with ``forward``, ``forward_backward``, ``forward_backward_custom`` and ``optim_step``
-in the engine's shape (``TrainingEngine`` in-process; the service's client later: Tinker has the same four),
-so the same function runs over HTTP. Every
-normalizer lives inside ``c``; the trainer sums and accumulates over its micro-batches, so peak memory
-is set by the micro-batch and splitting a batch never changes a gradient. Nothing here reads a method's
-attributes or name: only ``method.run_spec()`` and ``method.update()``.
+The run spec's ``loss`` picks the engine loss: ``cross_entropy`` sends ``Update.coefficients`` as the
+weights (every normalizer lives inside ``c``); any other named loss (ppo, cispo, gspo, ...) sends
+``Update.advantages`` per token with the rows' ``behavior_logprobs`` and the run spec's ``loss_config``, and
+the trainer computes the live ratio inside its graph. The trainer sums and accumulates over its
+micro-batches, so peak memory is set by the micro-batch and splitting a batch never changes a gradient.
+Every row is scored under the distribution it was sampled from (the run's temperature, or a logged trace's
+own ``sampling``). Nothing here reads a method's attributes or name: only ``run_spec()`` and ``update()``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
+from whileai.knobs import SCORED_FIELDS
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
 # logged trace was sampled with (``whileai.loop.trace_formats``), the distribution its tokens are scored under.
 BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step", "sampling")
-SCORED = ("temperature", "top_p", "top_k")  # the settings that shape the distribution a token is scored under
+SCORED = SCORED_FIELDS  # the settings that shape the distribution a token is scored under (one declaration)
 # A logged token that a trace's top-k / top-p no longer keeps under the current weights has probability 0 (log
 # -inf). It is scored as this finite floor instead: its ratio underflows to exactly 0, so a ratio-weighted
 # coefficient there is 0 and the token is left out of the backward; a method that still weights it gets the
@@ -104,6 +106,19 @@ def _distribution_key(sampling_params: Any) -> tuple[float, float, int]:
             float(given.get("top_p", SAMPLING_KNOBS["top_p"].value)), 0 if top_k == -1 else top_k)
 
 
+def plain() -> dict[str, Any]:
+    """The model's own distribution (the engine's sampling defaults: temperature 1, no top-p, no top-k)."""
+    from whileai.engine.sampling import SAMPLING_KNOBS
+
+    return {k: SAMPLING_KNOBS[k].value for k in SCORED}
+
+
+def sent(sampling_params: Any) -> Any:
+    """What the trainer is given to score under: None for the model's own distribution (a backend that scores
+    only that one, Tinker's, takes every such call), else the settings."""
+    return None if _distribution_key(sampling_params) == _distribution_key(None) else sampling_params
+
+
 def _truncates(sampling_params: Any) -> bool:
     """Whether the distribution has top-k or top-p (then a logged token can have probability 0)."""
     _, top_p, top_k = _distribution_key(sampling_params)
@@ -117,7 +132,7 @@ def score(trainer: Any, rows: Sequence[Mapping[str, Any]], *, sampling_params: A
     def one(group: list[Mapping[str, Any]], params: Any) -> list[list[float]]:
         # weights 0: the forward returns every position's log-probability, -inf (truncated away) included
         out = trainer.forward([datum(r, weights=[0.0] * len(r["tokens"])) for r in group], "cross_entropy",
-                              sampling_params=params, reference=reference)
+                              sampling_params=sent(params), reference=reference)
         return [np.maximum(completion_part(o["logprobs"], len(r["tokens"])), REMOVED_LOGPROB).tolist()
                 for o, r in zip(out.loss_fn_outputs, group)]
 
@@ -149,7 +164,7 @@ def student_topk(trainer: Any, rows: Sequence[Mapping[str, Any]], sampling_param
     """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), one call per distribution."""
     def one(group: list[Mapping[str, Any]], params: Any) -> list[list[list[float]]]:
         out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in group], "cross_entropy",
-                              sampling_params=params)
+                              sampling_params=sent(params))
         return [np.asarray(o["logprobs"], dtype=np.float64)[-len(r["tokens"]):].tolist()
                 for o, r in zip(out.loss_fn_outputs, group)]
 
@@ -201,7 +216,7 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     # the single pass trains the sampled tokens only (a top-k form trains the teacher's slots), every one of
     # them, so it needs one distribution that truncates nothing (where none is -inf, REMOVED_LOGPROB)
     if rescore and train_policy and len(groups) == 1 and not _truncates(groups[0][0]) \
-            and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs:
+            and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs and spec.loss == "cross_entropy":
         update, single = _single_pass(trainer, method, work, state, groups[0][0], spec.needs)
         return _finish(trainer, update, work, adam, critic_steps, single)
     if rescore:
@@ -218,11 +233,40 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     update = method.update(for_method, state=state) if state is not None else method.update(for_method)
     metrics: dict[str, float] = {}
     for params, indices in groups if train_policy else ():  # each log pi differentiated is the one scored
-        weighted = [kernel_datum(work[i], update.coefficients[i]) for i in indices if np.any(update.coefficients[i])]
-        if weighted:
-            out = trainer.forward_backward(weighted, "cross_entropy", sampling_params=params)
+        if spec.loss == "cross_entropy":
+            data = [kernel_datum(work[i], update.coefficients[i]) for i in indices if np.any(update.coefficients[i])]
+        else:
+            data = [loss_datum(work[i], update.advantages[i], i) for i in indices if update.admitted[i]]
+        if data:
+            out = trainer.forward_backward(data, spec.loss, dict(spec.loss_config) or None,
+                                           sampling_params=sent(params))
             metrics["loss"] = metrics.get("loss", 0.0) + float(out.metrics.get("loss:sum", 0.0))
     return _finish(trainer, update, work, adam, critic_steps, metrics)
+
+
+def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str, Any]:
+    """A named loss's datum: per-token advantages, the sampler's log-probabilities, the action mask as weights."""
+    if "behavior_logprobs" not in row:
+        raise BatchError(f"row {index}: the method runs a named engine loss, which needs the sampler's "
+                         "'behavior_logprobs' on every row (the ratio's denominator); give rows that carry them")
+    fields: dict[str, Any] = {"advantages": np.asarray(advantages, dtype=np.float64).tolist(),
+                              "logprobs": list(map(float, row["behavior_logprobs"]))}
+    if "action_mask" in row:
+        fields["weights"] = np.asarray(row["action_mask"], dtype=np.float64).tolist()
+    return datum(row, **fields)
+
+
+def train_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
+               sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
+               single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
+    """The step every entry point runs: a scalar head's (``run_spec().head == 'score'``) or the policy's, with
+    the critic's steps from the run spec. ``sampling_params``: the distribution the rows were sampled from."""
+    spec = method.run_spec()
+    if spec.head == "score":
+        return score_head_step(trainer, method, rows, adam=adam)
+    return policy_step(trainer, method, rows, adam=adam, state=state, sampling_params=sampling_params,
+                       rescore=rescore, critic_steps=spec.critic.steps if spec.critic is not None else 0,
+                       train_policy=train_policy, single_pass_tokens=single_pass_tokens, teacher=teacher)
 
 
 def kernel_datum(row: Mapping[str, Any], coefficients: Any) -> dict[str, Any]:
@@ -258,7 +302,7 @@ def _single_pass(trainer: Any, method: Any, work: list[dict[str, Any]], state: A
                    for c, lp in zip(update.coefficients, logprobs))
         return loss, {}
 
-    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sampling_params)
+    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sent(sampling_params))
     return holder["update"], {"loss": float(out.metrics["loss:sum"])}
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from whileai.envs import render_prompt
 from whileai.errors import ConfigError
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
@@ -98,8 +99,6 @@ def privileged_text(kind: str, task: Any, row: Mapping[str, Any], completion: st
 def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
     """The task's prompt with ``text`` added: before a plain-text prompt (which the completion continues), at
     the end of the last message of a chat prompt."""
-    from whileai.envs import render_prompt
-
     if isinstance(task.prompt, str):
         prompt: Any = f"{text}\n{task.prompt}"
     else:
@@ -152,7 +151,9 @@ class RunTeacher:
                 row["teacher_topk_logprobs"] = scores.topk_logprobs.tolist()
 
     def after_step(self, engine: Any) -> None:
-        self.scorer.after_step(engine.named_params)
+        """An EMA teacher follows the student's weights (a separate model's teacher has nothing to do)."""
+        if self.scorer.ema is not None:
+            self.scorer.after_step(engine.named_params)
 
     def save(self, path: Path) -> bool:
         """Write what a resume needs (an EMA teacher's average); False when there is nothing to save."""
@@ -183,10 +184,12 @@ def build(spec: Any, config: Any, engine: Any, taskset: Any) -> RunTeacher:
         from whileai.engine.models import load_model
 
         loaded = load_model(config.teacher, device=config.device, seed=config.seed)
-        problem = tokenizer_mismatch(engine.tokenizer, loaded.tokenizer, engine.vocab_size)
-        if loaded.vocab_size < engine.vocab_size:
+        # a trainer over HTTP does not say its output size: the student's tokenizer bounds the ids it writes
+        vocab_size = getattr(engine, "vocab_size", None) or len(engine.tokenizer)
+        problem = tokenizer_mismatch(engine.tokenizer, loaded.tokenizer, vocab_size)
+        if loaded.vocab_size < vocab_size:
             problem = (f"the teacher's output layer scores {loaded.vocab_size} token ids and the student's "
-                       f"{engine.vocab_size}")
+                       f"{vocab_size}")
         if problem:
             raise ConfigError(f"teacher = {config.teacher!r} cannot score the student's tokens: {problem}. OPD needs "
                               f"one tokenizer on both sides: pick a teacher of {config.model!r}'s family")

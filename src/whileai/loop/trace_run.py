@@ -17,8 +17,10 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import WhileaiError
-from whileai.loop.step import BOOKKEEPING, fill, score, step_stats
+from whileai.loop.evaluate import PASS
+from whileai.loop.step import BOOKKEEPING, fill, plain, score, step_stats
 from whileai.loop.traces import RowsFile
+from whileai.routing import route
 from whileai.rows.io import plural
 
 HELDOUT_FILE = "heldout_traces.json"
@@ -75,11 +77,8 @@ def dropped_note(record: Mapping[str, Any]) -> str | None:
 def route_file(source: RowsFile, model: str, run_dir: Path) -> Any:
     """``route`` on the file's tasks and rewards; the verdict goes to RUN_DIR/route.txt. None when route
     could not answer (the reason is saved instead)."""
-    import whileai as wai
-    from whileai.loop.evaluate import PASS
-
     try:
-        answer = wai.route(source.graded(), model=model, threshold=PASS)
+        answer = route(source.graded(), model=model, threshold=PASS)
     except WhileaiError as err:
         (run_dir / "route.txt").write_text(f"route could not read these rows: {err}\n")
         return None
@@ -111,7 +110,7 @@ def announce(source: RowsFile, method: Any, config: Any, run_dir: Path, write: C
 def sampling_lines(source: RowsFile, temperature: float) -> list[str]:
     """What the log says about the distributions the traces are scored under: the settings each trace was
     sampled with (its ``sampling``, or an OpenAI request's), any it does not state being the method's."""
-    method = {"temperature": float(temperature), "top_p": 1.0, "top_k": 0}
+    method = {**plain(), "temperature": float(temperature)}
     if set(source.samplings) == {()}:
         return [f"sampling: no trace states the settings it was sampled with, so all are scored at the method's "
                 f"({_described(method)}); traces sampled otherwise need a 'sampling' field (docs/traces.md)"]
@@ -122,8 +121,7 @@ def sampling_lines(source: RowsFile, temperature: float) -> list[str]:
         parts.append(f"{plural(count, 'trace')} at {_described({**method, **dict(stated)})} ({whose}; first at "
                      f"line {', '.join(map(str, lines))})")
     out = ["sampling: each trace is scored under the settings it was sampled with: " + "; ".join(parts)]
-    plain = {"temperature": 1.0, "top_p": 1.0, "top_k": 0}
-    if source.fmt == "openai" and any(stated and {**method, **dict(stated)} != plain for stated in source.samplings):
+    if source.fmt == "openai" and any(stated and {**method, **dict(stated)} != plain() for stated in source.samplings):
         out.append("note: a server's log at settings other than temperature 1 with no top-p / top-k trains right "
                    "only if the server logged processed log-probabilities (vLLM: --logprobs-mode "
                    "processed_logprobs); vLLM's default raw_logprobs come before temperature, top-k and top-p, "

@@ -1,10 +1,15 @@
-"""OPD through teacher_loop: the frozen teacher never changes, and the student's gap to it falls.
+"""OPD through `wai.train`: the student's gap to its frozen teacher falls.
 
 The gap is exact, not sampled: KL(student || teacher) over the whole vocabulary at the first completion
 position of 16 held-out prompts (``compute_logprobs(..., top_k=vocab)`` gives the full distribution).
-A random-init teacher is nearly uniform and nearly equal to a random student (KL ~ 0.02), so the test
+A random-init teacher is nearly uniform and nearly equal to a random student (KL ~ 0.02), so each test
 first trains a teacher a few supervised steps and exports it as a model directory, a teacher a user
-could name with ``--teacher-model``: tiny (seed 1) trained on builtin:case's answers; student = tiny (seed 0).
+could name with ``--teacher``:
+
+- OPD: teacher = tiny (seed 1) trained on builtin:case's answers; student = tiny (seed 0).
+
+(OPSD's version of this test measured the service page's OPSD estimator through teacher_loop; the library's
+OPSD, what `wai train` runs, moved the gap 0.318 -> 0.339 in the same 8 steps: docs/decisions.md.)
 """
 
 from __future__ import annotations
@@ -14,10 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from whileai.algorithms import teacher_loop
+import whileai as wai
 from whileai.engine import TrainingEngine, make_datum
 from whileai.envs import Task, load_taskset, render_prompt
-from whileai.methods import OPD
 
 HINT = "{answer}\n{prompt}"  # OPSD's default teacher template
 
@@ -54,19 +58,16 @@ def gap(student, teacher, taskset: str, hint: bool) -> float:
     return float(np.mean(kls))
 
 
-def probe(run) -> np.ndarray:
-    return np.asarray(run.compute_logprobs([1, 100, 101, 102, 103])["logprobs"][1:])
+RUN = dict(lag=0, lr_schedule="constant", warm_start_steps=0, eval_tasks=0, progress=False, save_every=1000)
 
 
 @pytest.mark.slow
 def test_opd_student_closes_on_a_trained_teacher(tmp_path):
-    """Measured: KL 2.38 -> 1.29 after 8 cycles of 8 prompts x 4 rollouts at learning rate 1e-2."""
+    """8 on-policy steps of 8 prompts x 4 rollouts at learning rate 1e-2."""
     teacher_dir = supervised_model(tmp_path / "teacher", "builtin:case", hint=False, steps=15, seed=1)
     before = gap(TrainingEngine("builtin:tiny", seed=0), TrainingEngine(teacher_dir), "builtin:case", hint=False)
-    service_form = OPD(loss="importance_sampling", max_ratio=None, samples=4)  # the service page's opd.py
-    result = teacher_loop(None, service_form, "builtin:case", teacher_model=teacher_dir, cycles=8, tasks_per_cycle=8,
-                          log=lambda line: None)
-    after = gap(result.student, result.teacher, "builtin:case", hint=False)
+    run = wai.train(method="opd", teacher=teacher_dir, steps=8, rollouts_per_step=32, learning_rate=1e-2,
+                    run_dir=str(tmp_path / "opd"), **RUN)
+    after = gap(TrainingEngine(str(run.weights)), TrainingEngine(teacher_dir), "builtin:case", hint=False)
     print(f"OPD exact KL(student || teacher): {before:.3f} -> {after:.3f}")  # shown with pytest -s
     assert before > 1.0 and after < 0.8 * before, (before, after)
-    np.testing.assert_array_equal(probe(result.teacher), probe(TrainingEngine(teacher_dir)))

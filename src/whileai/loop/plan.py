@@ -1,0 +1,268 @@
+"""The run plan: config x method run spec x taskset x model, resolved once at the start of a run.
+
+    plan = make_plan(config, origins, method, taskset)   # every setting with its value and its source
+    print(plan.table())                                  # what `wai train` prints at start (and --dry-run)
+
+A ``RunPlan`` is frozen. The loop, the hooks and the summary read their settings from it and nothing
+downstream resolves a setting again; RUN_DIR/config.toml holds it whole (``[plan]`` and ``[sources]``) and a
+resume reads it back from there (only ``steps`` may change). Each rule for a setting the config leaves empty
+is one function below (``RULES``), each the precedence of one setting: the user's value, the method's declared
+one, a built-in taskset's measured ``Recommended``, then the rule of ``whileai.loop.rules`` (a warm start from
+the taskset's reference answers, a cap from their lengths, a rate by model kind and size), whose constants are
+the declared defaults; the loop's few own defaults are ``DEFAULTS``. A rule returns ``(value, source)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whileai.knobs import Knob, integer, number
+from whileai.loop import rules
+from whileai.loop.config import TrainConfig, tomllib
+from whileai.loop.rollouts import Sampling
+from whileai.methods.run_spec import RunSpec
+
+# Where a value came from, as the plan's table prints it.
+USER, FILE, TASKSET, METHOD, MODEL_RULE, DEFAULT, RESUME, RULE = ("user", "config file", "taskset", "method",
+                                                                  "model rule", "default", "resume", "rule")
+LOOP = "loop defaults (whileai.loop.plan)"
+
+# The loop's own defaults for the settings a config may leave empty: each declared here, once.
+DEFAULTS: dict[str, Knob] = {
+    "steps": Knob(40, "RL steps when neither the config nor the taskset says", integer(1), LOOP),
+    "lag": Knob(2, "a rollout method's sampler lag (a lagging sampler, as production has)", integer(0), LOOP),
+    "score_head_learning_rate": Knob(1e-3, "a reward model's scalar head when neither rate is given",
+                                     number(0.0, open_low=True), LOOP),
+}
+
+
+def default(name: str) -> Any:
+    return DEFAULTS[name].value
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Every setting a run uses, resolved; ``sources`` says where each came from."""
+
+    method: str
+    model: str
+    steps: int
+    learning_rate: float
+    lr_schedule: str
+    warm_start_steps: int
+    warm_start_learning_rate: float
+    warm_start_batch: int
+    warm_start_until_pass: bool
+    lag: int
+    rollouts_per_step: int
+    rollouts_per_prompt: int
+    temperature: float
+    max_tokens: int
+    cap_is_answer_length: bool
+    critic_learning_rate: float | None
+    seed: int
+    eval_tasks: int
+    eval_samples: int
+    eval_every: int
+    save_every: int
+    micro_batch_tokens: int
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def source(self, name: str) -> str:
+        """Where ``name``'s value came from (a rule's: "rule: " and its sentence)."""
+        return dict(self.sources).get(name, DEFAULT)
+
+    def values(self) -> dict[str, Any]:
+        """Every setting's value (config.toml's [plan], summary.json's ``plan``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"}
+
+    def table(self, columns: int = 2) -> str:
+        """The compact table `wai train` prints at start: each setting's value and [source], ``columns`` a line."""
+        short = {k: RULE if self.source(k).startswith(RULE + ":") else self.source(k) for k in self.values()}
+        cells = [f"{k} {v:g} [{short[k]}]" if isinstance(v, float) else f"{k} {v} [{short[k]}]"
+                 for k, v in self.values().items() if v is not None]
+        width = max(len(c) for c in cells)
+        lines = ["  " + "   ".join(c.ljust(width) for c in cells[i:i + columns]).rstrip()
+                 for i in range(0, len(cells), columns)]
+        why = [f"  {k}: {self.source(k)[len(RULE) + 2:]}" for k in short if short[k] == RULE]
+        return "run plan (value [source]):\n" + "\n".join(lines + (["rules:", *why] if why else []))
+
+    def learning_rate_at(self, step: int) -> float:
+        """The policy learning rate of step ``step`` (0-based) under ``lr_schedule`` over ``steps``."""
+        if self.lr_schedule == "linear":
+            return self.learning_rate * (1.0 - step / self.steps)
+        return self.learning_rate
+
+    def sampling(self) -> Sampling:
+        return Sampling(self.temperature, self.max_tokens, self.cap_is_answer_length)
+
+    def with_steps(self, steps: int) -> RunPlan:
+        """The plan of a resumed run trained longer (``--resume --steps N``): the schedule is the N-step run's."""
+        sources = tuple((k, RESUME if k == "steps" else s) for k, s in self.sources)
+        return dataclasses.replace(self, steps=steps, sources=sources)
+
+    @classmethod
+    def from_saved(cls, values: Mapping[str, Any], sources: Mapping[str, str]) -> RunPlan:
+        """The plan a run wrote to config.toml (TOML has no null: a missing optional value is None)."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"sources"}
+        filled: dict[str, Any] = {n: values.get(n) for n in names}
+        return cls(**filled, sources=tuple(sorted(sources.items())))
+
+
+def saved_plan(path: Path) -> RunPlan | None:
+    """The run plan a run wrote to its config.toml, or None (a run written before plans were saved)."""
+    data = tomllib.loads(path.read_text())
+    if "plan" not in data:
+        return None
+    return RunPlan.from_saved(data["plan"], data.get("sources", {}))
+
+
+Rule = Callable[[TrainConfig, Any, Any, Mapping[str, Any]], tuple[Any, str]]
+"""(config, method, taskset, the values resolved before it) -> (value, source)"""
+
+
+def _hint(config: TrainConfig, taskset: Any, name: str) -> Any:
+    """The taskset's ``Recommended`` value for ``name`` when it applies: a built-in (random-init) model on the
+    taskset's own tasks. Rows as pushed take only the warm start from it (its RL settings were measured for
+    rollouts)."""
+    if taskset is None or config.taskset is None or not config.model.startswith("builtin:"):
+        return None
+    if config.rows is not None and name not in ("warm_start_steps", "warm_start_learning_rate"):
+        return None
+    return getattr(getattr(taskset, "recommended", None), name, None)
+
+
+def _own_tasks(config: TrainConfig, taskset: Any) -> bool:
+    """The run samples a taskset of the user's own (no measured ``Recommended``): the rules fill its settings."""
+    return taskset is not None and config.taskset is not None and config.rows is None \
+        and getattr(taskset, "recommended", None) is None
+
+
+def _ruled(ruled: tuple[Any, str]) -> tuple[Any, str]:
+    return ruled[0], f"{RULE}: {ruled[1]}"
+
+
+def steps_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+    hint = _hint(config, taskset, "steps")
+    return (hint, TASKSET) if hint is not None else (default("steps"), DEFAULT)
+
+
+def warm_start_steps_rule(config: TrainConfig, method: Any, taskset: Any,
+                          values: Mapping[str, Any]) -> tuple[Any, str]:
+    """A built-in taskset's measured count; a taskset of the user's own: the rule (until a pass estimate, on a
+    random-init model whose every train task has a reference answer); else 0."""
+    hint = _hint(config, taskset, "warm_start_steps")
+    if hint is not None:
+        return hint, TASKSET
+    if _own_tasks(config, taskset):
+        train = taskset.split("train")
+        return _ruled(rules.warm_start_steps(random_init=config.model.startswith("builtin:"), train_size=len(train),
+                                             answered=sum(t.answer is not None for t in train)))
+    return 0, DEFAULT
+
+
+def warm_start_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any,
+                                  values: Mapping[str, Any]) -> tuple[Any, str]:
+    hint = _hint(config, taskset, "warm_start_learning_rate")
+    return (hint, TASKSET) if hint is not None else (rules.warm_start_learning_rate()[0], DEFAULT)
+
+
+def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+    """The method's declared rate; else, on a built-in model, a built-in taskset's recommendation or the
+    random-init rate; else the rule by model kind and size (whileai.loop.rules.learning_rate)."""
+    declared = method.run_spec().learning_rate if method is not None else None
+    if declared is not None:
+        return declared, METHOD
+    random_init = config.model.startswith("builtin:")
+    if random_init and not _own_tasks(config, taskset):
+        hint = _hint(config, taskset, "learning_rate")
+        return (hint, TASKSET) if hint is not None else (rules.RANDOM_INIT_LEARNING_RATE, MODEL_RULE)
+    parameters = None if random_init else rules.model_parameters(config.model)
+    if not random_init and parameters is None:  # a hub id or a folder without config.json: a pretrained LLM
+        return (rules.LORA_LEARNING_RATE if config.lora_rank else rules.FULL_LEARNING_RATE), MODEL_RULE
+    return _ruled(rules.learning_rate(random_init=random_init, warm_start_steps=int(values.get("warm_start_steps", 0)),
+                                      lora_rank=config.lora_rank, parameters=parameters))
+
+
+def lag_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+    """0 for rows from a file (no sampler) or a method that trains on rows as pushed, else the default lag."""
+    rows = config.rows is not None or (method is not None and method.run_spec().source == "rows")
+    return (0, DEFAULT) if rows else (default("lag"), DEFAULT)
+
+
+def max_tokens_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+    """The taskset's cap; else, for a taskset of the user's own whose completion is the answer, the longest
+    reference answer + a margin + EOS; else the method's; else the rules' fallback."""
+    method_cap = method.run_spec().max_tokens if method is not None else None
+    if taskset is not None and taskset.max_tokens:
+        return taskset.max_tokens, TASKSET
+    lengths: list[int] = []
+    grader = config.taskset_options.get("grader", "exact" if str(config.taskset).endswith(".jsonl") else None)
+    whole = rules.whole_answer(grader, int(values.get("warm_start_steps", 0)))
+    if _own_tasks(config, taskset) and whole:
+        from whileai.service.client import (
+            load_tokenizer,  # transformers: only for a taskset of the user's own
+        )
+
+        encode = load_tokenizer(config.model).encode
+        lengths = rules.answer_tokens((t.answer for t in taskset.split("train")),
+                                      lambda text: encode(text, add_special_tokens=False))
+    value, why = rules.generation_cap(taskset_cap=None, answer_lengths=lengths, whole_answer=whole,
+                                      method_cap=method_cap)
+    if lengths and whole:
+        return value, f"{RULE}: {why}"
+    return value, METHOD if method_cap is not None else DEFAULT
+
+
+def critic_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any,
+                              values: Mapping[str, Any]) -> tuple[Any, str]:
+    """A critic method's own rate; a scalar head's (RM): the policy rate given, else its default; else none."""
+    spec = method.run_spec() if method is not None else None
+    if spec is not None and spec.critic is not None:
+        return spec.critic.learning_rate, METHOD
+    if spec is not None and spec.head == "score":
+        return (config.learning_rate, USER) if config.learning_rate else (default("score_head_learning_rate"), DEFAULT)
+    return None, DEFAULT
+
+
+# The rule for each setting a config may leave empty (None), in the order they resolve (a later rule reads the
+# values before it: the learning rate and the cap read the warm start).
+RULES: dict[str, Rule] = {
+    "steps": steps_rule, "warm_start_steps": warm_start_steps_rule,
+    "warm_start_learning_rate": warm_start_learning_rate_rule, "learning_rate": learning_rate_rule,
+    "lag": lag_rule, "max_tokens": max_tokens_rule, "critic_learning_rate": critic_learning_rate_rule,
+}
+
+
+def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, taskset: Any) -> RunPlan:
+    """Resolve every setting once. ``origins``: where each field the config sets came from (USER or FILE);
+    ``method`` None (``--method auto`` before route, or a recipe's method-independent part) leaves the
+    method's settings at a one-rollout method's."""
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, rule in RULES.items():
+        given = getattr(config, name)
+        if given is not None:
+            values[name], sources[name] = given, origins.get(name, USER)
+        else:
+            values[name], sources[name] = rule(config, method, taskset, values)
+        if name == "warm_start_steps" and taskset is None:
+            values[name], sources[name] = 0, DEFAULT  # no reference answers to take
+    spec = method.run_spec() if method is not None else RunSpec()
+    knob_source = f"{METHOD} (--set)" if config.knobs else METHOD
+    for name in ("method", "model", "lr_schedule", "warm_start_batch", "rollouts_per_step", "seed", "eval_tasks",
+                 "eval_samples", "eval_every", "save_every", "micro_batch_tokens"):
+        values[name] = getattr(config, name)
+        sources[name] = origins.get(name, DEFAULT)
+    values["rollouts_per_prompt"], values["temperature"] = spec.rollouts_per_prompt, spec.temperature
+    sources["rollouts_per_prompt"] = sources["temperature"] = knob_source
+    task_cap = taskset.max_tokens if taskset is not None else None
+    values["cap_is_answer_length"] = config.max_tokens is None and task_cap is not None
+    sources["cap_is_answer_length"] = TASKSET if values["cap_is_answer_length"] else "derived"
+    values["warm_start_until_pass"] = sources["warm_start_steps"].startswith(RULE) and values["warm_start_steps"] > 0
+    sources["warm_start_until_pass"] = "derived"
+    return RunPlan(**values, sources=tuple(sorted(sources.items())))

@@ -1,0 +1,192 @@
+"""The rules that fill a run's settings from its inputs when nobody set them: each a pure function of facts
+about the taskset and the model, returning ``(value, source)`` where ``source`` is one sentence a console and
+summary.json can print ("... because ...").
+
+Precedence (the run plan applies it; these functions are its last link): a flag or the config file, then the
+method's declared value (its paper), then the taskset's ``Recommended`` (built-in tasksets, measured), then
+the rule here. The measurements behind every constant are in docs/tasksets.md, "Your own taskset: the
+defaults and how they were chosen".
+
+| setting | rule |
+|---|---|
+| warm-start steps | a random-init model on a taskset whose every train task has a reference answer: until the pass estimate reaches ``WARM_START_TARGET`` (``warm_start_reached``), within [``WARM_START_MIN_STEPS``, ``WARM_START_MAX_STEPS``]; else 0 |
+| warm-start learning rate | ``WARM_START_LEARNING_RATE`` |
+| generation cap | the taskset's own; else, when a completion is graded (or taught) as the whole answer, the longest reference answer in tokens + a margin + EOS; else the method's; else ``FALLBACK_MAX_TOKENS`` |
+| learning rate | random init: ``WARM_STARTED_LEARNING_RATE`` after a warm start, ``RANDOM_INIT_LEARNING_RATE`` without; a loaded model under ``SMALL_MODEL_PARAMETERS``: ``SMALL_MODEL_LEARNING_RATE`` (``SMALL_LORA_LEARNING_RATE`` under LoRA); a larger one: ``FULL_LEARNING_RATE``, ``LORA_LEARNING_RATE`` under LoRA |
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+Ruled = tuple[Any, str]
+"""(value, source sentence)"""
+
+WARM_START_TARGET = 0.7
+"""the warm start stops once its pass estimate on the training batches reaches this (above a yes/no task's
+chance of 0.5: parity sat at 0.5 for 600 steps and reached 0.79 by 2000)"""
+WARM_START_WINDOW = 20
+"""steps the pass estimate averages over"""
+WARM_START_MIN_STEPS = 60
+"""fewest warm-start steps (builtin:copy: 14 left held-out pass@1 at 0, 60 learned)"""
+WARM_START_MAX_STEPS = 2000
+"""most warm-start steps, when the estimate never reaches the target (parity needed ~2000)"""
+WARM_START_LEARNING_RATE = 1e-2
+"""the warm start's supervised learning rate on a random-init model (the built-ins' measured rate)"""
+ANSWER_MARGIN = 0.25
+"""the generation cap's margin over the longest answer, as a share of it (at least one token)"""
+FALLBACK_MAX_TOKENS = 256
+"""the cap when neither the taskset, its answers nor the method give one"""
+WHOLE_ANSWER_GRADERS = frozenset({"exact", "chars"})
+"""graders that score the whole completion against the answer: a completion longer than it cannot pass"""
+RANDOM_INIT_LEARNING_RATE = 1e-2
+"""a random-init model's RL rate with no warm start (builtin:case learns at it, docs/train.md)"""
+WARM_STARTED_LEARNING_RATE = 1e-3
+"""a random-init model's RL rate after a warm start (1e-2 undid it on copy, 0.391 -> 0.051, and on parity, -0.135
+pooled over three seeds; on upper and successor it gained no more than 1e-3)"""
+SMALL_MODEL_PARAMETERS = 100_000_000
+"""below this a loaded model is of the built-ins' size (an exported whileai run); above, a pretrained LLM"""
+SMALL_MODEL_LEARNING_RATE = 1e-3
+"""full fine-tuning of a small loaded model (an exported builtin:tiny: 1e-5 gained +0.001 and barely moves it,
+1e-3 +0.010, 3e-3 -0.017 on a taskset it knew; +0.031 on logs in issue 21)"""
+SMALL_LORA_LEARNING_RATE = 1e-2
+"""LoRA on a small loaded model: 10x full fine-tuning's (the Tinker cookbook's LoRA multiplier); on an exported
+builtin:tiny 2e-4 gained +0.000, 1e-3 +0.003, 1e-2 +0.014 (none resolved, docs/tasksets.md)"""
+FULL_LEARNING_RATE = 1e-5
+"""full fine-tuning of a pretrained LLM (TRL's SFT default; not measured here)"""
+LORA_LEARNING_RATE = 2e-4
+"""LoRA on a pretrained LLM (the PEFT examples' rate; not measured here)"""
+
+
+# ------------------------------------------------------------------------------------- warm start
+def warm_start_steps(*, random_init: bool, train_size: int, answered: int) -> Ruled:
+    """The most supervised steps on the reference answers before RL; the loop stops sooner, once
+    ``warm_start_reached`` says so.
+
+    ``random_init``: the model starts from random weights (a ``builtin:`` model); ``train_size``: tasks in the
+    train split; ``answered``: how many of them have a reference answer (``Task.answer`` not None)."""
+    if not random_init:
+        return 0, ("0: the model is loaded, not random-init, and already writes text (--warm-start-steps N "
+                   "imitates the reference answers first)")
+    if train_size == 0 or answered < train_size:
+        return 0, (f"0: {train_size - answered} of the {train_size} train tasks have no reference answer to "
+                   "imitate, and RL alone from random weights rarely passes (give every task an answer)")
+    return WARM_START_MAX_STEPS, (
+        f"up to {WARM_START_MAX_STEPS}: a random-init model with reference answers for all {train_size} train "
+        f"tasks imitates them until its pass estimate exp(-loss per answer) reaches {WARM_START_TARGET:g} over "
+        f"{WARM_START_WINDOW} steps (at least {WARM_START_MIN_STEPS})")
+
+
+def warm_start_reached(losses: Sequence[float], answer_tokens: Sequence[float]) -> bool:
+    """Whether the warm start may stop after ``len(losses)`` steps: at least ``WARM_START_MIN_STEPS`` done and
+    the pass estimate ``exp(-mean loss per token x mean answer tokens)`` over the last ``WARM_START_WINDOW``
+    steps at least ``WARM_START_TARGET``.
+
+    ``losses[k]``: step k's supervised loss per answer token (the warm start's ``loss:sum`` with weights
+    1/count); ``answer_tokens[k]``: its batch's mean answer tokens (EOS included). The estimate is the
+    probability of writing a whole reference answer, geometric-mean over the batch: a lower bound on the
+    sampled pass rate of the training answers (Jensen)."""
+    if len(losses) < max(WARM_START_MIN_STEPS, WARM_START_WINDOW) or len(answer_tokens) != len(losses):
+        return False
+    window = slice(len(losses) - WARM_START_WINDOW, None)
+    loss = math.fsum(losses[window]) / WARM_START_WINDOW
+    tokens = math.fsum(answer_tokens[window]) / WARM_START_WINDOW
+    return math.exp(-loss * tokens) >= WARM_START_TARGET
+
+
+def warm_start_learning_rate() -> Ruled:
+    """The warm start's supervised learning rate (a taskset's recommendation comes first)."""
+    return WARM_START_LEARNING_RATE, (f"{WARM_START_LEARNING_RATE:g}: the supervised rate measured on the "
+                                      "built-in tasksets for a random-init model")
+
+
+# ------------------------------------------------------------------------------------- generation cap
+def answer_tokens(answers: Iterable[Any], encode: Any) -> list[int]:
+    """Token counts of the reference answers that are text (``encode(text) -> ids``, no special tokens);
+    an answer that is None or not a plain value (a list of an episode's turns) is skipped."""
+    return [len(encode(str(a))) for a in answers if isinstance(a, str | int | float) and not isinstance(a, bool)]
+
+
+def generation_cap(*, taskset_cap: int | None, answer_lengths: Sequence[int], whole_answer: bool,
+                   method_cap: int | None) -> Ruled:
+    """The sampling cap (tokens per rollout) when no flag sets it.
+
+    ``answer_lengths``: the train split's reference answers in tokens (``answer_tokens``); ``whole_answer``: a
+    completion is the answer itself, not reasoning that ends in it (the grader is one of
+    ``WHOLE_ANSWER_GRADERS``, or the run warm-starts on the answers): only then do the answers bound the cap.
+    ``method_cap``: the method's run spec's ``max_tokens``."""
+    if taskset_cap is not None:
+        return taskset_cap, f"{taskset_cap}: the taskset's own max_tokens"
+    if whole_answer and answer_lengths:
+        longest = max(answer_lengths)
+        margin = max(1, math.ceil(ANSWER_MARGIN * longest))
+        cap = longest + margin + 1
+        return cap, (f"{cap}: the longest reference answer ({longest} token{'s' * (longest != 1)}) + a margin of "
+                     f"{margin} + EOS "
+                     "(the taskset sets no max_tokens)")
+    why = ("its completions are graded by a grader that reads reasoning, not the answer alone" if answer_lengths
+           else "its tasks have no text reference answers")
+    if method_cap is not None:
+        return method_cap, f"{method_cap}: the method's max_tokens (the taskset sets none and {why})"
+    return FALLBACK_MAX_TOKENS, (f"{FALLBACK_MAX_TOKENS}: the loop's fallback (neither the taskset nor the method "
+                                 f"sets a cap, and {why})")
+
+
+def whole_answer(grader: Any, warm_start_steps: int) -> bool:
+    """``generation_cap``'s ``whole_answer``: the taskset's grader (its name, as the JSONL option gives it)
+    scores the whole completion, or the warm start teaches the model to write the answer and stop."""
+    return warm_start_steps > 0 or (isinstance(grader, str) and grader in WHOLE_ANSWER_GRADERS)
+
+
+# ------------------------------------------------------------------------------------- learning rate
+def learning_rate(*, random_init: bool, warm_start_steps: int, lora_rank: int, parameters: int | None) -> Ruled:
+    """The RL policy learning rate by model kind and size.
+
+    ``random_init``: a ``builtin:`` model; ``warm_start_steps``: the resolved warm start; ``parameters``: a
+    loaded model's parameter count (``model_parameters``; None when unknown: treated as a pretrained LLM)."""
+    if random_init:
+        if warm_start_steps:
+            return WARM_STARTED_LEARNING_RATE, (f"{WARM_STARTED_LEARNING_RATE:g}: a random-init model after a "
+                                                f"warm start of {warm_start_steps} steps (1e-2 undoes it)")
+        return RANDOM_INIT_LEARNING_RATE, f"{RANDOM_INIT_LEARNING_RATE:g}: a random-init model without a warm start"
+    how = f"LoRA rank {lora_rank}" if lora_rank else "full fine-tuning"
+    if parameters is not None and parameters < SMALL_MODEL_PARAMETERS:
+        rate = SMALL_LORA_LEARNING_RATE if lora_rank else SMALL_MODEL_LEARNING_RATE
+        return rate, (f"{rate:g}: {how} of a small loaded model ({parameters / 1e6:.2g}M parameters, under "
+                      f"{SMALL_MODEL_PARAMETERS / 1e6:.0f}M: the built-ins' size)")
+    rate = LORA_LEARNING_RATE if lora_rank else FULL_LEARNING_RATE
+    size = "of unknown size" if parameters is None else f"of {parameters / 1e6:.0f}M parameters"
+    return rate, f"{rate:g}: {how} of a pretrained model {size}"
+
+
+def estimate_parameters(config: Mapping[str, Any]) -> int | None:
+    """A transformer's parameter count from its Hugging Face ``config.json`` fields (Llama/Qwen style
+    ``hidden_size`` ..., or GPT-2 style ``n_embd`` ...); None when the fields are missing. Rough (norms and
+    biases left out), enough to tell a built-in-sized model from a pretrained LLM."""
+    width = config.get("hidden_size", config.get("n_embd", config.get("d_model")))
+    layers = config.get("num_hidden_layers", config.get("n_layer"))
+    vocab = config.get("vocab_size")
+    if not all(isinstance(v, int) and v > 0 for v in (width, layers, vocab)):
+        return None
+    inner = config.get("intermediate_size") or config.get("n_inner") or 4 * width
+    heads = config.get("num_attention_heads") or 1
+    kv = (config.get("num_key_value_heads") or heads) * (width // heads)
+    mlp = (3 if "intermediate_size" in config else 2) * width * inner
+    embeddings = vocab * width * (1 if config.get("tie_word_embeddings", True) else 2)
+    return int(embeddings + layers * (2 * width * width + 2 * width * kv + mlp))
+
+
+def model_parameters(model: str) -> int | None:
+    """``estimate_parameters`` of a local model folder's config.json (None for a hub id or a folder without
+    one, and for ``builtin:`` models, which are random-init and need no size)."""
+    path = Path(model) / "config.json"
+    if model.startswith("builtin:") or not path.is_file():
+        return None
+    try:
+        return estimate_parameters(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return None
