@@ -13,6 +13,11 @@ defaults and how they were chosen".
 | warm-start learning rate | ``WARM_START_LEARNING_RATE`` |
 | generation cap | the taskset's own; else, when a completion is graded (or taught) as the whole answer, the longest reference answer in tokens + a margin + EOS; else the method's; else ``FALLBACK_MAX_TOKENS`` |
 | learning rate | random init: ``WARM_STARTED_LEARNING_RATE`` after a warm start, ``RANDOM_INIT_LEARNING_RATE`` without; a loaded model under ``SMALL_MODEL_PARAMETERS``: ``SMALL_MODEL_LEARNING_RATE`` (``SMALL_LORA_LEARNING_RATE`` under LoRA); a larger one: ``FULL_LEARNING_RATE``, ``LORA_LEARNING_RATE`` under LoRA |
+
+The loop's side: a warm start whose steps came from ``warm_start_steps`` (not from a flag) stops early once
+``warm_start_reached(losses, answer_tokens)`` holds after a step; the sampling cap from ``generation_cap``'s
+answer rule is not an answer length (``Sampling.cap_is_answer_length`` stays False: a reply that reaches it
+is truncated).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ WARM_START_WINDOW = 20
 WARM_START_MIN_STEPS = 60
 """fewest warm-start steps (builtin:copy: 14 left held-out pass@1 at 0, 60 learned)"""
 WARM_START_MAX_STEPS = 2000
-"""most warm-start steps, when the estimate never reaches the target (parity needed ~2000)"""
+"""most warm-start steps, when the estimate never reaches the target (successor.jsonl's seeds 0 and 1 never did and
+stood at held-out 0.51 and 0.41 after 2000 steps, then RL gained +0.08 on each)"""
 WARM_START_LEARNING_RATE = 1e-2
 """the warm start's supervised learning rate on a random-init model (the built-ins' measured rate)"""
 ANSWER_MARGIN = 0.25
