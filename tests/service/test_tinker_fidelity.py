@@ -199,3 +199,23 @@ def test_the_rest_client_reads_a_training_run_by_its_tinker_path(service: Any) -
     assert rest.get_training_run(training.model_id).result(timeout=60).training_run_id == training.model_id
     with pytest.raises(tinker.NotFoundError, match="no model 'run-nobody'"):
         rest.get_training_run("run-nobody").result(timeout=60)
+
+
+def test_a_data_dirs_old_builtin_tokenizer_is_rewritten_by_the_one_rule(tmp_path):
+    """A data dir written by an older version holds a tokenizer without BOS; the server rewrites it once per
+    process, so `get_tokenizer()` always tokenizes as training does."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from whileai.engine.models import byte_tokenizer
+    from whileai.service.tinker_api import TinkerFront
+
+    stale = tmp_path / "tokenizers" / "builtin"
+    stale.mkdir(parents=True)
+    (stale / "tokenizer.json").write_text("{}")  # not a tokenizer at all: it must not survive
+    front = TinkerFront(SimpleNamespace(config=SimpleNamespace(data_dir=str(tmp_path))))
+    folder = front.tokenizer_id("builtin:tiny")
+    loaded = AutoTokenizer.from_pretrained(folder)
+    assert loaded.encode("ab") == byte_tokenizer().encode("ab")
+    assert front.tokenizer_id("builtin:tiny") == folder

@@ -77,6 +77,7 @@ class TinkerFront:
         self.next: dict[str, int] = {}                   # run -> next seq to give out
         self.shapes: dict[str, dict[str, Any]] = {}      # request_id -> how to shape its answer
         self.ready: dict[str, dict[str, Any]] = {}       # request_id -> an answer known at once (create_model)
+        self.builtin_tokenizer_written = False           # a built-in's tokenizer folder, rewritten once per process
         self.refused: dict[str, tuple[int, str]] = {}    # request_id -> runs.py's refusal, given at submit
         self.samplers: dict[str, tuple[str, int | None, str | None]] = {}  # sampling session -> run, version, path
         self.paths: dict[str, tuple[str, int]] = {}     # tinker://run/sampler_weights/name -> run, version
@@ -220,14 +221,16 @@ class TinkerFront:
             self.metadata[run_id] = {str(k): str(v) for k, v in metadata.items()}
 
     def tokenizer_id(self, base_model: str) -> str:
-        """Where ``AutoTokenizer.from_pretrained`` finds this model's tokenizer (a built-in's is written once)."""
+        """Where ``AutoTokenizer.from_pretrained`` finds this model's tokenizer. A built-in's is written once per
+        server process (so a data dir from an older version never serves an older tokenizer rule)."""
         if not base_model.startswith("builtin:"):
             return base_model
         folder = Path(self.service.config.data_dir).resolve() / "tokenizers" / "builtin"
-        if not (folder / "tokenizer.json").is_file():
+        if not self.builtin_tokenizer_written:
             from whileai.engine.models import byte_tokenizer
 
             byte_tokenizer().save_pretrained(str(folder))
+            self.builtin_tokenizer_written = True
         return str(folder)
 
 
