@@ -1,5 +1,5 @@
 """The numbers of docs/tasksets.md ("Your own taskset"): for each taskset, today's defaults against the rules
-over the seeds run, from the run directories `measure.py` / `wai train` wrote (RUN_ROOT/NAME-ARM-sSEED).
+over the seeds run, from the run directories `wai train` wrote (RUN_ROOT/NAME-ARM-sSEED).
 
     python examples/tasksets/table.py RUN_ROOT parity upper successor --arms default rules --seeds 0 1 2
 """
