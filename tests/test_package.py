@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import re
@@ -61,3 +62,41 @@ def test_readme_commands_pin_the_cpu_torch_build():
     ci = (ROOT / ".ci" / "run").read_text()
     test_command = commands[1].split("&&")[-1].strip()
     assert test_command in ci
+
+
+def _facade_imports(path: Path, src: Path = ROOT / "src") -> list[str]:
+    """`line: statement` for every import of the `whileai` facade itself in one source file (relative imports
+    resolved against the file's package under ``src``); `from whileai.x import y` and `import whileai.x` are not the
+    facade."""
+    package = ".".join(path.relative_to(src).with_suffix("").parts[:-1] if path.name != "__init__.py"
+                       else path.relative_to(src).parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name == "whileai"]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            if module == "whileai":
+                found.append(f"{node.lineno}: from {'.' * node.level}{node.module or ''} import "
+                             + ", ".join(a.name for a in node.names))
+    return found
+
+
+def test_facade_import_check_sees_every_form(tmp_path):
+    """The checker below flags the facade in each spelling, relative ones included, and nothing else."""
+    probe = tmp_path / "whileai" / "cli" / "probe.py"
+    probe.parent.mkdir(parents=True)
+    probe.write_text("import whileai\nimport whileai as wai\nfrom whileai import train\nfrom .. import rows\n"
+                     "import whileai.loop\nfrom whileai.loop import train\nfrom . import skills_cmd\n")
+    assert _facade_imports(probe, tmp_path) == ["1: import whileai", "2: import whileai",
+                                                "3: from whileai import train", "4: from .. import rows"]
+
+
+def test_no_package_module_imports_the_facade():
+    """Package code imports the module that defines a name, never `whileai` itself (only the facade's own
+    __init__.py re-exports): the layering stays visible and no module depends on the whole package."""
+    pkg = ROOT / "src" / "whileai"
+    offenders = [f"{p.relative_to(ROOT)}:{hit}" for p in sorted(pkg.rglob("*.py")) if p != pkg / "__init__.py"
+                 for hit in _facade_imports(p)]
+    assert offenders == [], "import the defining module instead of the facade:\n" + "\n".join(offenders)

@@ -15,9 +15,8 @@ import importlib
 import pkgutil
 from typing import Any
 
+from whileai._version import __version__
 from whileai.errors import BatchError, ConfigError, WhileaiError
-
-__version__ = "0.1.0"
 
 # name -> the module that defines it. One place; `dir(whileai)` and the docs read it.
 _EXPORTS: dict[str, str] = {

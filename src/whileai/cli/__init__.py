@@ -109,7 +109,7 @@ def _silence_stdout() -> None:
 
 
 def _version() -> str:
-    from whileai import __version__
+    from whileai._version import __version__
 
     return __version__
 

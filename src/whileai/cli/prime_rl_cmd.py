@@ -77,7 +77,8 @@ def parse_pairs(pairs: list[str], flag: str) -> dict[str, Any]:
 
 def build(args: argparse.Namespace) -> Any:
     """The PrimeRLConfig the arguments describe (raises ConfigError on a refusal)."""
-    import whileai as wai
+    from whileai.endpoints import Endpoint
+    from whileai.prime_rl import prime_rl_config
 
     fields = parse_pairs(args.env_field, "--env-field")
     env: Any = {"id": args.env, **fields} if fields else args.env
@@ -86,20 +87,20 @@ def build(args: argparse.Namespace) -> Any:
     method: Any = _method(args.method, knobs)
     teacher = None
     if args.teacher_url:
-        teacher = wai.Endpoint(base_url=args.teacher_url, model=args.teacher_model, vocab_size=args.teacher_vocab)
-    return wai.prime_rl_config(env, method, model=args.model, teacher=teacher, model_vocab_size=args.model_vocab,
-                               strict=args.strict, **parse_pairs(args.overrides, "--set"))
+        teacher = Endpoint(base_url=args.teacher_url, model=args.teacher_model, vocab_size=args.teacher_vocab)
+    return prime_rl_config(env, method, model=args.model, teacher=teacher, model_vocab_size=args.model_vocab,
+                           strict=args.strict, **parse_pairs(args.overrides, "--set"))
 
 
 def _method(name: str, knobs: dict[str, Any]) -> Any:
     """The method object the knobs describe, or the bare name (the writer refuses it with the reason)."""
-    import whileai as wai
+    from whileai.methods.registry import method as build_method
     from whileai.prime_rl.refusals import WHOLE_METHODS
 
     if not knobs or not _known(name):
         return name
     try:
-        return wai.method(name, **knobs)
+        return build_method(name, **knobs)
     except ConfigError:
         if name.strip().lower().replace("-", "_") in WHOLE_METHODS:  # refused whatever its knobs
             return name

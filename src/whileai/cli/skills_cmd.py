@@ -37,9 +37,7 @@ class Skill:
 
 def skills_dir() -> Path:
     """Where the installed package keeps its skills."""
-    import whileai
-
-    return Path(whileai.__file__).resolve().parent / "skills"
+    return Path(__file__).resolve().parents[1] / "skills"  # whileai/cli/skills_cmd.py -> whileai/skills
 
 
 def front_matter(path: Path) -> dict[str, str]:

@@ -33,6 +33,7 @@ from whileai.evidence.papers import BUILTIN_CRITIC_RATE, FLASH_OFF_POLICY, NEVER
 from whileai.evidence.plan import check_folder, precheck, train_or_read
 from whileai.evidence.runner import Arm, Recipe, _check_train, _fmt, _pinned, drift_reached
 from whileai.loop.controls import _pooled, _seeds
+from whileai.methods.registry import method as build_method
 
 LAGS = (0, 2, 4, 8, 16)
 """the issue's lags, in optimizer steps between the weights that sampled a batch and the step that trains it"""
@@ -195,10 +196,8 @@ class LagTable:
 
 
 def _per_prompt(method: str, knobs: Mapping[str, Any]) -> str:
-    import whileai as wai
-
     arm = lag_arm(method, 0, knobs)
-    n = wai.method(arm.method, **arm.knobs).run_spec().rollouts_per_prompt
+    n = build_method(arm.method, **arm.knobs).run_spec().rollouts_per_prompt
     return f" ({n} per prompt)"
 
 

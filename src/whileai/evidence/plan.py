@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError
+from whileai.loop import train
+from whileai.methods.registry import method as build_method
 
 # the fields a run's saved config must share with the wanted one to be read back or resumed
 SAME = ("method", "knobs", "seed", "lag", "steps", "rollouts_per_step", "learning_rate", "critic_learning_rate",
@@ -27,7 +29,6 @@ def precheck(plans: Sequence[Mapping[str, Any]], label: Any = None) -> None:
     """The loop's checks of every run's settings (its method and knobs, the lag bound, the steps a critic's
     warm-up leaves), each distinct problem once with the runs it concerns, before anything trains.
     ``label(settings)`` names a run in the listing (default: its method and knobs)."""
-    import whileai as wai
     from whileai.loop import config as config_io
     from whileai.loop.checks import _load_taskset, check, resolve_method
 
@@ -35,7 +36,7 @@ def precheck(plans: Sequence[Mapping[str, Any]], label: Any = None) -> None:
     for settings in plans:
         name = label(settings) if label else f"{settings['method']} {json.dumps(settings.get('knobs', {}))}"
         try:
-            wai.method(settings["method"], **settings.get("knobs", {}))
+            build_method(settings["method"], **settings.get("knobs", {}))
         except ConfigError as e:
             found.setdefault(str(e), []).append(name)
             continue
@@ -61,7 +62,6 @@ def train_or_read(settings: Mapping[str, Any]) -> tuple[Any, bool]:
     """``(run, trained)``: the run in ``settings['run_dir']`` when it finished with these settings, resumed from
     its checkpoint when it stopped part way, trained when the folder does not exist. A folder that holds a run
     with other settings, or a stopped run without a checkpoint, is a ConfigError naming it (never overwritten)."""
-    import whileai as wai
     from whileai.loop.run import Run
 
     run_dir = Path(settings["run_dir"])
@@ -70,7 +70,7 @@ def train_or_read(settings: Mapping[str, Any]) -> tuple[Any, bool]:
         if run_dir.exists() and any(run_dir.iterdir()):
             raise ConfigError(f"{run_dir} exists and holds no run (no config.toml); give another run_dir or empty "
                               "that folder")
-        return wai.train(**settings), True
+        return train(**settings), True
     _same_settings(run_dir, settings)
     if (run_dir / "summary.json").is_file() and (run_dir / "heldout.jsonl").is_file():
         from whileai.loop import config as config_io
@@ -80,7 +80,7 @@ def train_or_read(settings: Mapping[str, Any]) -> tuple[Any, bool]:
     if not (run_dir / "checkpoint" / "LATEST").is_file():
         raise ConfigError(f"{run_dir} holds a run that stopped before its first checkpoint, so it cannot be "
                           "resumed; remove that folder and run the same command again")
-    return wai.train(resume=str(run_dir), progress=bool(settings.get("progress", False))), True
+    return train(resume=str(run_dir), progress=bool(settings.get("progress", False))), True
 
 
 def _same_settings(run_dir: Path, settings: Mapping[str, Any]) -> None:

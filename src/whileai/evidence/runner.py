@@ -34,6 +34,9 @@ from whileai.errors import ConfigError, WhileaiError
 from whileai.evidence.plan import check_folder, precheck, train_or_read
 from whileai.loop.controls import _held_out_rows, _seeds
 from whileai.loop.evaluate import PASS
+from whileai.methods.registry import method as build_method
+from whileai.methods.run_spec import RunSpec
+from whileai.rows.stats import compare
 
 RECIPE_SEEDS = 5  # seeds per arm by default: the issue's >= 5; compare needs >= 2 to show anything
 # the drift a run reached: metrics.jsonl key -> (label, how it is pooled over steps and seeds)
@@ -189,8 +192,6 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
     ``{"[ARM:]KEY": value}`` (the module docstring). Writes
     RUN_DIR/LABEL-seedS/ per run and recipe.json, recipe.txt under ``run_dir`` (default
     runs/recipe-NAME-TIME)."""
-    import whileai as wai
-
     began = time.perf_counter()
     seed_list = _seeds(seeds, train.pop("seed", 0))
     _check_train(train)
@@ -208,7 +209,7 @@ def run_recipe(recipe: Recipe, *, seeds: int | Sequence[int] = RECIPE_SEEDS, pro
         runs[arm.label].append(run)
     _same_budget(runs, arms)
     baseline = arms[0]
-    comparisons = [wai.compare(_paired(runs[baseline.label], seed_list), _paired(runs[arm.label], seed_list), threshold=PASS,
+    comparisons = [compare(_paired(runs[baseline.label], seed_list), _paired(runs[arm.label], seed_list), threshold=PASS,
                                name=recipe.name, baseline_name=baseline.label, treatment_name=arm.label)
                    for arm in arms[1:]]
     drift = {arm.label: drift_reached(runs[arm.label]) for arm in arms}
@@ -240,9 +241,7 @@ def _shared_run_settings(recipe: Recipe, context: ArmContext, arms: Sequence[Arm
     """Refuse, before anything trains, knobs that would make the arms differ in more than the method: another
     sampling temperature (the arms would not draw from the same distribution), or an arm's own critic rate
     where the run's shared critic_learning_rate overrides it (the knob would be shown but not used)."""
-    import whileai as wai
-
-    specs = {arm.label: wai.method(arm.method, **arm.knobs).run_spec() for arm in arms}
+    specs = {arm.label: build_method(arm.method, **arm.knobs).run_spec() for arm in arms}
     temperatures = {label: spec.temperature for label, spec in specs.items()}
     if len(set(temperatures.values())) > 1:
         raise ConfigError(f"the arms would sample at different temperatures {temperatures}: a recipe compares methods "
@@ -250,13 +249,19 @@ def _shared_run_settings(recipe: Recipe, context: ArmContext, arms: Sequence[Arm
                           "(--set temperature=T, no ARM:)")
     if shared.get("critic_learning_rate") is None:
         return
-    plain = {a.label: wai.method(a.method, **a.knobs).run_spec() for a in recipe_arms(recipe, context, {})}
-    moved = [label for label, spec in specs.items() if spec.critic is not None and plain[label].critic is not None
-             and spec.critic.learning_rate != plain[label].critic.learning_rate]
+    rates = {label: _critic_rate(spec) for label, spec in specs.items()}
+    plain = {a.label: _critic_rate(build_method(a.method, **a.knobs).run_spec())
+             for a in recipe_arms(recipe, context, {})}
+    moved = [label for label, rate in rates.items() if None not in (rate, plain[label]) and rate != plain[label]]
     if moved:
         raise ConfigError(f"--set changes the critic rate of {', '.join(map(repr, moved))}, but the run's "
                           f"critic_learning_rate {shared['critic_learning_rate']:g} is shared by every critic arm and "
                           "overrides it; give --critic-learning-rate instead")
+
+
+def _critic_rate(spec: RunSpec) -> float | None:
+    """The critic's own learning rate, or None for a method without a critic."""
+    return spec.critic.learning_rate if spec.critic is not None else None
 
 
 def drift_reached(runs: Sequence[Any]) -> dict[str, float]:
@@ -283,14 +288,12 @@ def _check_train(train: Mapping[str, Any]) -> None:
 def recipe_arms(recipe: Recipe, context: ArmContext, knobs: Mapping[str, Any]) -> tuple[Arm, ...]:
     """The recipe's arms for ``context`` with ``knobs`` merged in, every arm's method built (so every knob is
     checked) before anything trains; a ConfigError names the arm."""
-    import whileai as wai
-
     arms = recipe.arms(context)
     _check_arms(arms)
     arms = with_knobs(arms, knobs, recipe.name)
     for arm in arms:
         try:
-            wai.method(arm.method, **arm.knobs)
+            build_method(arm.method, **arm.knobs)
         except ConfigError as e:
             raise ConfigError(f"arm {_slug(arm.label)!r} ({arm.label}) of recipe {recipe.name}: {e}") from e
     return arms
@@ -331,9 +334,7 @@ def with_knobs(arms: Sequence[Arm], knobs: Mapping[str, Any],
 def _same_arms(arms: Sequence[Arm]) -> list[str]:
     """A warning per pair of arms that build the same method with the same knobs (a sanity check, not an error:
     their delta is 0 by construction)."""
-    import whileai as wai
-
-    built = [wai.method(a.method, **a.knobs) for a in arms]
+    built = [build_method(a.method, **a.knobs) for a in arms]
     return [f"warning: arms {a.label!r} and {b.label!r} run the same method with the same knobs; their delta is "
             "0 by construction (a sanity check, not a comparison)"
             for i, a in enumerate(arms) for j, b in enumerate(arms)
