@@ -118,6 +118,9 @@ def _every_method() -> list[tuple[str, object, dict]]:
             extra = {"teacher": "builtin:tiny"}
         elif name in ("sao", "bpco"):
             extra = {"knobs": {"critic_warmup": 1}}
+        elif name == "custom_loss":  # a user's own advantage function: reward minus the batch mean
+            method = wai.CustomLoss(advantages=lambda batch: batch.rewards_B - batch.rewards_B.mean(),
+                                    loss="importance_sampling", generations=4)
         cases.append((name, method, extra))
     return cases
 
@@ -133,8 +136,8 @@ def test_every_method_trains_over_the_service_or_is_refused_first(server: LocalS
     built = wai.method(name, **extra.get("knobs", {})) if isinstance(method, str) else method
     if built.run_spec().source == "rows":  # type: ignore[attr-defined]
         settings["rows"] = _rows_file(tmp_path / "rows.jsonl")
-    if name == "opsd":
-        with pytest.raises(wai.ConfigError, match="teacher is the student's own weights \\('ema'\\)"):
+    if name in ("opsd", "sdpo"):  # OPSD's default anchor is an EMA; SDPO's the initial weights
+        with pytest.raises(wai.ConfigError, match="teacher is the student's own weights \\('(ema|initial)'\\)"):
             wai.train(method=method, **settings)
         return
     run = wai.train(method=method, **settings)

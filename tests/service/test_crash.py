@@ -40,9 +40,9 @@ def test_after_a_crash_the_last_saved_state_and_the_history_survive(tmp_path: Pa
 
         caught: list[BaseException] = []
 
-        def in_flight() -> None:  # a long sample, running when the server dies; the client keeps retrying
+        def in_flight() -> None:  # a long sample (no EOS stop: all 200 tokens), running when the server dies; the client keeps retrying
             try:
-                run.sample([[1, 72]] * 32, 16, {"max_tokens": 200, "seed": 0})
+                run.sample([[1, 72]] * 32, 16, {"max_tokens": 200, "seed": 0, "ignore_eos": True})
             except BaseException as err:  # noqa: BLE001 - the test inspects it below
                 caught.append(err)
 
