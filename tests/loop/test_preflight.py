@@ -57,7 +57,7 @@ def test_no_pass_is_fatal_with_a_warm_start_a_lower_cap_and_more_rollouts():
     report = preflight(rows(*[[0]] * 32), ONE, cap=8192, answer_lengths=[1, 1], warm_start_steps=0,
                        random_init=True)
     (fatal,) = report.fatal
-    assert fatal.reason == ("no rollout passed: all 32 probe rollouts over 32 tasks earned reward 0, so every "
+    assert fatal.reason == ("no rollout passed: all 32 probe rows over 32 tasks earned reward 0, so every "
                             "advantage is 0 and every update is empty")
     assert fatal.fixes[0].startswith("a supervised warm start") and fatal.fixes[1].startswith("a lower cap (--max-tokens 3")
     assert "below 0.09 at 95%" in fatal.fixes[2]  # 3 / 32, the rule of three
@@ -83,7 +83,7 @@ def test_a_group_method_with_one_rollout_per_task_cannot_compare():
 
 def test_everything_passing_is_fatal():
     (fatal,) = preflight(rows([1, 1], [1, 1]), GROUP).fatal
-    assert fatal.reason.startswith("every one of the 4 probe rollouts passes")
+    assert fatal.reason.startswith("every one of the 4 probe rows passes")
 
 
 def test_every_trace_dropped_at_step_0_is_fatal_and_names_the_model():
@@ -145,7 +145,7 @@ def test_a_user_taskset_with_no_signal_stops_at_the_preflight(tmp_path):
     assert isinstance(report, Preflight) and not report.ok
     assert report.task_pass_share == 0.0 and report.mean_reward == 0.0
     (fatal,) = report.fatal
-    assert fatal.reason.startswith("no rollout passed: all 32 probe rollouts over 32 tasks earned reward 0")
+    assert fatal.reason.startswith("no rollout passed: all 32 probe rows over 32 tasks earned reward 0")
     assert fatal.fixes[0].startswith("a supervised warm start on the reference answers")
 
 

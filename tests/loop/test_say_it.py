@@ -93,3 +93,16 @@ def test_a_vllm_log_without_token_ids_gets_one_short_error_naming_the_text_rows_
     assert message.startswith(f"{path}: 30 lines (line 1, 2, 3, ...) have no token ids for the completion")
     assert len(message) < 600 and message.count("--return-tokens-as-token-ids") == 1
     assert "text row" in message and '"completion"' in message
+
+
+def test_the_preflight_of_a_log_reads_every_trace_it_trains_on_not_the_first_batch(tmp_path: Path):
+    """A log whose only pass sits past its first batch still has a signal: the preflight reads the whole file
+    (64 traces, 1 pass: 1/64 = 0.015625), never just the 16 the first step happens to draw."""
+    rewards = [0.0] * 64
+    rewards[60] = 1.0
+    path = _traces(tmp_path / "log.jsonl", rewards)
+    run = wai.train(rows=str(path), method="flash_reinforce", model="builtin:tiny", steps=1, rollouts_per_step=16,
+                    progress=False, export=False, run_dir=str(tmp_path / "run"))
+    report = run.summary["preflight"]
+    assert 16 < report["rollouts"] <= 64                       # the file's trained traces, not one batch
+    assert report["pass_rate"] == pytest.approx(1 / report["rollouts"]) and not report["fatal"]

@@ -56,3 +56,31 @@ def test_custom_weights_refuse_a_datum_without_weights_and_a_non_finite_loss():
     datum["loss_fn_inputs"]["weights"] = [1, 1]
     with pytest.raises(BatchError, match="the loss is nan"):
         custom_weights([datum], [{"logprobs": [-1.0, -1.0]}], lambda d, lp: (lp[0].sum() * float("nan"), {}))
+
+
+def test_an_export_archive_unpacks_the_same_with_or_without_pythons_data_filter(tmp_path, monkeypatch):
+    """Python before 3.10.12 / 3.11.4 has no ``filter="data"``: the fallback unpacks plain files the same and
+    refuses a member that would land outside the folder."""
+    import io
+    import tarfile
+
+    from whileai.errors import WhileaiError
+    from whileai.service.client import _unpack
+
+    def archive(name: str) -> tarfile.TarFile:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+            info = tarfile.TarInfo(name)
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"abc"))
+        buffer.seek(0)
+        return tarfile.open(fileobj=buffer, mode="r:gz")
+
+    _unpack(archive("adapter/config.json"), tmp_path / "with")
+    monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    _unpack(archive("adapter/config.json"), tmp_path / "without")
+    assert (tmp_path / "with" / "adapter" / "config.json").read_bytes() == b"abc"
+    assert (tmp_path / "without" / "adapter" / "config.json").read_bytes() == b"abc"
+    with pytest.raises(WhileaiError, match="'../escape' is not a plain file inside the folder"):
+        _unpack(archive("../escape"), tmp_path / "bad")
+    assert not (tmp_path / "escape").exists()

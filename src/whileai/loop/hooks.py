@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop import rules, trace_run
@@ -222,11 +224,20 @@ class PreflightHook:
     def before_update(self, loop: Loop) -> None:
         if loop.state.step > 0 or loop.state.preflight is not None or self.ctx.method.run_spec().source != "rollouts":
             return
-        report = preflight(loop.batch, self.ctx.method.run_spec(), **self.measured(loop.trainer))
+        report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(), **self.measured(loop.trainer))
         self.ctx.log.write(str(report))
         loop.state.preflight = report.to_dict()
         if not report.ok and not self.ctx.config.force:
             raise ConfigError(report.stop_message())
+
+    def signal_rows(self, loop: Loop) -> list[dict[str, Any]]:
+        """The rows the signal is read from: the first batch of rollouts; from a log, every trace it trains on
+        (the whole file is at hand, and its first batch is only a sample of it)."""
+        source = self.ctx.rows
+        if source is None:
+            return list(loop.batch)
+        return [{"reward": float(source.reward_T[i]), "task_id": source.task_ids[source.task_T[i]]}
+                for i in np.flatnonzero(~source.heldout_T & np.isfinite(source.reward_T))]
 
     def measured(self, trainer: Any) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0

@@ -194,10 +194,10 @@ def _reward_fatal(report: Mapping[str, Any], groups: Mapping[Any, list[float]], 
     n, spread, mean = report["rollouts"], report["reward_spread"], report["mean_reward"]
     if spread is not None and spread <= TIE:
         if mean >= PASS:
-            return [Fatal(f"every one of the {n} probe rollouts passes (reward {mean:g}): nothing is left to "
+            return [Fatal(f"every one of the {n} probe rows passes (reward {mean:g}): nothing is left to "
                           "learn on these tasks", ("harder tasks", "a held-out split to check the model on"))]
         what = "no rollout passed" if report["pass_rate"] == 0 else "every rollout earned the same reward"
-        return [Fatal(f"{what}: all {n} probe rollouts over {report['tasks']} tasks earned reward {mean:g}, so "
+        return [Fatal(f"{what}: all {n} probe rows over {report['tasks']} tasks earned reward {mean:g}, so "
                       "every advantage is 0 and every update is empty", fixes.for_no_pass())]
     if group_method:
         sizes = [len(g) for g in groups.values()]

@@ -399,9 +399,24 @@ class RunClient:
         if response.status_code >= 400:
             raise _error(response)
         with tarfile.open(fileobj=io.BytesIO(response.content), mode="r:gz") as tar:
-            tar.extractall(target, filter="data")
+            _unpack(tar, target)
         return str(target)
 
     def finish(self) -> None:
         """End the run and free its model on the server; its saved states stay."""
         self.call("finish")
+
+
+def _unpack(tar: tarfile.TarFile, target: Path) -> None:
+    """Unpack an export archive into ``target``, refusing members that would land outside it or are not plain
+    files and folders (Python's ``filter="data"``, which 3.10.0-3.10.11 and 3.11.0-3.11.3 lack)."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(target, filter="data")
+        return
+    root = target.resolve()
+    for member in tar.getmembers():
+        where = (root / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or (where != root and root not in where.parents):
+            raise WhileaiError(f"export archive member {member.name!r} is not a plain file inside the folder; "
+                               "refused (the server's archive is damaged or not ours)")
+    tar.extractall(target)
