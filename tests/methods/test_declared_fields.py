@@ -1,7 +1,7 @@
 """Every method class's dataclass fields, as declared before the knob fields were shared between classes
 (data/fields.json, recorded from the classes as they were): the same names in the same order (the repr and
-positional construction read that order), the same annotations and defaults, and each knob field bound to
-the same row of the knob table (``DEFAULTS[method][name]``, compared by identity)."""
+positional construction read that order), the same annotations and defaults, and each knob field's default,
+doc, source and rule as its row of the knob table said."""
 
 from __future__ import annotations
 
@@ -19,22 +19,18 @@ from whileai.methods.defaults import DEFAULTS
 RECORDED = Path(__file__).parent / "data" / "fields.json"
 
 
-def _row_of(spec: Any) -> str | None:
-    """Which table row holds this very Knob object ('method.name'); shared Knobs name their first row."""
-    for method, row in DEFAULTS.items():
-        for name, knob in row.items():
-            if knob is spec:
-                return f"{method}.{name}"
-    return None
+def _knob(spec: Any) -> list[Any] | None:
+    """What a field's knob says: value, doc, source, paper value, why, and which rule checks it."""
+    if spec is None:
+        return None
+    return [repr(spec.value), spec.doc, spec.source, repr(spec.paper), spec.why, spec.check.__qualname__]
 
 
 def declared(cls: type) -> list[list[Any]]:
     out = []
     for f in dataclasses.fields(cls):
-        spec = f.metadata.get("knob")
         default = f.default if f.default is not dataclasses.MISSING else "<missing>"
-        out.append([f.name, str(f.type), repr(default), None if spec is None else _row_of(spec),
-                    None if spec is None else repr(spec.value)])
+        out.append([f.name, str(f.type), repr(default), _knob(f.metadata.get("knob"))])
     return out
 
 
