@@ -1,7 +1,8 @@
 """The method contract: a frozen, validated config whose ``update(batch)`` returns an ``Update``.
 
 A method subclass is a frozen dataclass whose fields are declared with ``knob(method, name)``, so
-its defaults, docs and validation rules come from the one table in ``defaults.py``. Construction
+its defaults, docs and validation rules come from the one table in ``defaults.py``; a field it inherits
+takes its own row's entry where the row has one. Construction
 and ``.replace(...)`` validate every field and report every bad one at once, as a ``ConfigError``
 (a ``ValueError``) naming the field, the value and the valid range.
 """
@@ -32,6 +33,18 @@ def knob(method: str, name: str) -> Any:
     return field(default=spec.value, metadata={"knob": spec})
 
 
+def _bind_own_row(cls: type) -> None:
+    """A knob field ``cls`` inherits takes its default and rule from ``cls``'s own row where that row names
+    it, so a subclass declares only the fields it adds (runs before ``@dataclass``, which keeps the
+    inherited field's place in the order)."""
+    row = DEFAULTS.get(cls.name, {})  # type: ignore[attr-defined]
+    own = cls.__dict__.get("__annotations__", {})
+    for f in getattr(cls, "__dataclass_fields__", {}).values():
+        if "knob" in f.metadata and f.name in row and f.name not in own:
+            cls.__annotations__[f.name] = f.type
+            setattr(cls, f.name, knob(cls.name, f.name))  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class Method:
     """Base class of every method. Subclasses set ``name`` and implement ``_update``."""
@@ -43,6 +56,7 @@ class Method:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" in cls.__dict__ and cls.name:
+            _bind_own_row(cls)
             REGISTRY[cls.name] = cls
 
     def __post_init__(self) -> None:

@@ -55,6 +55,14 @@ DUAL_CLIP = Knob(None, "dual clip for A < 0: a token whose ratio is above dual_c
                  why="off so the surrogate is the one the GRPO, RLOO and MaxRL papers state, as OpenRLHF's default; "
                  "verl applies it in its default loss with clip_ratio_c = 3.0 (dual_clip=3.0 matches verl); the "
                  "paper's own c was not in what we could read")
+# The sampling knobs of the methods that sample as GRPO does (RLOO, MaxRL, RAE, REINFORCE++, CustomLoss).
+AS_GRPO_MAX_TOKENS = Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens")
+AS_GRPO_TEMPERATURE = Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature")
+AS_GRPO_CLIP = Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
+                    f"{PPO_PAPER}, Eq. 7")
+# GRPO's surrogate ends and sampling, in the rows of the group baselines that share them (RLOO, MaxRL, RAE)
+AS_GRPO = {"clip_high": CLIP_HIGH, "dual_clip": DUAL_CLIP, "max_tokens": AS_GRPO_MAX_TOKENS,
+           "temperature": AS_GRPO_TEMPERATURE}
 SPEC_SERVICE = "training service page, 'More algorithms' (spec 004)"
 REINFORCE_PP_PAPER = "Hu 2025, REINFORCE++, arXiv:2501.03262"
 PPO_LOSSES = ("cross_entropy", "importance_sampling", "ppo", "cispo", "gspo")
@@ -165,21 +173,14 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                      f"{PPO_PAPER}, Eq. 7", paper_value=None,
                      why="the paper runs on-policy REINFORCE without a clip; we share GRPO's surrogate so a "
                      "stale batch is handled the same way"),
-        "clip_high": CLIP_HIGH,
-        "dual_clip": DUAL_CLIP,
-        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
-        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+        **AS_GRPO,
         "loss": LOSS,
     },
     "max_rl": {
         "generations": Knob(8, "k: rollouts per prompt; a group whose mean reward is 0 carries nothing",
                             integer(1), f"{MAX_RL_PAPER}; k as GRPO's generations"),
-        "clip": Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
-                     f"{PPO_PAPER}, Eq. 7"),
-        "clip_high": CLIP_HIGH,
-        "dual_clip": DUAL_CLIP,
-        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
-        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+        "clip": AS_GRPO_CLIP,
+        **AS_GRPO,
         "loss": LOSS,
         "estimator": Knob("mean", "'mean': A = (R - mean) / mean (the paper); 'beat_the_best': A_i = R_i minus the "
                           "best other reward of the group (the service page's maxrl.py)",
@@ -191,12 +192,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                       "prime-rl algo 'rae' (decay = 0.95)"),
         "generations": Knob(1, "rollouts per prompt; the running baseline works at one", integer(1),
                             f"{SPIRAL_PAPER}; prime-rl 'rae' accepts any group_size, including 1"),
-        "clip": Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
-                     f"{PPO_PAPER}, Eq. 7"),
-        "clip_high": CLIP_HIGH,
-        "dual_clip": DUAL_CLIP,
-        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
-        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+        "clip": AS_GRPO_CLIP,
+        **AS_GRPO,
     },
     "async": {
         "correction": Knob("ipo", "per-token sampler/trainer correction: 'ipo' masks |pi - mu| > threshold, "
@@ -332,8 +329,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                       "tokens (the paper); 'token': the group-centred reward minus the token's penalty (the service "
                       "page's reinforce_pp.py)", one_of("return", "token"),
                       f"{REINFORCE_PP_PAPER} ('token': {SPEC_SERVICE})"),
-        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
-        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
+        "max_tokens": AS_GRPO_MAX_TOKENS,
+        "temperature": AS_GRPO_TEMPERATURE,
     },
     "custom_loss": {
         "loss": Knob("importance_sampling", "the engine loss the function's advantages go through ('cross_entropy': "
@@ -342,8 +339,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                      f"{PPO_PAPER}, Eq. 7"),
         "clip_high": CLIP_HIGH,
         "generations": Knob(1, "rollouts per prompt the loop samples", integer(1), "whileai default"),
-        "temperature": Knob(1.0, "sampling temperature", number(0.0, open_low=True), "as GRPO's temperature"),
-        "max_tokens": Knob(1024, "generation cap per trajectory", integer(1), "as GRPO's max_tokens"),
+        "temperature": AS_GRPO_TEMPERATURE,
+        "max_tokens": AS_GRPO_MAX_TOKENS,
     },
     "groupwise_grading": {
         "mode": Knob("reward", "'reward' (GRS, Eq. 2): each pass's reward is multiplied by its quality factor f "

@@ -384,7 +384,6 @@ class DrGRPO(GRPO):
 
     name = "dr_grpo"
 
-    loss_type: str = knob("dr_grpo", "loss_type")
     length: str = knob("dr_grpo", "length")
 
 
@@ -458,13 +457,20 @@ def mean_normalized(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarr
 @dataclass(frozen=True)
 class GroupBaseline(Method):
     """RLOO's and MaxRL's shared machinery: a group of ``generations``, any lag, the method's loss, and
-    ``baseline_update`` with the subclass's advantage rule."""
+    ``baseline_update`` with the subclass's advantage rule. The knobs are declared here with RLOO's row;
+    each subclass's own row gives their defaults (``Method``)."""
+
+    generations: int = knob("rloo", "generations")
+    clip: float = knob("rloo", "clip")
+    clip_high: float | None = knob("rloo", "clip_high")
+    dual_clip: float | None = knob("rloo", "dual_clip")
+    max_tokens: int = knob("rloo", "max_tokens")
+    temperature: float = knob("rloo", "temperature")
+    loss: str = knob("rloo", "loss")
 
     def run_spec(self) -> RunSpec:
-        knob = self._field
-        return RunSpec(knob("generations"), knob("temperature"), min_rollouts_per_prompt=2,
-                       max_tokens=knob("max_tokens"), max_lag=None, loss=knob("loss"),
-                       loss_config=losses.as_pairs(self.loss_config()))
+        return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
+                       max_lag=None, loss=self.loss, loss_config=losses.as_pairs(self.loss_config()))
 
     def loss_config(self) -> dict[str, Any]:
         return loss_config_of(self)
@@ -477,10 +483,6 @@ class GroupBaseline(Method):
 
     def _rule(self) -> AdvantageRule:
         raise NotImplementedError
-
-    def _field(self, name: str) -> Any:
-        """A knob the subclass declares (each declares its own, from its own defaults table)."""
-        return getattr(self, name)
 
 
 @dataclass(frozen=True)
@@ -496,14 +498,6 @@ class RLOO(GroupBaseline):
     """
 
     name = "rloo"
-
-    generations: int = knob("rloo", "generations")
-    clip: float = knob("rloo", "clip")
-    clip_high: float | None = knob("rloo", "clip_high")
-    dual_clip: float | None = knob("rloo", "dual_clip")
-    max_tokens: int = knob("rloo", "max_tokens")
-    temperature: float = knob("rloo", "temperature")
-    loss: str = knob("rloo", "loss")
 
     def _rule(self) -> AdvantageRule:
         return leave_one_out
@@ -523,13 +517,6 @@ class MaxRL(GroupBaseline):
 
     name = "max_rl"
 
-    generations: int = knob("max_rl", "generations")
-    clip: float = knob("max_rl", "clip")
-    clip_high: float | None = knob("max_rl", "clip_high")
-    dual_clip: float | None = knob("max_rl", "dual_clip")
-    max_tokens: int = knob("max_rl", "max_tokens")
-    temperature: float = knob("max_rl", "temperature")
-    loss: str = knob("max_rl", "loss")
     estimator: str = knob("max_rl", "estimator")
 
     def _rule(self) -> AdvantageRule:

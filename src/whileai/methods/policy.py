@@ -43,10 +43,6 @@ class PPO(DrGRPO):
 
     name = "ppo"
 
-    loss: str = knob("ppo", "loss")
-    length: str = knob("ppo", "length")
-    truncated: str = knob("ppo", "truncated")
-
 
 @dataclass(frozen=True)
 class CISPO(PPO):
@@ -58,10 +54,6 @@ class CISPO(PPO):
 
     name = "cispo"
 
-    clip: float = knob("cispo", "clip")
-    clip_high: float | None = knob("cispo", "clip_high")
-    loss: str = knob("cispo", "loss")
-
 
 @dataclass(frozen=True)
 class GSPO(PPO):
@@ -70,8 +62,6 @@ class GSPO(PPO):
     tiny (clip 3e-4, clip_high 4e-4), ours PPO's 0.2."""
 
     name = "gspo"
-
-    loss: str = knob("gspo", "loss")
 
 
 @dataclass(frozen=True)
@@ -85,7 +75,6 @@ class DPPO(PPO):
 
     name = "dppo"
 
-    loss: str = knob("dppo", "loss")
     delta_low: float = knob("dppo", "delta_low")
     delta_high: float = knob("dppo", "delta_high")
     divergence: str = knob("dppo", "divergence")
@@ -104,7 +93,6 @@ class SAPO(PPO):
 
     name = "sapo"
 
-    loss: str = knob("sapo", "loss")
     tau_pos: float = knob("sapo", "tau_pos")
     tau_neg: float = knob("sapo", "tau_neg")
 
@@ -129,9 +117,6 @@ class DAPO(GRPO):
 
     name = "dapo"
 
-    clip_high: float | None = knob("dapo", "clip_high")
-    loss_type: str = knob("dapo", "loss_type")
-    loss: str = knob("dapo", "loss")
     min_retained: int = knob("dapo", "min_retained")
     max_rounds: int = knob("dapo", "max_rounds")
     dynamic_sampling: bool = knob("dapo", "dynamic_sampling")
