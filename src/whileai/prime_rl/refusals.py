@@ -117,77 +117,110 @@ CRITIC_REFUSAL = (CRITIC, "The nearest thing it runs is 'grpo', a group-mean bas
 
 
 # --------------------------------------------------------------------- a knob value prime-rl cannot run
-def correction(method: Any, name: str) -> ConfigError:
-    band = {"icepop": "masks a token whose trainer/sampler ratio leaves the band ratio=(low, high)",
-            "tis": "multiplies each token by its ratio capped at max_ratio (truncated importance sampling)"}[name]
-    return _refuse(
-        f"{_label(method)}(correction={name!r})",
-        f"{band}, and {PINNED_SHORT} has no such loss: [trainer.loss] type is 'default' (DPPO masks plus a "
-        "log-ratio^2 term), 'ipo' or 'custom' (prime_rl/configs/trainer.py, prime_rl/trainer/rl/loss.py), and "
-        "the ratio is never clipped or banded",
+# knob -> (what that value needs and prime-rl lacks, the nearest thing prime-rl has, what to do instead)
+KNOB_VALUES: dict[str, tuple[str, str, str]] = {
+    "correction": (
+        f"{PINNED_SHORT} has no such loss: [trainer.loss] type is 'default' (DPPO masks plus a log-ratio^2 term), "
+        "'ipo' or 'custom' (prime_rl/configs/trainer.py, prime_rl/trainer/rl/loss.py), and the ratio is never "
+        "clipped or banded",
         "The nearest correction it has is 'ipo', which masks on how far the probability moved "
         "(|pi - mu| > threshold), not on the ratio, which is a different correction.",
         "write correction='ipo' and call it ipo; or implement the correction as a [trainer.loss] type='custom' "
-        f"function of your own (this writer does not emit one); or {OWN_LOOP}",
-    )
-
-
-def reference_kl(method: Any, beta: float) -> ConfigError:
-    return _refuse(
-        f"{_label(method)}(beta={beta!r})",
+        f"function of your own (this writer does not emit one); or {OWN_LOOP}"),
+    "beta": (
         "adds beta * KL(pi || pi_ref) to a frozen reference, and prime-rl keeps no reference beside reward RL: "
         "its kl_tau is the trainer/inference mismatch term, not a KL to a reference, and a custom loss gets no "
         "ref_logprobs for grpo samples (prime_rl/trainer/rl/loss.py)",
         "Writing it without the term would train beta = 0, which is a different method.",
-        f"set beta=0 (DAPO, Dr. GRPO and CISPO all train without it); or {OWN_LOOP}",
-    )
-
-
-def std_grpo(method: Any, loss_type: str) -> ConfigError:
-    return _refuse(
-        f"{_label(method)}(loss_type={loss_type!r})",
+        f"set beta=0 (DAPO, Dr. GRPO and CISPO all train without it); or {OWN_LOOP}"),
+    "loss_type": (
         "divides each advantage by its group's standard deviation, and prime-rl's grpo is reward minus group "
         "mean with no std (prime_rl/orchestrator/algo/grpo.py; std normalization was removed on 2025-11-17, "
         "#1304) and no config hook for another advantage",
         "Without the division it is Dr. GRPO's advantage, which is a different method.",
         "write wai.GRPO(loss_type='dr_grpo') (no std), or 'max_rl' (divides by the group mean); or drop "
-        f"strict=True to let the std go to cfg.ignored; or {OWN_LOOP}",
-    )
+        f"strict=True to let the std go to cfg.ignored; or {OWN_LOOP}"),
+    "divergence": (
+        "needs that divergence between teacher and student, and prime-rl's ref_kl component is fixed: the "
+        "sampled-token reverse-KL signal (ref_logprobs - trainer_logprobs) with hard-coded constants and no "
+        "config (prime_rl/trainer/rl/loss.py, ref_kl_loss_fn)",
+        "Writing it would train divergence='reverse_kl', which is a different method.",
+        f"set divergence='reverse_kl'; or {OWN_LOOP}"),
+    "privileged": (
+        "needs the environment's feedback on the student's own attempt in the teacher's context (SDPO), and "
+        "prime-rl's opsd can only prepend a fixed field of the example (demo_key, "
+        "prime_rl/orchestrator/algo/opsd.py)",
+        "Prepending a static field is a different method.",
+        "store the text in the taskset's info and use privileged='hint', 'reference' or 'demonstration'; or "
+        f"{OWN_LOOP}"),
+}
+CORRECTIONS = {"icepop": "masks a token whose trainer/sampler ratio leaves the band ratio=(low, high)",
+               "tis": "multiplies each token by its ratio capped at max_ratio (truncated importance sampling)"}
 
 
-def group_of_one(method: Any, group_size: int) -> ConfigError:
-    return _refuse(
-        f"{_label(method)} at group_size={group_size}",
+def knob_value(method: Any, knob: str) -> ConfigError:
+    """The refusal of the value ``method`` holds in ``knob`` (one of ``KNOB_VALUES``)."""
+    value = getattr(method, knob)
+    needs, nearest, instead = KNOB_VALUES[knob]
+    if knob == "correction":
+        needs = f"{CORRECTIONS[value]}, and {needs}"
+    return _refuse(f"{_label(method)}({knob}={value!r})", needs, nearest, instead)
+
+
+# what is missing -> (why prime-rl needs it, what it has instead, what to do)
+MISSING: dict[str, tuple[str, str, str]] = {
+    "group": (
         "needs at least two rollouts per prompt: its baseline comes from the group, so a group of one has "
         "advantage 0 everywhere (prime-rl aborts after 10 consecutive empty batches, "
         "prime_rl/orchestrator/orchestrator.py)",
         "The one prime-rl baseline that stands at one rollout per prompt is 'rae', an EMA of past rewards.",
         "raise generations (or orchestrator.group_size) to 4 or more; or write "
-        "prime_rl_config(env, 'rae', model=..., **{'orchestrator.group_size': 1}) and call it rae",
-    )
-
-
-def opd_without_teacher(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
+        "prime_rl_config(env, 'rae', model=..., **{'orchestrator.group_size': 1}) and call it rae"),
+    "teacher": (
         "without a teacher cannot be written: prime-rl's opd needs [orchestrator.algo.teacher] with the served "
         "model's name and base_url (prime_rl/configs/algorithm.py, FrozenModelConfig), and its launcher never "
         "starts it",
         "There is no self-teacher form of opd.",
         "pass wai.OPD(teacher=wai.Endpoint(base_url='http://host:8001/v1', model='<served name>')) or "
         "teacher=wai.Endpoint(...) to prime_rl_config, serve it with vLLM yourself; or use wai.OPSD for a "
-        "self-teacher",
-    )
-
-
-def teacher_without_name(where: str) -> ConfigError:
-    return _refuse(
-        where,
+        "self-teacher"),
+    "teacher_name": (
         "has no model name, and prime-rl's FrozenModelConfig requires name (prime_rl/configs/algorithm.py): "
         "it is the model the endpoint serves",
         "prime-rl cannot guess it.",
-        "set wai.Endpoint(base_url=..., model='<the name the server serves>')",
-    )
+        "set wai.Endpoint(base_url=..., model='<the name the server serves>')"),
+    "source": (
+        "on prime-rl trains on a frozen model's samples: its sft algorithm needs "
+        "[orchestrator.algo.sampling.source] with that model's name and base_url "
+        "(prime_rl/configs/algorithm.py), and nothing else (it may not sample the policy)",
+        "SFT on rows you already hold is the separate `uv run sft` entrypoint, which this writer does not write.",
+        "pass teacher=wai.Endpoint(base_url=..., model=...) for the frozen model; or train on your rows with "
+        "whileai's own loop"),
+    "mapping": (
+        f"has no mapping to {PINNED_SHORT} in this writer",
+        "Writing the nearest prime-rl algorithm would train a different method under this name.",
+        f"use one of {SUPPORTED}; or {OWN_LOOP}"),
+}
+
+
+def group_of_one(method: Any, group_size: int) -> ConfigError:
+    return _refuse(f"{_label(method)} at group_size={group_size}", *MISSING["group"])
+
+
+def opd_without_teacher(method: Any) -> ConfigError:
+    return _refuse(_label(method), *MISSING["teacher"])
+
+
+def teacher_without_name(where: str) -> ConfigError:
+    return _refuse(where, *MISSING["teacher_name"])
+
+
+def sft_without_source(method: Any) -> ConfigError:
+    return _refuse(_label(method), *MISSING["source"])
+
+
+def no_mapping(label: str) -> ConfigError:
+    return _refuse(label, *MISSING["mapping"])
 
 
 def vocab_mismatch(teacher_vocab: int, student_vocab: int, model: str) -> ConfigError:
@@ -200,41 +233,6 @@ def vocab_mismatch(teacher_vocab: int, student_vocab: int, model: str) -> Config
         "(SimCT, arXiv:2605.07711).",
         "pick a same-family teacher (equal len(tokenizer)); or train SFT on the teacher's completions "
         "(wai.SFT() with teacher=wai.Endpoint(...): the student's renderer re-tokenizes them)",
-    )
-
-
-def divergence(method: Any, value: str) -> ConfigError:
-    return _refuse(
-        f"{_label(method)}(divergence={value!r})",
-        "needs that divergence between teacher and student, and prime-rl's ref_kl component is fixed: the "
-        "sampled-token reverse-KL signal (ref_logprobs - trainer_logprobs) with hard-coded constants and no "
-        "config (prime_rl/trainer/rl/loss.py, ref_kl_loss_fn)",
-        "Writing it would train divergence='reverse_kl', which is a different method.",
-        f"set divergence='reverse_kl'; or {OWN_LOOP}",
-    )
-
-
-def opsd_feedback(method: Any) -> ConfigError:
-    return _refuse(
-        f"{_label(method)}(privileged='feedback')",
-        "needs the environment's feedback on the student's own attempt in the teacher's context (SDPO), and "
-        "prime-rl's opsd can only prepend a fixed field of the example (demo_key, "
-        "prime_rl/orchestrator/algo/opsd.py)",
-        "Prepending a static field is a different method.",
-        "store the text in the taskset's info and use privileged='hint', 'reference' or 'demonstration'; or "
-        f"{OWN_LOOP}",
-    )
-
-
-def sft_without_source(method: Any) -> ConfigError:
-    return _refuse(
-        _label(method),
-        "on prime-rl trains on a frozen model's samples: its sft algorithm needs "
-        "[orchestrator.algo.sampling.source] with that model's name and base_url "
-        "(prime_rl/configs/algorithm.py), and nothing else (it may not sample the policy)",
-        "SFT on rows you already hold is the separate `uv run sft` entrypoint, which this writer does not write.",
-        "pass teacher=wai.Endpoint(base_url=..., model=...) for the frozen model; or train on your rows with "
-        "whileai's own loop",
     )
 
 
@@ -251,12 +249,3 @@ def strict(label: str, reason: str) -> ConfigError:
 def unknown(name: str, valid: list[str]) -> ConfigError:
     return ConfigError(f"prime_rl_config: unknown method {name!r}; the writer knows {SUPPORTED} "
                        f"and refuses the rest with a reason; method names: {', '.join(valid)}")
-
-
-def no_mapping(label: str) -> ConfigError:
-    return _refuse(
-        label,
-        f"has no mapping to {PINNED_SHORT} in this writer",
-        "Writing the nearest prime-rl algorithm would train a different method under this name.",
-        f"use one of {SUPPORTED}; or {OWN_LOOP}",
-    )

@@ -93,9 +93,9 @@ def _grouped(method: Any, algo: str, ignored: Mapping[str, str] | None = None,
 
 def _grpo(method: Any, ctx: Context) -> Plan:
     if method.beta > 0:
-        raise refusals.reference_kl(method, method.beta)
+        raise refusals.knob_value(method, "beta")
     if ctx.strict and method.loss_type in ("grpo", "bnpo"):
-        raise refusals.std_grpo(method, method.loss_type)
+        raise refusals.knob_value(method, "loss_type")
     lost = {"grpo": "the division by the group's std and the 1/T_i weight per sequence",
             "bnpo": "the division by the group's std (its pooled 1/N weight is prime-rl's)",
             "dr_grpo": "the constant 1/(B*max_tokens) weight (its no-std advantage is prime-rl's)"}[method.loss_type]
@@ -174,7 +174,7 @@ def _opd(method: Any, ctx: Context) -> Plan:
 
 def _distill(method: Any, algo: str, same: Mapping[str, str], ignored: Mapping[str, str]) -> Plan:
     if method.divergence != "reverse_kl":
-        raise refusals.divergence(method, method.divergence)
+        raise refusals.knob_value(method, "divergence")
     plan = Plan(algo={"type": algo}, component="ref_kl")
     top_k = ("prime-rl's teacher scores only the sampled token (ref_logprobs of the policy's own tokens, "
              "prime_rl/trainer/rl/loss.py ref_kl_loss_fn): the top-k form is not available, the sampled-token "
@@ -202,7 +202,7 @@ OPSD_ANCHOR = ("prime-rl's opsd teacher is the live policy shown the privileged 
 
 def _opsd(method: Any, ctx: Context) -> Plan:
     if method.privileged == "feedback":
-        raise refusals.opsd_feedback(method)
+        raise refusals.knob_value(method, "privileged")
     demo_key, template = OPSD_PRIVILEGED[method.privileged]
     same = {"privileged": f"orchestrator.algo.demo_key = {demo_key!r}, with its template"}
     if method.anchor == "live":
@@ -232,7 +232,7 @@ def _sft(method: Any, ctx: Context) -> Plan:
 
 def _async(method: Any, ctx: Context) -> Plan:
     if method.correction in ("icepop", "tis"):
-        raise refusals.correction(method, method.correction)
+        raise refusals.knob_value(method, "correction")
     plan = build_plan(method.method, ctx)
     plan.async_wrapped = True
     if plan.method is not method.method:  # an inner OPD that took teacher= from the call
