@@ -105,7 +105,24 @@ class TinkerFront:
         if row is None or row["owner"] != owner or row["closed"] is not None:
             raise TinkerError(404, f"{route}: no open session {session_id!r} for this api_key")
 
+    async def parsed(self, request: Request, model: type[BaseModel], route: str) -> tuple[Any, bytes, str]:
+        """A route's body as ``model``, its raw bytes and the caller's owner (401 / 400 when they are not)."""
+        owner = self.owner(request)
+        raw = await request.body()
+        return _parse(model, raw, route), raw, owner
+
+    async def on_model(self, request: Request, model: type[BaseModel], route: str) -> tuple[Any, bytes, dict[str, Any]]:
+        """A training client's request: its body, raw bytes and the run its ``model_id`` names."""
+        body, raw, owner = await self.parsed(request, model, route)
+        return body, raw, self.run(body.model_id, owner, route)
+
     # ------------------------------------------------------------------ submitting to runs.py
+    def queued(self, run: dict[str, Any], body: Any, op: str, fields: dict[str, Any], raw: bytes,
+               shape: dict[str, Any]) -> Response:
+        """Queue a training client's ``op`` (``submit``) and answer with the SDK's future."""
+        request_id = self.submit(run, ("train", body.seq_id), op, fields, raw, shape)
+        return _json({"request_id": request_id, "model_id": body.model_id})
+
     def submit(self, run: dict[str, Any], key: tuple[Any, ...], op: str, fields: dict[str, Any], raw: bytes,
                shape: dict[str, Any]) -> str:
         """Give the SDK request its run sequence number (the same one on a retry) and queue the operation."""
@@ -290,16 +307,14 @@ def _session_routes(app: FastAPI, front: TinkerFront) -> None:
 
     @app.post("/api/v1/create_session")
     async def create_session(request: Request) -> Response:
-        owner = front.owner(request)
-        _parse(T.CreateSessionRequest, await request.body(), "/api/v1/create_session")
+        _, _, owner = await front.parsed(request, T.CreateSessionRequest, "/api/v1/create_session")
         session_id = f"session-{uuid.uuid4().hex[:12]}"
         store.add_session(session_id, owner)
         return _json({"session_id": session_id, "type": "create_session"})
 
     @app.post("/api/v1/session_heartbeat")
     async def heartbeat(request: Request) -> Response:
-        owner = front.owner(request)
-        body = _parse(T.SessionHeartbeatRequest, await request.body(), "/api/v1/session_heartbeat")
+        body, _, owner = await front.parsed(request, T.SessionHeartbeatRequest, "/api/v1/session_heartbeat")
         row = store.session(body.session_id)
         if row is None or row["owner"] != owner or row["closed"] is not None:
             return _json({"error": f"session {body.session_id!r} is finished"}, 410)
@@ -324,8 +339,7 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
 
     @app.post("/api/v1/create_model")
     async def create_model(request: Request) -> Response:
-        owner = front.owner(request)
-        body = _parse(T.CreateModelRequest, await request.body(), "/api/v1/create_model")
+        body, _, owner = await front.parsed(request, T.CreateModelRequest, "/api/v1/create_model")
         front.session(body.session_id, owner, "/api/v1/create_model")
         lora = body.lora_config or T.LoraConfig(rank=0)
         if not (lora.train_mlp and lora.train_attn and lora.train_unembed):
@@ -343,8 +357,7 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
 
     @app.post("/api/v1/get_info")
     async def get_info(request: Request) -> Response:
-        owner = front.owner(request)
-        body = _parse(T.GetInfoRequest, await request.body(), "/api/v1/get_info")
+        body, _, owner = await front.parsed(request, T.GetInfoRequest, "/api/v1/get_info")
         spec = front.run(body.model_id, owner, "/api/v1/get_info")["spec"]
         data = {"arch": "qwen2" if spec["base_model"].startswith("builtin:") else None,
                 "model_name": spec["base_model"], "tokenizer_id": front.tokenizer_id(spec["base_model"])}
@@ -361,40 +374,29 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
             raise TinkerError(400, str(err)) from None
         run = front.run(msg.model_id, owner, "/api/v1/forward_backward")
         op = "forward" if msg.forward_only else "forward_backward"
-        request_id = front.submit(run, ("train", msg.seq_id), op, fields, raw,
-                                  {"kind": "forward_backward", "route": f"/api/v1/forward_backward ({op})"})
-        return _json({"request_id": request_id, "model_id": msg.model_id})
+        return front.queued(run, msg, op, fields, raw,
+                            {"kind": "forward_backward", "route": f"/api/v1/forward_backward ({op})"})
 
     @app.post("/api/v1/optim_step")
     async def optim_step(request: Request) -> Response:
-        owner = front.owner(request)
-        raw = await request.body()
-        body = _parse(T.OptimStepRequest, raw, "/api/v1/optim_step")
+        body, raw, run = await front.on_model(request, T.OptimStepRequest, "/api/v1/optim_step")
         try:
             adam = tinker_wire.adam_params(body)
         except ConfigError as err:
             raise TinkerError(400, str(err)) from None
-        run = front.run(body.model_id, owner, "/api/v1/optim_step")
-        request_id = front.submit(run, ("train", body.seq_id), "optim_step", {"adam_params": adam}, raw,
-                                  {"kind": "optim_step", "route": "/api/v1/optim_step"})
-        return _json({"request_id": request_id, "model_id": body.model_id})
+        return front.queued(run, body, "optim_step", {"adam_params": adam}, raw,
+                            {"kind": "optim_step", "route": "/api/v1/optim_step"})
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request) -> Response:
-        owner = front.owner(request)
-        raw = await request.body()
-        body = _parse(T.SaveWeightsRequest, raw, "/api/v1/save_weights")
-        run = front.run(body.model_id, owner, "/api/v1/save_weights")
+        body, raw, run = await front.on_model(request, T.SaveWeightsRequest, "/api/v1/save_weights")
         name = body.path or f"state-{body.seq_id}"
-        request_id = front.submit(run, ("train", body.seq_id), "save_state", {"name": name}, raw,
-                                  {"kind": "save_weights", "route": "/api/v1/save_weights", "name": name})
-        return _json({"request_id": request_id, "model_id": body.model_id})
+        return front.queued(run, body, "save_state", {"name": name}, raw,
+                            {"kind": "save_weights", "route": "/api/v1/save_weights", "name": name})
 
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request) -> Response:
-        owner = front.owner(request)
-        raw = await request.body()
-        body = _parse(T.LoadWeightsRequest, raw, "/api/v1/load_weights")
+        body, raw, owner = await front.parsed(request, T.LoadWeightsRequest, "/api/v1/load_weights")
         if body.model_id is None:
             return await front.from_state(body, owner, raw)
         run = front.run(body.model_id, owner, "/api/v1/load_weights")
@@ -403,26 +405,20 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
             raise TinkerError(400, f"/api/v1/load_weights: path {body.path!r}: a training client loads a state it "
                                    "saved itself (tinker://<its model_id>/weights/<name>); for another run's state "
                                    "use ServiceClient.create_training_client_from_state(path)")
-        fields = {"name": found["name"], "optimizer": body.optimizer}
-        request_id = front.submit(run, ("train", body.seq_id), "load_state", fields, raw,
-                                  {"kind": "load_weights", "route": "/api/v1/load_weights", "name": found["name"]})
-        return _json({"request_id": request_id, "model_id": body.model_id})
+        return front.queued(run, body, "load_state", {"name": found["name"], "optimizer": body.optimizer}, raw,
+                            {"kind": "load_weights", "route": "/api/v1/load_weights", "name": found["name"]})
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_for_sampler(request: Request) -> Response:
-        owner = front.owner(request)
-        raw = await request.body()
-        body = _parse(T.SaveWeightsForSamplerRequest, raw, "/api/v1/save_weights_for_sampler")
-        run = front.run(body.model_id, owner, "/api/v1/save_weights_for_sampler")
+        body, raw, run = await front.on_model(request, T.SaveWeightsForSamplerRequest,
+                                              "/api/v1/save_weights_for_sampler")
         sampler = f"{run['session_id']}:sample:{body.sampling_session_seq_id}"
         shape = {"kind": "sampler", "route": "/api/v1/save_weights_for_sampler", "name": body.path, "sampler": sampler}
-        request_id = front.submit(run, ("train", body.seq_id), "save_weights_for_sampler", {}, raw, shape)
-        return _json({"request_id": request_id, "model_id": body.model_id})
+        return front.queued(run, body, "save_weights_for_sampler", {}, raw, shape)
 
     @app.post("/api/v1/retrieve_future")
     async def retrieve_future(request: Request) -> Response:
-        owner = front.owner(request)
-        body = _parse(T.FutureRetrieveRequest, await request.body(), "/api/v1/retrieve_future")
+        body, _, owner = await front.parsed(request, T.FutureRetrieveRequest, "/api/v1/retrieve_future")
         return await front.retrieve(body.request_id, owner)
 
 
@@ -433,8 +429,7 @@ def _sampling_routes(app: FastAPI, front: TinkerFront) -> None:
 
     @app.post("/api/v1/create_sampling_session")
     async def create_sampling_session(request: Request) -> Response:
-        owner = front.owner(request)
-        body = _parse(T.CreateSamplingSessionRequest, await request.body(), "/api/v1/create_sampling_session")
+        body, _, owner = await front.parsed(request, T.CreateSamplingSessionRequest, "/api/v1/create_sampling_session")
         front.session(body.session_id, owner, "/api/v1/create_sampling_session")
         sampler = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
         if sampler not in front.samplers:
@@ -459,9 +454,7 @@ def _sampling_routes(app: FastAPI, front: TinkerFront) -> None:
 
     @app.post("/api/v1/asample")
     async def asample(request: Request) -> Response:
-        owner = front.owner(request)
-        raw = await request.body()
-        body = _parse(T.SampleRequest, raw, "/api/v1/asample")
+        body, raw, owner = await front.parsed(request, T.SampleRequest, "/api/v1/asample")
         if body.sampling_session_id is None:
             raise TinkerError(400, "/api/v1/asample: sampling by base_model / model_path without a sampling "
                                    "session is not supported; create the client with create_sampling_client")
