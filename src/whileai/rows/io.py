@@ -303,10 +303,7 @@ class _Codes:
         self.codes = array("i")  # int32: room for two billion distinct labels
 
     def add(self, label: Any) -> None:
-        code = self.index.get(label)
-        if code is None:
-            code = self.index[label] = len(self.index)
-        self.codes.append(code)
+        self.codes.append(self.index.setdefault(label, len(self.index)))
 
     def labels(self) -> tuple[Any, ...]:
         return tuple(self.index)
@@ -558,27 +555,12 @@ def _fast_jsonl(handle: IO[str], path: PathLike, builder: _ColumnBuilder) -> Non
                 _slow_line(builder, path, lineno, line)
             continue
         keys.update(row)
-        code = tasks.get(task)
-        if code is None:
-            code = tasks[task] = len(tasks)
-        task_codes.append(code)
+        task_codes.append(tasks.setdefault(task, len(tasks)))  # a label's code: its first-seen index
         rewards.append(reward)
         truncs.append(truncated)
-        if model is None:
-            model_codes.append(-1)
-        else:
-            code = models.get(model)
-            if code is None:
-                code = models[model] = len(models)
-            model_codes.append(code)
+        model_codes.append(-1 if model is None else models.setdefault(model, len(models)))
         if need_seed:
-            if seed is None:
-                seed_codes.append(-1)
-            else:
-                code = seeds.get(seed)
-                if code is None:
-                    code = seeds[seed] = len(seeds)
-                seed_codes.append(code)
+            seed_codes.append(-1 if seed is None else seeds.setdefault(seed, len(seeds)))
         if lines is not None:
             lines.append(lineno)
 
