@@ -38,20 +38,26 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
 
 
-def _register_report(subparsers: Any) -> None:
-    parser = subparsers.add_parser("report", help="pass rates, band, split share, truncation and selection",
-                                   description="How good is the model, and which tasks teach anything.")
+def _on_rows(subparsers: Any, name: str, func: Any, help: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand over one file of graded rows (its first argument); the caller adds its own flags, then
+    ``_common``."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help, description=description)
     parser.add_argument("rows", type=Path, help=_ROWS_HELP)
+    parser.set_defaults(func=func)
+    return parser
+
+
+def _register_report(subparsers: Any) -> None:
+    parser = _on_rows(subparsers, "report", cmd_report, "pass rates, band, split share, truncation and selection",
+                      "How good is the model, and which tasks teach anything.")
     parser.add_argument("--k", type=int, default=None,
                         help="also report pass@k (unbiased estimator; k <= rollouts of every task)")
     _common(parser)
-    parser.set_defaults(func=cmd_report)
 
 
 def _register_route(subparsers: Any) -> None:
-    parser = subparsers.add_parser("route", help="pick the training method from graded rows",
-                                   description="Ask the rows the pick-a-method questions in order.")
-    parser.add_argument("rows", type=Path, help=_ROWS_HELP)
+    parser = _on_rows(subparsers, "route", cmd_route, "pick the training method from graded rows",
+                      "Ask the rows the pick-a-method questions in order.")
     parser.add_argument("--model", required=True, help="the model you will train (compared with each row's model)")
     parser.add_argument("--teacher-rows", type=Path, default=None,
                         help="a candidate teacher's graded rows on the same held-out tasks, at the student's max_tokens")
@@ -60,19 +66,16 @@ def _register_route(subparsers: Any) -> None:
     parser.add_argument("--privileged", choices=PRIVILEGED, default="reference",
                         help="context OPSD shows its self-teacher when every task fails (default: reference)")
     _common(parser)
-    parser.set_defaults(func=cmd_route)
 
 
 def _register_select(subparsers: Any) -> None:
-    parser = subparsers.add_parser("select", help="keep the rows that teach a training mode",
-                                   description="rl: drop unanimous groups; sft: keep passes; dpo: length-matched pairs.")
-    parser.add_argument("rows", type=Path, help=_ROWS_HELP)
+    parser = _on_rows(subparsers, "select", cmd_select, "keep the rows that teach a training mode",
+                      "rl: drop unanimous groups; sft: keep passes; dpo: length-matched pairs.")
     parser.add_argument("--mode", choices=MODES, required=True,
                         help="rl: drop all-pass/all-fail tasks; sft: keep untruncated passes; dpo: pass/fail pairs")
     parser.add_argument("--out", type=Path, required=True,
                         help="where to write the kept rows as JSONL (written whole or not at all)")
     _common(parser)
-    parser.set_defaults(func=cmd_select)
 
 
 def _register_compare(subparsers: Any) -> None:

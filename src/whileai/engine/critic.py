@@ -200,17 +200,10 @@ class Critic:
             old_values = _as_float("old_values", old_values, values.shape, device)
         return value_loss(values, targets, mask, value_clip, old_values)
 
-    def train_step(
-        self,
-        hidden_states: torch.Tensor,
-        targets: Any,
-        mask: Any = None,
-        value_clip: float | None = None,
-        old_values: Any = None,
-    ) -> float:
-        """One AdamW step of the head on the loss; returns the loss before the step."""
+    def train_step(self, *loss_args: Any, **loss_kwargs: Any) -> float:
+        """One AdamW step of the head on ``self.loss(...)`` of the same arguments; returns the loss before the step."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss(hidden_states, targets, mask, value_clip, old_values)
+        loss = self.loss(*loss_args, **loss_kwargs)
         loss.backward()
         self.optimizer.step()
         return float(loss.detach())

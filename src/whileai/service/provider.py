@@ -36,6 +36,25 @@ class Outcome:
     """fields the run's stored spec gains, so that a restart re-creates the run with them (an added critic)"""
 
 
+class RunOps:
+    """What every provider's run answers the same way: an outcome at the run's step, ``finish`` and ``noop``."""
+
+    def _step(self) -> int:
+        raise NotImplementedError
+
+    def _done(self, result: dict[str, Any], version: int | None = None) -> Outcome:
+        step = self._step()
+        return Outcome(result, step if version is None else version, step)
+
+    def op_finish(self, body: schemas.Op) -> Outcome:
+        outcome = self._done({"finished": True})
+        outcome.finished = True
+        return outcome
+
+    def op_noop(self, body: schemas.Op) -> Outcome:
+        return self._done({})
+
+
 class ProviderRun(Protocol):
     def execute(self, op: str, body: schemas.Op) -> Outcome: ...
 
@@ -91,7 +110,7 @@ class LocalProvider:
 BEFORE_LOAD = ("load_state", "finish", "noop")
 
 
-class LocalRun:
+class LocalRun(RunOps):
     """One run's engine and folder; ``execute`` dispatches to ``op_<name>``."""
 
     def __init__(self, engine: Any, folder: Path, restarted: bool) -> None:
@@ -112,9 +131,8 @@ class LocalRun:
     def close(self) -> None:
         self.engine = None
 
-    def _done(self, result: dict[str, Any], version: int | None = None) -> Outcome:
-        step = self.engine.step
-        return Outcome(result, step if version is None else version, step)
+    def _step(self) -> int:
+        return int(self.engine.step)
 
     # ------------------------------------------------------------------ operations
     def op_forward_backward(self, body: schemas.ForwardBackward) -> Outcome:
@@ -198,12 +216,4 @@ class LocalRun:
                     tar.add(file, arcname=str(file.relative_to(written)), recursive=False)
             partial.replace(exports / archive)
         return self._done({"archive": archive, "merged": body.merged})
-
-    def op_finish(self, body: schemas.Op) -> Outcome:
-        outcome = self._done({"finished": True})
-        outcome.finished = True
-        return outcome
-
-    def op_noop(self, body: schemas.Op) -> Outcome:
-        return self._done({})
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from whileai.errors import ConfigError
 from whileai.service import schemas
-from whileai.service.provider import Outcome, RunUnavailable
+from whileai.service.provider import Outcome, RunOps, RunUnavailable
 
 FLOAT_INPUTS = ("weights", "logprobs", "advantages", "clip_low_threshold", "clip_high_threshold", "values",
                 "returns", "ref_logprobs")
@@ -96,7 +96,7 @@ def _wai_capabilities(url: str, api_key: str) -> dict[str, Any] | None:
     return answer.json() if answer.status_code == 200 and "losses" in answer.json() else None  # type: ignore[no-any-return]
 
 
-class TinkerRun:
+class TinkerRun(RunOps):
     """One SDK ``TrainingClient``; ``execute`` dispatches to ``op_<name>`` as ``LocalRun`` does."""
 
     def __init__(self, service: Any, training: Any) -> None:
@@ -115,8 +115,8 @@ class TinkerRun:
     def close(self) -> None:
         self.samplers.clear()
 
-    def _done(self, result: dict[str, Any], version: int | None = None) -> Outcome:
-        return Outcome(result, self.step if version is None else version, self.step)
+    def _step(self) -> int:
+        return self.step
 
     def _sampler(self, version: int | None) -> Any:
         version = self.step if version is None else version
@@ -194,14 +194,6 @@ class TinkerRun:
         path, self.step = self.states[body.name]
         load(path).result()
         return self._done({"name": body.name})
-
-    def op_finish(self, body: schemas.Op) -> Outcome:
-        outcome = self._done({"finished": True})
-        outcome.finished = True
-        return outcome
-
-    def op_noop(self, body: schemas.Op) -> Outcome:
-        return self._done({})
 
 
 def _prompt_seed(params: dict[str, Any], index: int) -> dict[str, Any]:
