@@ -26,7 +26,7 @@ def _names(text: str) -> list[str]:
 
 
 def register(subparsers: Any) -> None:
-    from whileai.cli.recipe_cmd import add_budget_flags
+    from whileai.cli.recipe_cmd import add_budget_flags, add_output_flags, add_seed_flags
     from whileai.evidence.lags import LAG_METHODS, LAG_SEEDS, LAGS
 
     p = subparsers.add_parser(
@@ -39,16 +39,12 @@ def register(subparsers: Any) -> None:
                    help=f"comma-separated rows (default all: {','.join(LAG_METHODS)})")
     p.add_argument("--lags", type=_ints, default=list(LAGS),
                    help=f"comma-separated lags (default {','.join(map(str, LAGS))}; include 0 for the shares)")
-    p.add_argument("--seeds", type=int, default=LAG_SEEDS, help=f"training seeds per cell (default {LAG_SEEDS})")
-    p.add_argument("--seed", type=int, default=0, help="the first seed (default 0)")
+    add_seed_flags(p, LAG_SEEDS, f"per cell (default {LAG_SEEDS})")
     p.add_argument("--set", dest="knobs", action="append", default=[], metavar="[METHOD:]KEY=VALUE",
                    help="a method knob for every run of METHOD (one of the rows; none: every method), e.g. "
                    "--set sao:critic_warmup=5; repeatable")
     add_budget_flags(p)
-    p.add_argument("--run-dir", default=None, help="where the runs and lags.json go (default runs/lags-TIME); "
-                   "finished runs there are reused")
-    p.add_argument("--progress", action="store_true", help="show each run's progress bar (default off)")
-    p.add_argument("--json", action="store_true", help="print lags.json's content instead of the table")
+    add_output_flags(p, "lags.json", "runs/lags-TIME", "the table", "; finished runs there are reused")
     p.set_defaults(func=cmd_lags)
 
 

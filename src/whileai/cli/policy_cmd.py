@@ -8,7 +8,7 @@ import argparse
 import sys
 from typing import Any
 
-from whileai.errors import ConfigError
+from whileai.cli.options import add_address, check_port
 
 DEFAULT_PORT = 8300
 
@@ -23,20 +23,13 @@ def register(subparsers: Any) -> None:
                     "/v1/unload_lora_adapter, /update_weights_from_disk (docs/record.md, Weight sync).")
     policy.add_argument("model", metavar="MODEL", help="builtin:tiny, builtin:mini, a model folder, or a run folder "
                                                        "from `wai train` (its final/ weights)")
-    policy.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
-    policy.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    add_address(policy, DEFAULT_PORT)
     policy.add_argument("--seed", type=int, default=0, help="seed of a built-in model's weights (default 0)")
     policy.add_argument("--api-key", default=None,
                         help="if given, every /v1 route asks for 'Authorization: Bearer KEY' (default: none)")
     policy.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (default 0: torch's own choice; 1 is fastest for tiny models)")
     policy.set_defaults(func=cmd_policy)
-
-
-def check_port(port: int) -> None:
-    if not 0 <= port < 65536:
-        raise ConfigError(f"--port {port} must be in [0, 65535]")
 
 
 def cmd_policy(args: argparse.Namespace) -> int:

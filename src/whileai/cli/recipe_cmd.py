@@ -33,18 +33,13 @@ def register(subparsers: Any) -> None:
                    help="change a method knob (value read as JSON when it parses, as `wai train --set`): of every "
                    "arm, or of ARM = baseline, recipe (every recipe arm) or an arm's slug, e.g. --set "
                    "recipe:trust=0.01, --set dr-grpo:max_tokens=8; repeatable")
-    p.add_argument("--seeds", type=int, default=5, help="training seeds per arm (default 5; compare needs >= 2)")
-    p.add_argument("--seed", type=int, default=0, help="the first seed; the arms run seeds SEED .. SEED+N-1 "
-                   "(default 0)")
+    add_seed_flags(p, 5, "per arm (default 5; compare needs >= 2)", "; the arms run seeds SEED .. SEED+N-1")
     p.add_argument("--repeats", type=int, default=None, help="run the recipe R times on disjoint seeds (repeat k: "
                    "seeds SEED+k*N ..) and report how often each verdict came out, with its 95%% interval (the null "
                    "control's false-shown rate, a positive control's power); default: once")
     p.add_argument("--lag", type=int, default=None, help="sampler lag in optimizer steps (default: the loop's, 2)")
     add_budget_flags(p)
-    p.add_argument("--run-dir", default=None, help="where the runs and recipe.json go (default "
-                   "runs/recipe-NAME-TIME)")
-    p.add_argument("--progress", action="store_true", help="show each run's progress bar (default off)")
-    p.add_argument("--json", action="store_true", help="print recipe.json's content instead of the report (the runs' logs go to stderr)")
+    add_output_flags(p, "recipe.json", "runs/recipe-NAME-TIME", "the report")
     p.set_defaults(func=cmd_recipe)
 
 
@@ -86,6 +81,20 @@ def stopped_kept(command: str, run_dir: str) -> Iterator[None]:
     except (KeyboardInterrupt, Interrupted):
         raise WhileaiError(f"interrupted; the finished runs and the stopped run's checkpoint are kept in {run_dir}: "
                            f"run the same {command} command with --run-dir {run_dir} to continue from them") from None
+
+
+def add_seed_flags(p: argparse.ArgumentParser, seeds: int, per: str, first: str = "") -> None:
+    """A sweep's seeds (`wai recipe`, `wai lags`): how many per cell or arm, from which first one."""
+    p.add_argument("--seeds", type=int, default=seeds, help=f"training seeds {per}")
+    p.add_argument("--seed", type=int, default=0, help=f"the first seed{first} (default 0)")
+
+
+def add_output_flags(p: argparse.ArgumentParser, report: str, run_dir: str, shown: str, reuse: str = "") -> None:
+    """Where a sweep's runs and ``report`` go, its progress bars, and ``--json`` for ``report`` instead of ``shown``."""
+    p.add_argument("--run-dir", default=None, help=f"where the runs and {report} go (default {run_dir}){reuse}")
+    p.add_argument("--progress", action="store_true", help="show each run's progress bar (default off)")
+    p.add_argument("--json", action="store_true", help=f"print {report}'s content instead of {shown} (the runs' "
+                   "logs go to stderr)")
 
 
 def add_budget_flags(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from whileai.cli.options import add_address, check_port
 from whileai.errors import ConfigError
 
 DEFAULT_PORT = 8400
@@ -24,9 +25,7 @@ def register(subparsers: Any) -> None:
                     "export.")
     record.add_argument("--upstream", default=None, help="the OpenAI-compatible server to forward to, e.g. "
                                                          "http://127.0.0.1:8300 (required to record)")
-    record.add_argument("--host", default="127.0.0.1",
-                        help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
-    record.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    add_address(record, DEFAULT_PORT)
     record.add_argument("--data-dir", type=Path, default=DEFAULT_DATA,
                         help=f"folder for record.db, the traces (default ./{DEFAULT_DATA})")
     record.add_argument("--upstream-logprobs", choices=("processed_logprobs", "raw_logprobs"), default=None,
@@ -68,7 +67,6 @@ def _data(path: Path) -> Path:
 def cmd_record(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from whileai.cli.policy_cmd import check_port
     from whileai.cli.serve_cmd import _check_free
     from whileai.record.proxy import RecordConfig, create_record_app
 

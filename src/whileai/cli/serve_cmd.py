@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from whileai.cli.options import add_address, check_port
 from whileai.errors import ConfigError
 
 DEFAULT_PORT = 8321
@@ -22,9 +23,7 @@ def register(subparsers: Any) -> None:
         "serve", help="run the training service: sessions, runs, ordered operations over HTTP",
         description="Serve the engine's operations over HTTP (JSON, bearer token). One process serves "
                     "several runs; each run's model is loaded once and stays warm.")
-    serve.add_argument("--host", default="127.0.0.1",
-                       help="address to bind (default 127.0.0.1: this machine only; 0.0.0.0 exposes it)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    add_address(serve, DEFAULT_PORT)
     serve.add_argument("--data-dir", type=Path, default=Path("wai-service"),
                        help="folder for the database, saved states and exports (default ./wai-service)")
     serve.add_argument("--model", action="append", default=None, metavar="M", dest="models",
@@ -58,8 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from whileai.service.app import ServeConfig, create_app
     from whileai.service.auth import TOKEN_ENV, read_tokens
 
-    if not 0 <= args.port < 65536:
-        raise ConfigError(f"--port {args.port} must be in [0, 65535]")
+    check_port(args.port)
     if min(args.order_timeout, args.respond_within, args.max_body_mb) <= 0 or min(args.max_datums,
                                                                                    args.max_samples) < 1:
         raise ConfigError("--order-timeout, --respond-within and --max-body-mb must be > 0, --max-datums and "
