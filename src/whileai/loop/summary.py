@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -14,15 +15,17 @@ from whileai.loop.evaluate import before_after
 from whileai.loop.hooks import Context, eval_line
 from whileai.loop.preflight import no_gain_reason
 from whileai.loop.record import plot, write_json
+from whileai.methods import Method
 
 
 def finish(ctx: Context, state: LoopState, seconds: float) -> tuple[dict[str, Any], Path | None]:
     """Write summary.json, evals.json, heldout*.jsonl, curves.png and RUN_DIR/final; return the summary and
     the final weights' folder (None without --export)."""
     method, plan, spec = ctx.method, ctx.plan, ctx.method.run_spec()
-    summary: dict[str, Any] = {"method": repr(method), "run_spec": spec.describe(), "steps": state.step,
-                               "seconds": round(seconds, 2), "run_dir": str(ctx.run_dir), "where": ctx.backend.where}
+    summary: dict[str, Any] = {"run_spec": spec.describe(), "steps": state.step, "seconds": round(seconds, 2),
+                               "run_dir": str(ctx.run_dir), "where": ctx.backend.where}
     summary["resolved"] = resolved(ctx)
+    summary["method"] = as_run(method, summary["resolved"])
     summary["plan"] = {"values": plan.values(), "sources": dict(plan.sources)}
     records = ctx.metrics.read()
     summary.update(fifths(records, spec.source == "rows", ctx.rows is not None))
@@ -69,6 +72,19 @@ def resolved(ctx: Context) -> dict[str, Any]:
     if ctx.taskset is not None:
         out.update(max_tokens=plan.max_tokens, temperature=plan.temperature)
     return out
+
+
+def as_run(method: Method, planned: Mapping[str, Any]) -> str:
+    """``repr(method)`` with every knob the run plan also resolved (``planned``: the cap, the temperature, the
+    rates) at the plan's value, in a wrapped method too: the plan decides them, the method's field is only
+    its default, so the summary and the plan never disagree. With nothing planned it is ``repr(method)``."""
+    parts = []
+    for f in dataclasses.fields(method):
+        if f.repr:
+            value = getattr(method, f.name)
+            text = as_run(value, planned) if isinstance(value, Method) else repr(planned.get(f.name, value))
+            parts.append(f"{f.name}={text}")
+    return f"{type(method).__name__}({', '.join(parts)})"
 
 
 def fifths(records: Sequence[Mapping[str, Any]], rows_method: bool, from_file: bool) -> dict[str, float]:
