@@ -86,7 +86,8 @@ def _control_flags(p: Any) -> None:
                    "control on the same budget and compare it with the real arm on held-out pass@1 (repeatable; "
                    "docs/train.md, 'Controls')")
     p.add_argument("--control-seeds", type=int, default=CONTROL_SEEDS, metavar="N", help="with --control: seeds "
-                   f"per arm, counted up from --seed (default {CONTROL_SEEDS}; compare needs 2 to show a gain)")
+                   f"per arm, counted up from --seed (default {CONTROL_SEEDS}; at 2 seeds compare shows a gain only "
+                   "when it is about 9x the seeds' spread)")
     p.add_argument("--select-from", metavar="POOL", help="with --control random-selection: the rows file that "
                    "--rows was selected from")
 
