@@ -36,7 +36,8 @@ def has_adapters(model: Any) -> bool:
 
 
 @contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
+def eval_mode(model: Any) -> Iterator[None]:
+    """``model`` in eval mode (no dropout) inside the block, back in the mode it had after it."""
     was_training = model.training
     model.eval()
     try:
@@ -79,7 +80,7 @@ def model_logprobs(model: Any, input_ids: Any, targets: Any, attention_mask: Any
     device = next(model.parameters()).device
     input_ids_BT, targets_BT = input_ids_BT.to(device), targets_BT.to(device)
     mask_BT = None if mask_BT is None else mask_BT.to(device)
-    with torch.no_grad(), _eval_mode(model):
+    with torch.no_grad(), eval_mode(model):
         hidden_BTH = hidden_states(model, input_ids_BT, mask_BT)
         positions = None if mask_BT is None else mask_BT.reshape(-1).bool()
         flat = token_logprobs(model, hidden_BTH.reshape(-1, hidden_BTH.shape[-1]), targets_BT.reshape(-1), positions)

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from whileai.engine.logprobs import DEFAULT_CHUNK, Distribution, hidden_states, select_logprobs, topk_logprobs
+from whileai.engine.reference import eval_mode
 from whileai.errors import ConfigError
 
 ANCHORS = ("live", "initial", "ema")
@@ -103,7 +104,7 @@ class Teacher:
         """Per (context, completion): the teacher's log-probabilities of the completion's tokens given the
         context (and the top-k at each of those positions), under ``distribution``."""
         out: list[TeacherScores] = []
-        with self.model() as model, _eval(model), self.precision():
+        with self.model() as model, eval_mode(model), self.precision():
             for batch in _micro_batches(sequences, self.micro_batch_tokens):
                 out += self._score_batch(model, batch, distribution, top_k)
         return out
@@ -173,16 +174,6 @@ def reference_model(reference: Any) -> Iterator[Any]:
 def _with_ema(engine: Any, ema: EmaWeights) -> Iterator[Any]:
     with ema.swapped_in(engine.named_params):
         yield engine.model
-
-
-@contextlib.contextmanager
-def _eval(model: Any) -> Iterator[None]:
-    was = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was)
 
 
 def _micro_batches(sequences: Sequence[tuple[Sequence[int], Sequence[int]]],
