@@ -76,8 +76,8 @@ def resolved(ctx: Context) -> dict[str, Any]:
 
 def as_run(method: Method, planned: Mapping[str, Any]) -> str:
     """``repr(method)`` with every knob the run plan also resolved (``planned``: the cap, the temperature, the
-    rates) at the plan's value, in a wrapped method too: the plan decides them, the method's field is only
-    its default, so the summary and the plan never disagree. With nothing planned it is ``repr(method)``."""
+    rates) at the plan's value, in a wrapped method too: the sampler and the optimizer ran at the plan's
+    values, so the summary and the plan never disagree. With nothing planned it is ``repr(method)``."""
     parts = []
     for f in dataclasses.fields(method):
         if f.repr:
