@@ -109,3 +109,29 @@ def test_the_preflight_stops_a_run_with_no_signal_before_the_first_rl_step(tmp_p
     run = wai.train(**settings, run_dir=str(tmp_path / "forced"), force=True)
     assert run.summary["preflight"]["ok"] is False and run.summary["preflight"]["pass_rate"] == 0.0
     assert len(run.metrics()) == 1
+
+
+
+def test_dr_grpo_divides_by_the_plans_cap_unless_the_knob_is_set():
+    """Dr. GRPO's L_max is the replies' generation budget: with the cap resolved from the taskset (4 on
+    builtin:case) the method the loop updates with reads 4, not the paper's 1024, so its coefficients are
+    1024/4 times the uncapped ones; a user's --set max_tokens stays theirs; a wrapped method's inner one too."""
+    from tests.methods.test_grouped import HAND_ROWS
+    from whileai.envs import load_taskset
+    from whileai.loop.config import build
+    from whileai.loop.plan import make_plan, with_cap
+
+    taskset = load_taskset("builtin:case")
+    for method, knobs, expected in ((wai.DrGRPO(), {}, 4), (wai.GRPO(loss_type="dr_grpo"), {}, 4),
+                                    (wai.DrGRPO(max_tokens=64), {"max_tokens": 64}, 64)):
+        config = build(None, taskset="builtin:case", knobs=knobs)
+        plan = make_plan(config, {}, method, taskset)
+        assert plan.max_tokens == 4
+        capped = with_cap(method, config, plan)
+        assert capped.max_tokens == expected
+        ratio = method.max_tokens / expected
+        for got, before in zip(capped.update(HAND_ROWS).coefficients, method.update(HAND_ROWS).coefficients):
+            assert got == pytest.approx(before * ratio, rel=1e-12)
+    wrapped = wai.Async(wai.DrGRPO())
+    config = build(None, taskset="builtin:case")
+    assert with_cap(wrapped, config, make_plan(config, {}, wrapped, taskset)).method.max_tokens == 4

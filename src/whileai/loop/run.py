@@ -40,7 +40,7 @@ from whileai.loop.hooks import (
     WarmStart,
     read_state,
 )
-from whileai.loop.plan import FILE, USER, RunPlan, make_plan, saved_plan
+from whileai.loop.plan import FILE, USER, RunPlan, make_plan, saved_plan, with_cap
 from whileai.loop.record import Metrics, Progress
 from whileai.loop.summary import finish
 from whileai.loop.traces import RowsFile, open_rows
@@ -144,6 +144,7 @@ def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, r
     method, problems = resolve_method(config, method_obj)
     taskset, more = (taskset_obj, []) if taskset_obj is not None else _load_taskset(config)
     plan = make_plan(config, origins, method, taskset)
+    method = with_cap(method, config, plan)
     problems += more + check(config, method, taskset, plan)
     problems += [f"rows[{i}] is not a dict of fields" for i, r in enumerate(rows_data or []) if not isinstance(r, Mapping)]
     if problems:
@@ -223,6 +224,7 @@ def _resume(run_dir_text: str, token: str | None, **changes: Any) -> Run:
     plan = saved_plan(run_dir / "config.toml") or make_plan(config, {}, method, taskset)
     if "steps" in changes:
         plan = plan.with_steps(int(changes["steps"]))
+    method = with_cap(method, config, plan)
     problems += more + check(config, method, taskset, plan)
     if problems:
         raise ConfigError(config_io._listing(problems))
@@ -273,6 +275,7 @@ def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows
         try:
             if method is None:  # --method auto: a probe of rollouts, then route; the plan follows the method
                 config, plan, method = route_method(config, plan, backend, taskset, rows, run_dir, state)
+                method = with_cap(method, config, plan)
             if resumed is not None:
                 backend.load(run_dir / "checkpoint")
             else:
