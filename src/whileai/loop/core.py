@@ -39,6 +39,8 @@ class LoopState:
     engine_step: int = 0
     preflight: dict[str, Any] | None = None
     """the preflight's report on the first rollouts (whileai.loop.preflight), once measured"""
+    source: dict[str, Any] | None = None
+    """what the batches source resumes from (a recorder's cursor: whileai.loop.recorded)"""
 
 
 class Batches(Protocol):

@@ -190,7 +190,7 @@ def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: M
 
 def lag_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """0 for rows from a file (no sampler) or a method that trains on rows as pushed, else the default lag."""
-    rows = config.rows is not None or (method is not None and method.run_spec().source == "rows")
+    rows = config.rows is not None or config.rows_from is not None or (method is not None and method.run_spec().source == "rows")
     return (0, DEFAULT) if rows else (default("lag"), DEFAULT)
 
 
