@@ -8,8 +8,8 @@ from typing import Any
 from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop import config as config_io
-from whileai.loop import teacher as teacher_io
 from whileai.loop import recorded, trace_run
+from whileai.loop import teacher as teacher_io
 from whileai.loop.config import TrainConfig
 from whileai.loop.plan import RunPlan, make_plan
 from whileai.loop.trainer import Needs

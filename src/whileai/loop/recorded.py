@@ -96,7 +96,8 @@ class Recorded:
         return int((self.state.source or {}).get("cursor", 0))
 
     def next(self, step: int, queue: LagQueue) -> list[dict[str, Any]]:
-        began, rows, self.refused = time.perf_counter(), [], []
+        began, self.refused = time.perf_counter(), []
+        rows: list[dict[str, Any]] = []
         at, said = self.cursor, float("-inf")
         while len(rows) < self.size:
             answer = self.feed.after(at, self.size - len(rows))

@@ -33,8 +33,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
-from whileai.record.export import scored_after
 from whileai.record.exchange import Sampled, continued_key, conversation_key, strip, widen
+from whileai.record.export import scored_after
 from whileai.record.requests import error_response
 from whileai.record.rewards import reward_route
 from whileai.record.store import RecordStore, UnknownTrace
