@@ -89,12 +89,14 @@ class ServerSampler:
     def sample(self, prompt_token_ids: Sequence[Sequence[int]], n: int = 1, temperature: float = 1.0,
                top_p: float = 1.0, top_k: int = 0, max_tokens: int = 16, stop_token_ids: Sequence[int] = (),
                seed: int | None = None) -> list[Sample]:
-        """``n`` completions of each prompt, prompt by prompt (``concurrency`` requests in flight)."""
+        """``n`` completions of each prompt, prompt by prompt (``concurrency`` requests in flight). Prompt ``i``
+        is sent with seed ``seed + PROMPT_SEED_STRIDE * i``, so no two prompts share a random stream."""
         sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "max_tokens": max_tokens,
                     "stop_token_ids": list(stop_token_ids), "seed": seed}
         prompts = [list(map(int, p)) for p in prompt_token_ids]
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(prompts)))) as pool:
-            answers = list(pool.map(lambda ip: self._complete(ip[0], ip[1], n, sampling), enumerate(prompts)))
+            answers = list(pool.map(lambda ip: self._complete(ip[0], ip[1], n, _seeded(sampling, ip[0])),
+                                    enumerate(prompts)))
         return [sample for answer in answers for sample in answer]
 
     def _complete(self, index: int, prompt: list[int], n: int, sampling: dict[str, Any]) -> list[Sample]:
@@ -133,6 +135,19 @@ class ServerSampler:
         self.model = name
         return reply.headers.get(VERSION_HEADER) or name
 
+    def unload_lora(self, name: str) -> None:
+        """Unload the runtime adapter ``name`` (an older push, once a newer one is loaded)."""
+        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+
+    def server_kind(self) -> str:
+        """Who serves: the ``owned_by`` of ``/v1/models``' first model (vLLM: ``vllm``, SGLang: ``sglang``,
+        ``wai policy``: ``whileai``), or ``unknown``."""
+        try:
+            reply = self.client.get("/v1/models")
+            return str(reply.json()["data"][0].get("owned_by", "unknown"))
+        except (httpx.HTTPError, json.JSONDecodeError, KeyError, IndexError, TypeError):
+            return "unknown"
+
     def push_full(self, folder: str | Path, weight_version: str | None = None) -> str:
         """Reload every weight from a model folder (SGLang's ``/update_weights_from_disk``, and ``wai policy``'s);
         returns the new version (``weight_version``, by default the digest of the folder's weight files)."""
@@ -170,6 +185,15 @@ class ServerSampler:
         if reply.status_code >= 400:
             raise SamplerError(f"{self.url}{route} refused the request ({reply.status_code}): {_message(reply)}")
         return reply
+
+
+PROMPT_SEED_STRIDE = 104_729
+
+
+def _seeded(sampling: dict[str, Any], index: int) -> dict[str, Any]:
+    if sampling["seed"] is None:
+        return sampling
+    return {**sampling, "seed": int(sampling["seed"]) + PROMPT_SEED_STRIDE * index}
 
 
 _NO_ROUTE = {
