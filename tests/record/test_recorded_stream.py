@@ -173,3 +173,41 @@ def test_the_feed_names_what_is_wrong_with_the_address(tmp_path):
             RecorderFeed(f"http://127.0.0.1:{server.server_port}/v1").after(0, 1)
     finally:
         server.shutdown()
+
+
+def test_an_adapter_replaced_in_place_keeps_answering_requests_for_its_name(tmp_path):
+    """Clients ask for model='policy' while the trainer reloads it in place after each step: no request may
+    find the name missing (a 404) between the unload and the load; each answer names one of the pushed
+    versions, and the last push's from then on."""
+    from whileai.engine import TrainingEngine
+    from whileai.engine.datums import make_datum
+    from whileai.loop.server_sampler import ServerSampler, write_weights
+
+    engine = TrainingEngine("builtin:tiny", lora_rank=4)
+    with Started(["policy", "builtin:tiny", "--threads", "1"], tmp_path) as policy:
+        sampler = ServerSampler(policy.url, model="builtin:tiny")
+        versions = [sampler.push_lora(write_weights(engine, tmp_path / "w0"), "policy")]
+        failures, seen, done = [], set(), threading.Event()
+
+        def ask():
+            with httpx.Client(base_url=policy.url, timeout=60) as http:
+                while not done.is_set():
+                    reply = http.post("/v1/completions", json={"model": "policy", "prompt": [1, 72], "max_tokens": 2})
+                    if reply.status_code != 200:
+                        failures.append(reply.text)
+                    seen.add(reply.headers.get("x-whileai-weights-version"))
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        try:
+            for k in range(1, 6):
+                engine.forward_backward([make_datum([1, 72, 105], [32, 119, 111])], "cross_entropy")
+                engine.optim_step({"learning_rate": 1e-2})
+                versions.append(sampler.push_lora(write_weights(engine, tmp_path / f"w{k}"), "policy"))
+        finally:
+            done.set()
+            asker.join()
+        last = httpx.post(f"{policy.url}/v1/completions", json={"model": "policy", "prompt": [1], "max_tokens": 1})
+    assert failures == [] and len(set(versions)) == 6
+    assert seen <= set(versions) and len(seen) >= 2
+    assert last.headers["x-whileai-weights-version"] == versions[-1]

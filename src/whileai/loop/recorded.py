@@ -203,7 +203,7 @@ def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> tuple[Re
 
     config, plan = ctx.config, ctx.plan
     server = ServerSampler(config.sampler_url, model=config.model)
-    push = PushWeights(server, Path(ctx.run_dir) / "sync", every=config.sync_every, name=ADAPTER,
+    push = PushWeights(server, Path(ctx.run_dir) / "sync", every=config.sync_every or 1, name=ADAPTER,
                        versioned=not config.lora_rank)
     batches = Recorded(RecorderFeed(config.rows_from), plan.rollouts_per_step, load_vocab(config.model), state,
                        write, lambda: ctx.stop_if_asked(state), push.versions.get)
