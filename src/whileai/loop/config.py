@@ -105,14 +105,21 @@ class TrainConfig:
     url: str | None = None
     """train on the `wai serve` at this address (its bearer token: --token or $WAI_TOKEN) instead of in-process;
     the server may itself run on a Tinker-API server (wai serve --tinker-url)"""
+    sampler_url: str | None = None
+    """sample rollouts from the OpenAI-compatible inference server at this address (vLLM, SGLang, `wai policy`)
+    ahead of the trainer, within the lag, pushing the weights to it (docs/train.md, 'Sampling from an inference
+    server'); None: the trainer samples in-process"""
+    sync_every: int | None = None
+    """with sampler_url: push the weights to the server after every this many optimizer steps (at most lag + 1);
+    None: 1"""
 
 
 # Fields whose value may be None, and the type they have otherwise.
 _OPTIONAL = {"taskset": str, "rows": str, "eval_taskset": str, "teacher": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
-             "run_dir": str, "url": str, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
+             "run_dir": str, "url": str, "sampler_url": str, "sync_every": int, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
-             "micro_batch_tokens": 16, "max_tokens": 1}
+             "micro_batch_tokens": 16, "max_tokens": 1, "sync_every": 1}
 
 
 def field_docs() -> dict[str, str]:
