@@ -12,6 +12,7 @@ from whileai.loop import recorded, trace_run
 from whileai.loop import teacher as teacher_io
 from whileai.loop.config import TrainConfig
 from whileai.loop.plan import RunPlan, make_plan
+from whileai.loop.sampler import problems as server_sampler_problems
 from whileai.loop.trainer import Needs
 from whileai.methods import method as method_named
 
@@ -59,7 +60,7 @@ def check(config: TrainConfig, method: Any, taskset: Any = None, plan: RunPlan |
         problems.append(f"steps = {plan.steps} leaves no policy step after the critic's {spec.critic.warmup} "
                         f"warm-up steps: raise --steps above {spec.critic.warmup} or lower the warm-up "
                         "(--set critic_warmup=N)")
-    return problems
+    return problems + server_sampler_problems(config, method, plan)
 
 
 def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:

@@ -41,6 +41,15 @@ class RecorderError(WhileaiError):
     """The recorder is down, too old for the export route, or answered something that is not its export."""
 
 
+class RecorderStopped(WhileaiError):
+    """The recorder stopped answering during the run; a checkpoint of the steps trained was written."""
+
+    def __init__(self, url: str, run_dir: Path, step: int, cause: BaseException) -> None:
+        super().__init__(f"the recorder at {url} stopped answering at step {step} ({cause}). A checkpoint of the "
+                         f"{step} steps trained is written, with the cursor of the traces they trained on. Restart "
+                         f"the recorder, then resume with: wai train --resume {run_dir}")
+
+
 @dataclass
 class RecorderFeed:
     """A client of one recorder's ``GET /v1/export?after=CURSOR&limit=N``."""
@@ -146,6 +155,7 @@ class FeedHook:
     batches: Recorded
     push: Any
     write: Callable[[str], None]
+    ctx: Any = None
 
     def before(self, loop: Any) -> None:
         source = loop.state.source or {}
@@ -165,6 +175,12 @@ class FeedHook:
             self.write(f"step {record['step']}: passed trace {refused['trace_id']} (scored_seq "
                        f"{refused['scored_seq']}), which cannot train: {refused['reason']}")
         loop.state.source = {**(loop.state.source or {}), "versions": dict(self.push.versions)}
+
+    def failed(self, loop: Any, error: BaseException) -> None:
+        """A recorder that stops answering stops the run with a checkpoint (the cursor where its steps ended)."""
+        if isinstance(error, RecorderError) and self.ctx is not None:
+            self.ctx.checkpoint(loop.state, loop.teacher)
+            raise RecorderStopped(self.batches.feed.url, self.ctx.run_dir, loop.state.step, error) from None
 
 
 def problems(config: Any, method: Any) -> list[str]:
@@ -196,15 +212,17 @@ def problems(config: Any, method: Any) -> list[str]:
 
 
 def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> tuple[Recorded, list[Any]]:
-    """The batches source and the hooks (the push, then ``FeedHook``) of a run from a recorder."""
+    """The batches source and the hooks of a run from a recorder: the push, ``FeedHook``, and the stop with a
+    checkpoint when the server stops answering (``StopOnServerError``; the recorder's: ``FeedHook.failed``)."""
+    from whileai.loop.sampler import StopOnServerError
     from whileai.loop.server_sampler import ServerSampler
     from whileai.loop.sync import PushWeights
     from whileai.loop.traces import load_vocab
 
     config, plan = ctx.config, ctx.plan
     server = ServerSampler(config.sampler_url, model=config.model)
-    push = PushWeights(server, Path(ctx.run_dir) / "sync", every=config.sync_every or 1, name=ADAPTER,
+    push = PushWeights(server, Path(ctx.run_dir) / "sync", every=plan.sync_every, name=ADAPTER,
                        versioned=not config.lora_rank)
     batches = Recorded(RecorderFeed(config.rows_from), plan.rollouts_per_step, load_vocab(config.model), state,
                        write, lambda: ctx.stop_if_asked(state), push.versions.get)
-    return batches, [push, FeedHook(batches, push, write)]
+    return batches, [push, FeedHook(batches, push, write, ctx), StopOnServerError(ctx, config.sampler_url)]

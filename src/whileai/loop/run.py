@@ -42,6 +42,7 @@ from whileai.loop.hooks import (
 )
 from whileai.loop.plan import FILE, USER, RunPlan, make_plan, saved_plan
 from whileai.loop.record import Metrics, Progress
+from whileai.loop.sampler import IN_PROCESS, server_rollouts
 from whileai.loop.summary import finish
 from whileai.loop.traces import RowsFile, open_rows
 from whileai.loop.trainer import Backend, local_backend, remote_backend
@@ -288,10 +289,14 @@ def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows
                     batches: Any = Pushed(rows, trace_run.grouped(method), plan) if rows is not None else \
                         Rollouts(backend.trainer, taskset, method, plan)
                     feed: list[Any] = [TraceHook(ctx, batches)] if rows is not None else []
+                    pushing: list[Any] = []  # --sampler-url: rollouts from a server, the weights pushed to it
                     if config.rows_from is not None:  # a recorder's traces as they are scored (loop.recorded)
                         batches, feed = recorded.source(ctx, state, log.write)
+                    elif plan.sampler != IN_PROCESS and rows is None:
+                        batches, pushing = server_rollouts(ctx, backend.trainer, taskset, method, plan)
+                        backend.closers.append(batches.close)
                     hooks = [WarmStart(ctx), HeldOut(ctx), *feed, PreflightHook(ctx), TeacherHook(ctx), Record(ctx),
-                             Checkpoints(ctx)]
+                             *pushing, Checkpoints(ctx)]
                     run_loop(backend.trainer, method, plan, batches, state, hooks)
                 log.close()
                 summary, weights = finish(ctx, state, time.perf_counter() - started)

@@ -139,14 +139,24 @@ class ServerSampler:
         """Unload the runtime adapter ``name`` (an older push, once a newer one is loaded)."""
         self._post("/v1/unload_lora_adapter", {"lora_name": name})
 
-    def server_kind(self) -> str:
-        """Who serves: the ``owned_by`` of ``/v1/models``' first model (vLLM: ``vllm``, SGLang: ``sglang``,
-        ``wai policy``: ``whileai``), or ``unknown``."""
+    def served(self) -> tuple[str, str]:
+        """The first model ``/v1/models`` lists (the base the server was started with) and who serves it: its
+        ``owned_by`` (vLLM: ``vllm``, SGLang: ``sglang``, ``wai policy``: ``whileai``; ``unknown`` if unsaid)."""
         try:
             reply = self.client.get("/v1/models")
-            return str(reply.json()["data"][0].get("owned_by", "unknown"))
-        except (httpx.HTTPError, json.JSONDecodeError, KeyError, IndexError, TypeError):
-            return "unknown"
+        except httpx.TransportError as err:
+            raise SamplerError(f"no inference server answers at {self.url} ({err}). Fix: start it (`wai policy "
+                               "MODEL --port PORT`, `vllm serve ...`) or point the sampler URL at it") from None
+        try:
+            first = reply.json()["data"][0]
+            return str(first["id"]), str(first.get("owned_by", "unknown"))
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise SamplerError(f"{self.url}/v1/models did not list a model ({reply.status_code}: "
+                               f"{reply.text[:200]})") from None
+
+    def server_kind(self) -> str:
+        """Who serves (``served``'s second part)."""
+        return self.served()[1]
 
     def push_full(self, folder: str | Path, weight_version: str | None = None) -> str:
         """Reload every weight from a model folder (SGLang's ``/update_weights_from_disk``, and ``wai policy``'s);

@@ -35,10 +35,10 @@ class PushGate(Protocol):
     def pushed(self, step: int) -> None: ...
 
 
-VLLM_FULL = ("vLLM's OpenAI-compatible server has no route that reloads full weights from disk (it loads LoRA "
-             "adapters at runtime, /v1/load_lora_adapter with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; new full "
-             "weights reach a vLLM engine only from inside its process, e.g. collective_rpc in an RLHF "
-             "colocated setup)")
+VLLM_FULL = ("vLLM's OpenAI-compatible server has no route that reloads full weights from a folder: its runtime "
+             "routes load LoRA adapters (/v1/load_lora_adapter, with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True), and its "
+             "weight-transfer routes (VLLM_SERVER_DEV_MODE=1 with --weight-transfer-config) receive tensors over "
+             "NCCL or CUDA IPC from a trainer process on the GPUs, which this trainer does not send")
 
 
 class PushWeights:
