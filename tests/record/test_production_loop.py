@@ -104,3 +104,48 @@ def test_traffic_scored_late_trains_continuously_and_the_served_pass_rate_rises(
     result = wai.compare(before, after, threshold=PASS, baseline_name="served before", treatment_name="after")
     print(result, f"stopped after step {stopped_at}, {len(exported['rows'])} traces scored, {len(served)} versions")
     assert result.delta > 0.1 and result.ci95[0] > 0, result
+
+
+def test_a_recorder_that_stops_answering_stops_the_run_with_a_checkpoint_and_the_resume_reads_on(tmp_path):
+    """The recorder is killed (SIGKILL) while the trainer waits for its second batch: the trainer says so, writes
+    a checkpoint and stops with the resume line; the recorder restarted on its data, the resumed run trains the
+    traces scored since, from where its checkpoint ended."""
+    import httpx
+
+    from whileai.record.rewards import score
+
+    run_dir, log = tmp_path / "rl", tmp_path / "train.log"
+    users = _example()
+
+    def asks(recorder, rewards):
+        for k, reward in enumerate(rewards):
+            reply = httpx.post(f"{recorder.url}/v1/completions", timeout=60,
+                               json={"model": ADAPTER, "prompt": [1, 72 + k], "max_tokens": 2})
+            score(recorder.url, reply.headers["x-whileai-trace-id"], reward)
+
+    with Started(["policy", "builtin:tiny", "--threads", "1"], tmp_path) as policy:
+        recorder = Started(["record", "--upstream", policy.url, "--data-dir", str(tmp_path / "data")], tmp_path)
+        recorder.start()
+        try:
+            trainer = _train(["--rows-from", recorder.url, "--sampler-url", policy.url, "--lora-rank", "4",
+                              "--steps", "3", "--rollouts-per-step", "4", "--run-dir", str(run_dir)], log)
+            users.wait_for_model(recorder.url, ADAPTER)
+            asks(recorder, [1.0, 0.0, 1.0, 0.0])
+            deadline = time.monotonic() + 300
+            while not _steps(run_dir) and trainer.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            recorder.kill()
+            assert trainer.wait(timeout=120) == 2, log.read_text()
+            text = log.read_text()
+            assert f"the recorder at {recorder.url} stopped answering at step 1" in text, text
+            assert f"then resume with: wai train --resume {run_dir}" in text
+            recorder.start()  # the same port and data: the traces and scores it acknowledged are all there
+            resumed = _train(["--resume", str(run_dir)], log)
+            users.wait_for_model(recorder.url, ADAPTER)
+            asks(recorder, [0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0])
+            assert resumed.wait(timeout=300) == 0, log.read_text()
+        finally:
+            recorder.stop()
+    records = _steps(run_dir)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert [r["recorded/scored_seqs"] for r in records] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]

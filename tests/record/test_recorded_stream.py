@@ -211,3 +211,19 @@ def test_an_adapter_replaced_in_place_keeps_answering_requests_for_its_name(tmp_
     assert failures == [] and len(set(versions)) == 6
     assert seen <= set(versions) and len(seen) >= 2
     assert last.headers["x-whileai-weights-version"] == versions[-1]
+
+
+def test_what_a_run_from_a_recorder_cannot_do_is_refused_with_the_reason():
+    from whileai.errors import ConfigError
+    from whileai.loop.run import dry_run
+
+    with pytest.raises(ConfigError) as err:
+        dry_run(rows_from="127.0.0.1:8400", lag=2, url="http://127.0.0.1:8321", method="grpo")
+    message = str(err.value)
+    assert "give the recorder's URL" in message and "rows_from needs sampler_url" in message
+    assert "lag = 2: lag does not apply" in message and "drop --url" in message
+    assert "only a one-try RL method" in message
+    with pytest.raises(ConfigError, match="drop --taskset"):
+        dry_run(rows_from="http://127.0.0.1:8400", sampler_url="http://127.0.0.1:8300", taskset="builtin:case")
+    plan = dry_run(rows_from="http://127.0.0.1:8400", sampler_url="http://127.0.0.1:8300", sync_every=3)
+    assert (plan.lag, plan.sync_every) == (0, 3)  # the taskset default is dropped; sync_every is free of the lag

@@ -168,7 +168,8 @@ class FeedHook:
         gaps = [record["step"] - 1 - int(r["sampler_step"]) for r in loop.batch if "sampler_step" in r]
         record.update({"recorded/scored_seqs": list(self.batches.seqs), "recorded/cursor": self.batches.cursor,
                        "recorded/refused": len(self.batches.refused), "time/wait_s": self.batches.waited,
-                       "recorded/unknown_version": len(loop.batch) - len(gaps)})
+                       "recorded/unknown_version": len(loop.batch) - len(gaps),
+                       "time/push_s": self.push.seconds if record["step"] % self.push.every == 0 else 0.0})
         if gaps:
             record.update({"recorded/version_gap_mean": sum(gaps) / len(gaps), "recorded/version_gap_max": max(gaps)})
         for refused in self.batches.refused[:3]:
