@@ -93,13 +93,20 @@ def evaluate(run_dir: Path, extra: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of training per arm (default 60)")
+    parser.add_argument("--max-tokens", type=int, help="the generation cap (default: the taskset's, 4): a longer "
+                        "one makes sampling a larger share of a step")
+    parser.add_argument("--arms", default=",".join(str(i) for i in range(len(ARMS))),
+                        help="which arms, by index (default all: " + "; ".join(
+                            f"{i} {a[0]}" for i, a in enumerate(ARMS)) + ")")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.max_tokens:
+        RUN["max_tokens"] = args.max_tokens
     torch.set_num_threads(1)
     results = []
     with tempfile.TemporaryDirectory() as tmp, Started(["policy", "builtin:tiny", "--threads", "1"],
                                                        Path(tmp)) as server:
-        for name, settings, threads in ARMS:
+        for name, settings, threads in (ARMS[int(i)] for i in args.arms.split(",")):
             results.append(arm(name, settings, threads, args.budget, server.url, Path(tmp)))
             print(f"{name}: {results[-1]['steps']} steps, {results[-1]['steps_per_min']:.1f} steps/min", flush=True)
     base = results[0]
@@ -108,9 +115,11 @@ def main() -> None:
         result["vs_in_process"] = None if result is base else before_after(base, result)["text"]
     report = [{k: v for k, v in r.items() if k != "rows"} for r in results]
     if args.json:
-        print(json.dumps({"budget_s": args.budget, "cpus": os.cpu_count(), "arms": report}, indent=2))
+        print(json.dumps({"budget_s": args.budget, "cpus": os.cpu_count(), "max_tokens": RUN.get("max_tokens"),
+                          "arms": report}, indent=2))
         return
-    print(f"budget {args.budget:g} s of training per arm, {os.cpu_count()} CPUs, builtin:tiny on builtin:case")
+    print(f"budget {args.budget:g} s of training per arm, {os.cpu_count()} CPUs, builtin:tiny on builtin:case, "
+          f"max_tokens {RUN.get('max_tokens', 'the taskset cap (4)')}")
     for r in report:
         low, high = r["ci95"]
         print(f"  {r['arm']:30s} {r['steps_per_min']:6.1f} steps/min ({r['speedup']:.2f}x)  {r['steps']:4d} steps  "
