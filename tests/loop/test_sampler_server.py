@@ -146,3 +146,15 @@ def test_full_fine_tuning_against_vllm_is_refused_with_the_reason():
     finally:
         vllm.shutdown()
         vllm.server_close()
+
+
+@pytest.mark.parametrize("lag", [0, 2])
+def test_the_server_path_trains_what_the_in_process_path_trains(server, tmp_path, lag):
+    """`wai policy` samples a batch of prompts in one engine call with the engine's streams (seed, prompt, sample):
+    the same rollouts as in-process, so the same rewards every step and the same weights up to float noise."""
+    here = wai.train(**RUN, lag=lag, run_dir=str(tmp_path / "here"))
+    there = wai.train(**RUN, lag=lag, sampler_url=server.url, run_dir=str(tmp_path / "there"))
+    assert [r["reward"] for r in here.metrics()] == [r["reward"] for r in there.metrics()]
+    a, b, start = weights(here.dir), weights(there.dir), TrainingEngine("builtin:tiny").model.state_dict()
+    moved = max(float(np.max(np.abs(a[k] - start[k].numpy()))) for k in a if k in start)
+    assert max(float(np.max(np.abs(a[k] - b[k]))) for k in a) < 1e-3 < 1e-2 < moved

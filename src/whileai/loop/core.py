@@ -132,9 +132,10 @@ def run_loop(trainer: Any, method: Any, plan: RunPlan, batches: Batches, state: 
     warmup = spec.critic.warmup if spec.critic is not None else 0  # critic-only steps before the policy moves
     queue = LagQueue(plan.lag, state.queue)
     scoring = plan.sampling().scoring()
+    started = time.perf_counter()
     while state.step < plan.steps:
         try:
-            _step(loop, batches, hooks, queue, scoring, warmup)
+            _step(loop, batches, hooks, queue, scoring, warmup, started)
         except Exception as error:
             for hook in hooks:  # the server sampler's stops a run whose server died with a checkpoint
                 if hasattr(hook, "failed"):
@@ -142,7 +143,8 @@ def run_loop(trainer: Any, method: Any, plan: RunPlan, batches: Batches, state: 
             raise
 
 
-def _step(loop: Loop, batches: Batches, hooks: Sequence[Any], queue: LagQueue, scoring: Any, warmup: int) -> None:
+def _step(loop: Loop, batches: Batches, hooks: Sequence[Any], queue: LagQueue, scoring: Any, warmup: int,
+          started: float) -> None:
     """One step of ``run_loop``: the batch, the update and optimizer step, the record, the hooks."""
     trainer, method, plan, state, teacher = loop.trainer, loop.method, loop.plan, loop.state, loop.teacher
     t = state.step
@@ -163,7 +165,7 @@ def _step(loop: Loop, batches: Batches, hooks: Sequence[Any], queue: LagQueue, s
               "sampled_at_step": int(loop.batch[0].get("sampler_step", t)) if loop.batch else t,
               "learning_rate": adam["learning_rate"], "time/sample_s": trained - began,
               "time/train_s": time.perf_counter() - trained, "time/step_s": time.perf_counter() - began,
-              **staleness(loop.batch, t)}
+              "time/elapsed_s": time.perf_counter() - started, **staleness(loop.batch, t)}
     for hook in hooks:
         if hasattr(hook, "after_step"):
             hook.after_step(loop, record, result)

@@ -193,12 +193,13 @@ class AheadRollouts:
 
 
 class ServerStopped(WhileaiError):
-    """The inference server stopped answering; a checkpoint of the steps trained was written."""
+    """The inference server stopped answering or refused a request mid-run; a checkpoint of the steps trained was
+    written."""
 
     def __init__(self, url: str, run_dir: Path, step: int, cause: BaseException) -> None:
-        super().__init__(f"the inference server at {url} stopped answering at step {step} ({cause}). A checkpoint of "
-                         f"the {step} steps trained is written (rows sampled for later steps are dropped and will be "
-                         f"sampled again). Restart the server, then resume with: wai train --resume {run_dir}")
+        super().__init__(f"the inference server at {url} failed at step {step}: {cause}. A checkpoint of the {step} "
+                         "steps trained is written (rows sampled for later steps are dropped and will be sampled "
+                         f"again). Restart or fix the server, then resume with: wai train --resume {run_dir}")
         self.url, self.run_dir, self.step = url, run_dir, step
 
 
@@ -218,8 +219,8 @@ class StopOnServerError:
 def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any) -> tuple[AheadRollouts, list[Any]]:
     """The batches of a run sampled from ``plan.sampler`` and the hooks that push its weights there and stop the run
     cleanly when the server dies."""
-    name, _ = ServerSampler(plan.sampler, "").served()
-    server = ServerSampler(plan.sampler, name)
+    name, kind = ServerSampler(plan.sampler, "").served()
+    server = ServerSampler(plan.sampler, name, concurrency=8, batch_prompts=kind == "whileai")
     push = PushWeights(server, ctx.run_dir / "sync", every=plan.sync_every)
     sampler = HTTPSampler(server, trainer.tokenizer, getattr(trainer, "max_context", None))
     return AheadRollouts(sampler, push, taskset, method, plan), [push, StopOnServerError(ctx, plan.sampler)]
