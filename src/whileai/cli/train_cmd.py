@@ -16,6 +16,9 @@ EXAMPLES = """examples:
   wai train --config run.toml --lag 0               a TOML file, one field overridden by a flag
   wai train --method sft --rows passes.jsonl --model ./my-model --lora-rank 16
   wai train --rows traces.jsonl --method flash_reinforce --model ./my-model   logged traces (docs/traces.md)
+  wai train --rows-from http://127.0.0.1:8400 --sampler-url http://127.0.0.1:8300 --lora-rank 8
+                                                    train on a recorder's traces as they are scored, pushing
+                                                    each step's adapter to the server (docs/record.md)
   wai train --resume runs/flash_reinforce-20261201-120000
   wai train --method grpo --dry-run                 print the run plan (every setting, its value, its source)
   wai train --url http://127.0.0.1:8321 --token T   train on a running `wai serve` (token also from $WAI_TOKEN)
