@@ -149,3 +149,37 @@ def test_a_recorder_that_stops_answering_stops_the_run_with_a_checkpoint_and_the
     records = _steps(run_dir)
     assert [r["step"] for r in records] == [1, 2, 3]
     assert [r["recorded/scored_seqs"] for r in records] == [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+
+
+def test_full_fine_tuning_reloads_every_weight_under_the_served_name_and_each_row_names_its_step(tmp_path):
+    """--lora-rank 0: each push is an /update_weights_from_disk of the whole model, versioned policy-step<k>;
+    the clients keep asking for the served model's own name, and every trained row maps to the step that
+    pushed the weights that served it."""
+    import httpx
+
+    from whileai.record.rewards import score
+
+    run_dir, log = tmp_path / "rl", tmp_path / "train.log"
+    with Started(["policy", "builtin:tiny", "--threads", "1"], tmp_path) as policy, \
+            Started(["record", "--upstream", policy.url, "--data-dir", str(tmp_path / "data")], tmp_path) as recorder:
+        trainer = _train(["--rows-from", recorder.url, "--sampler-url", policy.url, "--lora-rank", "0",
+                          "--steps", "2", "--rollouts-per-step", "4", "--learning-rate", "1e-3",
+                          "--run-dir", str(run_dir)], log)
+        deadline = time.monotonic() + 300
+        while httpx.get(f"{policy.url}/healthz").json()["weights_version"] != "policy-step0":
+            assert trainer.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        for k in range(8):
+            while k == 4 and not _steps(run_dir):  # the second batch is asked of step 1's weights
+                assert trainer.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.2)
+            reply = httpx.post(f"{recorder.url}/v1/completions", timeout=60,
+                               json={"model": "builtin:tiny", "prompt": [1, 72 + k], "max_tokens": 2})
+            score(recorder.url, reply.headers["x-whileai-trace-id"], float(k % 2))
+        assert trainer.wait(timeout=300) == 0, log.read_text()
+        rows = RecorderFeed(recorder.url).after(0, 100)["rows"]
+        final = httpx.get(f"{policy.url}/healthz").json()["weights_version"]
+    assert [row["weights_version"] for row in rows] == ["policy-step0"] * 4 + ["policy-step1"] * 4
+    assert final == "policy-step2"
+    records = _steps(run_dir)
+    assert [(r["recorded/unknown_version"], r["recorded/version_gap_max"]) for r in records] == [(0, 0), (0, 0)]
