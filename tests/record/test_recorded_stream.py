@@ -227,3 +227,21 @@ def test_what_a_run_from_a_recorder_cannot_do_is_refused_with_the_reason():
         dry_run(rows_from="http://127.0.0.1:8400", sampler_url="http://127.0.0.1:8300", taskset="builtin:case")
     plan = dry_run(rows_from="http://127.0.0.1:8400", sampler_url="http://127.0.0.1:8300", sync_every=3)
     assert (plan.lag, plan.sync_every) == (0, 3)  # the taskset default is dropped; sync_every is free of the lag
+
+
+def test_a_row_the_trainers_checks_refuse_is_passed_with_its_reason_not_trained(recorder):
+    """Traffic of another model (a token id past this vocabulary) is passed like an untrainable trace: the
+    batch fills with the next ones and the cursor moves past it."""
+    started, store = recorder
+    store.add_exchange("e1", None, _exchange(completion_ids=[6, 70_000]))
+    _fresh(store, ["e2"])
+    base = _top(store)
+    store.score("e1", 1.0, False)
+    store.score("e2", 1.0, False)
+    state = LoopState(source={"cursor": base})
+    source = _source(started.url, 1, state, {}, [])
+    batch = source.next(0, LagQueue(0, []))
+    assert [r["task_id"] for r in batch] == ["e2"] and source.seqs == [base + 2]
+    assert state.source == {"cursor": base + 2}
+    (refused,) = source.refused
+    assert (refused["trace_id"], refused["scored_seq"]) == ("e1", base + 1) and "70000" in refused["reason"]

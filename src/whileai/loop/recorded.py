@@ -105,31 +105,39 @@ class Recorded:
         return int((self.state.source or {}).get("cursor", 0))
 
     def next(self, step: int, queue: LagQueue) -> list[dict[str, Any]]:
-        began, self.refused = time.perf_counter(), []
-        rows: list[dict[str, Any]] = []
+        began, self.refused, self.seqs = time.perf_counter(), [], []
+        batch: list[dict[str, Any]] = []
         at, said = self.cursor, float("-inf")
-        while len(rows) < self.size:
-            answer = self.feed.after(at, self.size - len(rows))
-            rows += answer["rows"]
+        while len(batch) < self.size:
+            answer = self.feed.after(at, self.size - len(batch))
             self.refused += answer["refused"]
+            for row in answer["rows"]:
+                self._take(row, batch)
             moved, at = int(answer["cursor"]) != at, int(answer["cursor"])
-            if len(rows) >= self.size or moved:
+            if len(batch) >= self.size or moved:
                 continue
             if time.perf_counter() - said > 60:  # said when the wait begins, then once a minute
                 said = time.perf_counter()
-                self.write(f"step {step + 1}: waiting for scored traces at {self.feed.url}: {len(rows)} of "
+                self.write(f"step {step + 1}: waiting for scored traces at {self.feed.url}: {len(batch)} of "
                            f"{self.size} new after cursor {self.cursor} ({answer['unscored']} recorded trace(s) "
                            f"wait for a score); polling every {POLL_S:g} s, Ctrl-C stops with a checkpoint")
             self.stop()
             time.sleep(POLL_S)
         self.waited = time.perf_counter() - began
-        batch = [self._trace(row) for row in rows]
-        self.seqs = [int(row["scored_seq"]) for row in rows]
         self.state.source = {**(self.state.source or {}), "cursor": at}
         return batch
 
+    def _take(self, row: Mapping[str, Any], batch: list[dict[str, Any]]) -> None:
+        """Add the row to the batch as the loop trains it, checked as a rows file's line is; a row that fails
+        the checks (another model's token ids, no log-probabilities) is passed as refused, with the reason."""
+        seq = int(row["scored_seq"])
+        try:
+            batch.append(self._trace(row))
+            self.seqs.append(seq)
+        except BatchError as err:
+            self.refused.append({"trace_id": row.get("task_id"), "scored_seq": seq, "reason": str(err)})
+
     def _trace(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        """A row of the export as the loop trains it, checked as a rows file's line is."""
         where = f"{self.feed.url}, trace {row.get('task_id')!r} (scored_seq {row.get('scored_seq')})"
         (trace,) = read_line("whileai", where, row, self.vocab, sampled=True)
         if "reward" not in trace or "behavior_logprobs" not in trace:
