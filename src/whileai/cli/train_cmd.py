@@ -16,9 +16,13 @@ EXAMPLES = """examples:
   wai train --config run.toml --lag 0               a TOML file, one field overridden by a flag
   wai train --method sft --rows passes.jsonl --model ./my-model --lora-rank 16
   wai train --rows traces.jsonl --method flash_reinforce --model ./my-model   logged traces (docs/traces.md)
+  wai train --rows-from http://127.0.0.1:8400 --sampler-url http://127.0.0.1:8300 --lora-rank 8
+                                                    train on a recorder's traces as they are scored, pushing
+                                                    each step's adapter to the server (docs/record.md)
   wai train --resume runs/flash_reinforce-20261201-120000
   wai train --method grpo --dry-run                 print the run plan (every setting, its value, its source)
   wai train --url http://127.0.0.1:8321 --token T   train on a running `wai serve` (token also from $WAI_TOKEN)
+  wai train --sampler-url http://127.0.0.1:8300 --lag 1   sample from an inference server (vLLM, SGLang, wai policy)
 """
 # argparse reads "-1e-3" as an option (its own pattern knows only -1 and -1.5), so --learning-rate -1e-3 would
 # fail as "expected one argument" before the config's own check could say what is wrong with the value.
@@ -102,7 +106,8 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--resume uses the run's saved config (only --steps, to train longer, and --progress "
                               f"may change); drop {', '.join('--' + g.replace('_', '-') for g in given) or '--config/--set'}")
     overrides = {f: getattr(args, f) for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None}
-    for field_name in ("rows", "taskset", "eval_taskset", "teacher", "run_dir", "model", "method", "device", "url"):
+    for field_name in ("rows", "taskset", "eval_taskset", "teacher", "run_dir", "model", "method", "device", "url",
+                       "sampler_url"):
         # paths and names stay strings
         if field_name in overrides and not isinstance(overrides[field_name], str):
             overrides[field_name] = str(overrides[field_name])

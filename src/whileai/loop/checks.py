@@ -8,10 +8,11 @@ from typing import Any
 from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop import config as config_io
+from whileai.loop import recorded, trace_run
 from whileai.loop import teacher as teacher_io
-from whileai.loop import trace_run
 from whileai.loop.config import TrainConfig
 from whileai.loop.plan import RunPlan, make_plan
+from whileai.loop.sampler import problems as server_sampler_problems
 from whileai.loop.trainer import Needs
 from whileai.methods import method as method_named
 
@@ -33,7 +34,8 @@ def resolve_method(config: TrainConfig, method: Any = None) -> tuple[Any, list[s
 
 def check(config: TrainConfig, method: Any, taskset: Any = None, plan: RunPlan | None = None) -> list[str]:
     """Every impossible combination of the config and the method's run spec, each with a fix."""
-    problems = config_io.check_ranges(config) + trace_run.rows_problems(config, method, config.rows == PYTHON_ROWS)
+    problems = config_io.check_ranges(config) + trace_run.rows_problems(config, method, config.rows == PYTHON_ROWS) \
+        + recorded.problems(config, method)
     if method is None:
         return problems
     plan = plan or make_plan(config, {}, method, taskset)
@@ -41,7 +43,7 @@ def check(config: TrainConfig, method: Any, taskset: Any = None, plan: RunPlan |
     if spec.source == "rows" and config.rows is None:
         problems.append(f"method {method.name!r} trains on rows as pushed: give --rows FILE (JSONL with prompt and "
                         "completion, or prompt_tokens and tokens)")
-    if spec.source == "rollouts" and config.taskset is None and config.rows is None:
+    if spec.source == "rollouts" and config.taskset is None and config.rows is None and config.rows_from is None:
         problems.append(f"method {method.name!r} learns from rollouts: give --taskset (prompts and a grader), or "
                         "--rows FILE of logged traces")
     if spec.source == "rollouts" and spec.max_lag is not None and plan.lag > spec.max_lag:
@@ -58,7 +60,7 @@ def check(config: TrainConfig, method: Any, taskset: Any = None, plan: RunPlan |
         problems.append(f"steps = {plan.steps} leaves no policy step after the critic's {spec.critic.warmup} "
                         f"warm-up steps: raise --steps above {spec.critic.warmup} or lower the warm-up "
                         "(--set critic_warmup=N)")
-    return problems
+    return problems + server_sampler_problems(config, method, plan)
 
 
 def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:

@@ -44,6 +44,9 @@ class TrainConfig:
     rows: str | None = None
     """a JSONL file of rows to train on as pushed (SFT, DPO, RM) or of logged traces for an RL method (the
     library's rows, an OpenAI-compatible server's log, or text rows: docs/traces.md); route reads it first"""
+    rows_from: str | None = None
+    """a `wai record` URL: train continuously on its traces as they are scored (each once, in score order), and
+    push each new weights to --sampler-url, the server its traffic goes to (docs/record.md)"""
     eval_taskset: str | None = None
     """with --rows: a taskset (same spec forms as taskset) whose test split measures pass@1 before and after;
     None: a traces run holds out a slice of its traces and reports their surrogate and drift, not pass@1"""
@@ -105,14 +108,21 @@ class TrainConfig:
     url: str | None = None
     """train on the `wai serve` at this address (its bearer token: --token or $WAI_TOKEN) instead of in-process;
     the server may itself run on a Tinker-API server (wai serve --tinker-url)"""
+    sampler_url: str | None = None
+    """sample rollouts from the OpenAI-compatible inference server at this address (vLLM, SGLang, `wai policy`)
+    ahead of the trainer, within the lag, pushing the weights to it (docs/train.md, 'Sampling from an inference
+    server'); None: the trainer samples in-process"""
+    sync_every: int | None = None
+    """with sampler_url: push the weights to the server after every this many optimizer steps (at most lag + 1);
+    None: 1"""
 
 
 # Fields whose value may be None, and the type they have otherwise.
-_OPTIONAL = {"taskset": str, "rows": str, "eval_taskset": str, "teacher": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
-             "run_dir": str, "url": str, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
+_OPTIONAL = {"taskset": str, "rows": str, "rows_from": str, "eval_taskset": str, "teacher": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
+             "run_dir": str, "url": str, "sampler_url": str, "sync_every": int, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
-             "micro_batch_tokens": 16, "max_tokens": 1}
+             "micro_batch_tokens": 16, "max_tokens": 1, "sync_every": 1}
 
 
 def field_docs() -> dict[str, str]:
@@ -236,7 +246,7 @@ def check_ranges(config: TrainConfig) -> list[str]:
         problems.append(f"lr_schedule = {config.lr_schedule!r} must be one of {', '.join(map(repr, SCHEDULES))}")
     if config.device not in ("cpu", "cuda") and not str(config.device).startswith("cuda:"):
         problems.append(f"device = {config.device!r} must be 'cpu' or 'cuda' (or 'cuda:N')")
-    if config.taskset is None and config.rows is None:
+    if config.taskset is None and config.rows is None and config.rows_from is None:
         problems.append("neither taskset nor rows is set: give --taskset (prompts + a grader) or --rows (a JSONL "
                         "file of rows to train on)")
     return problems

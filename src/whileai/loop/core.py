@@ -8,8 +8,10 @@ checkpoints).
 service's ``RunClient``); ``plan`` is the run's resolved ``RunPlan``; ``batches`` hands out the batch of
 each step (``Rollouts``: sampled from the taskset and graded; ``Pushed``: rows read from a file). The loop
 reads the method only through ``run_spec()`` and ``update()`` and never branches on its name. A hook is any
-object with some of ``before(loop)``, ``before_update(loop)`` (the step's batch is in ``loop.batch``) and
-``after_step(loop, record, result)``.
+object with some of ``before(loop)``, ``before_update(loop)`` (the step's batch is in ``loop.batch``),
+``after_step(loop, record, result)`` and ``failed(loop, error)`` (a step raised; the hook may stop the run its own
+way). Where rollouts come from is the ``Batches``: ``Rollouts`` samples in process with the trainer; the
+server sampler's (``whileai.loop.sampler.AheadRollouts``) samples ahead from an inference server.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class LoopState:
     engine_step: int = 0
     preflight: dict[str, Any] | None = None
     """the preflight's report on the first rollouts (whileai.loop.preflight), once measured"""
+    source: dict[str, Any] | None = None
+    """what the batches source resumes from (a recorder's cursor: whileai.loop.recorded)"""
 
 
 class Batches(Protocol):
@@ -124,31 +128,52 @@ def run_loop(trainer: Any, method: Any, plan: RunPlan, batches: Batches, state: 
     for hook in hooks:  # warm start, held-out before, the teacher (it may set loop.teacher), traces
         if hasattr(hook, "before"):
             hook.before(loop)
-    teacher = loop.teacher
     spec = method.run_spec()
     warmup = spec.critic.warmup if spec.critic is not None else 0  # critic-only steps before the policy moves
     queue = LagQueue(plan.lag, state.queue)
     scoring = plan.sampling().scoring()
+    started = time.perf_counter()
     while state.step < plan.steps:
-        t = state.step
-        began = time.perf_counter()
-        adam = {"learning_rate": plan.learning_rate_at(t)}
-        loop.batch = batches.next(t, queue)  # sample with the weights of step t - lag, and grade
-        for hook in hooks:  # the preflight reads the first batch before its update (and may stop the run)
-            if hasattr(hook, "before_update"):
-                hook.before_update(loop)
-        trained = time.perf_counter()
-        result = train_step(trainer, method, loop.batch, adam=adam, state=state.method_state,
-                            sampling_params=scoring, rescore=batches.rescore(loop.batch, t),
-                            train_policy=t >= warmup, single_pass_tokens=plan.micro_batch_tokens, teacher=teacher)
-        if teacher is not None:  # an EMA teacher follows the weights after every optimizer step
-            teacher.after_step(trainer)
-        state.method_state, state.step, state.queue = result.state, t + 1, queue.state()
-        record = {"step": t + 1, **result.metrics, "lag": plan.lag, "policy_trained": t >= warmup,
-                  "sampled_at_step": int(loop.batch[0].get("sampler_step", t)) if loop.batch else t,
-                  "learning_rate": adam["learning_rate"], "time/sample_s": trained - began,
-                  "time/train_s": time.perf_counter() - trained, "time/step_s": time.perf_counter() - began}
-        for hook in hooks:
-            if hasattr(hook, "after_step"):
-                hook.after_step(loop, record, result)
+        try:
+            _step(loop, batches, hooks, queue, scoring, warmup, started)
+        except Exception as error:
+            for hook in hooks:  # the server sampler's stops a run whose server died with a checkpoint
+                if hasattr(hook, "failed"):
+                    hook.failed(loop, error)
+            raise
 
+
+def _step(loop: Loop, batches: Batches, hooks: Sequence[Any], queue: LagQueue, scoring: Any, warmup: int,
+          started: float) -> None:
+    """One step of ``run_loop``: the batch, the update and optimizer step, the record, the hooks."""
+    trainer, method, plan, state, teacher = loop.trainer, loop.method, loop.plan, loop.state, loop.teacher
+    t = state.step
+    began = time.perf_counter()
+    adam = {"learning_rate": plan.learning_rate_at(t)}
+    loop.batch = batches.next(t, queue)  # sample with the weights of step t - lag, and grade
+    for hook in hooks:  # the preflight reads the first batch before its update (and may stop the run)
+        if hasattr(hook, "before_update"):
+            hook.before_update(loop)
+    trained = time.perf_counter()
+    result = train_step(trainer, method, loop.batch, adam=adam, state=state.method_state,
+                        sampling_params=scoring, rescore=batches.rescore(loop.batch, t),
+                        train_policy=t >= warmup, single_pass_tokens=plan.micro_batch_tokens, teacher=teacher)
+    if teacher is not None:  # an EMA teacher follows the weights after every optimizer step
+        teacher.after_step(trainer)
+    state.method_state, state.step, state.queue = result.state, t + 1, queue.state()
+    record = {"step": t + 1, **result.metrics, "lag": plan.lag, "policy_trained": t >= warmup,
+              "sampled_at_step": int(loop.batch[0].get("sampler_step", t)) if loop.batch else t,
+              "learning_rate": adam["learning_rate"], "time/sample_s": trained - began,
+              "time/train_s": time.perf_counter() - trained, "time/step_s": time.perf_counter() - began,
+              "time/elapsed_s": time.perf_counter() - started, **staleness(loop.batch, t)}
+    for hook in hooks:
+        if hasattr(hook, "after_step"):
+            hook.after_step(loop, record, result)
+
+
+def staleness(batch: Sequence[dict[str, Any]], step: int) -> dict[str, float]:
+    """The version gaps of a step's rows: trained at ``step``, sampled with the weights of ``sampler_step``."""
+    gaps = [step - int(r["sampler_step"]) for r in batch if "sampler_step" in r]
+    if not gaps:
+        return {}
+    return {"staleness/mean": sum(gaps) / len(gaps), "staleness/max": float(max(gaps))}

@@ -35,6 +35,8 @@ LOOP = "loop defaults (whileai.loop.plan)"
 DEFAULTS: dict[str, Knob] = {
     "steps": Knob(40, "RL steps when neither the config nor the taskset says", integer(1), LOOP),
     "lag": Knob(2, "a rollout method's sampler lag (a lagging sampler, as production has)", integer(0), LOOP),
+    "sync_every": Knob(1, "with a sampler server: push the weights after every this many optimizer steps",
+                       integer(1), LOOP),
     "score_head_learning_rate": Knob(1e-3, "a reward model's scalar head when neither rate is given",
                                      number(0.0, open_low=True), LOOP),
 }
@@ -70,6 +72,10 @@ class RunPlan:
     eval_every: int
     save_every: int
     micro_batch_tokens: int
+    sampler: str = "in-process"
+    """where rollouts are sampled: in-process (the trainer), or the URL of an inference server"""
+    sync_every: int = 1
+    """with a sampler server: the weights are pushed after every this many optimizer steps"""
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, name: str) -> str:
@@ -108,8 +114,9 @@ class RunPlan:
     @classmethod
     def from_saved(cls, values: Mapping[str, Any], sources: Mapping[str, str]) -> RunPlan:
         """The plan a run wrote to config.toml (TOML has no null: a missing optional value is None)."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"sources"}
-        filled: dict[str, Any] = {n: values.get(n) for n in names}
+        fields = [f for f in dataclasses.fields(cls) if f.name != "sources"]
+        filled: dict[str, Any] = {f.name: values.get(f.name) for f in fields  # a setting added later: its default
+                                  if f.name in values or f.default is dataclasses.MISSING}
         return cls(**filled, sources=tuple(sorted(sources.items())))
 
 
@@ -190,7 +197,7 @@ def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: M
 
 def lag_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """0 for rows from a file (no sampler) or a method that trains on rows as pushed, else the default lag."""
-    rows = config.rows is not None or (method is not None and method.run_spec().source == "rows")
+    rows = config.rows is not None or config.rows_from is not None or (method is not None and method.run_spec().source == "rows")
     return (0, DEFAULT) if rows else (default("lag"), DEFAULT)
 
 
@@ -285,6 +292,10 @@ def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, task
     task_cap = taskset.max_tokens if taskset is not None else None
     values["cap_is_answer_length"] = config.max_tokens is None and task_cap is not None
     sources["cap_is_answer_length"] = TASKSET if values["cap_is_answer_length"] else "derived"
+    values["sampler"] = config.sampler_url or "in-process"
+    sources["sampler"] = origins.get("sampler_url", DEFAULT) if config.sampler_url else DEFAULT
+    values["sync_every"] = config.sync_every if config.sync_every is not None else default("sync_every")
+    sources["sync_every"] = origins.get("sync_every", USER) if config.sync_every is not None else DEFAULT
     values["warm_start_until_pass"] = sources["warm_start_steps"].startswith(RULE) and values["warm_start_steps"] > 0
     sources["warm_start_until_pass"] = "derived"
     return RunPlan(**values, sources=tuple(sorted(sources.items())))

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 # What the progress bar shows, and under which short name.
-LIVE = (("reward", "reward"), ("pass_rate", "pass"), ("drift", "drift"), ("admitted_share", "admit"))
+LIVE = (("reward", "reward"), ("pass_rate", "pass"), ("drift", "drift"), ("admitted_share", "admit"),
+        ("staleness/max", "stale"))
 
 
 class Metrics:

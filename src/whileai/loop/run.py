@@ -23,7 +23,7 @@ from typing import Any
 
 from whileai.errors import ConfigError
 from whileai.loop import config as config_io
-from whileai.loop import trace_run
+from whileai.loop import recorded, trace_run
 from whileai.loop.auto import route_method
 from whileai.loop.checks import PYTHON_ROWS, _knobs_of, _load_taskset, check, needs_of, resolve_method
 from whileai.loop.config import TrainConfig
@@ -42,6 +42,7 @@ from whileai.loop.hooks import (
 )
 from whileai.loop.plan import FILE, USER, RunPlan, make_plan, saved_plan, with_cap
 from whileai.loop.record import Metrics, Progress
+from whileai.loop.sampler import IN_PROCESS, server_rollouts
 from whileai.loop.summary import finish
 from whileai.loop.traces import RowsFile, open_rows
 from whileai.loop.trainer import Backend, local_backend, remote_backend
@@ -122,9 +123,9 @@ def _inputs(config: TrainConfig | None, method: Any, rows: Any, taskset: Any, co
             overrides["taskset"] = taskset
     else:
         taskset_obj, overrides["taskset"] = taskset, PYTHON_TASKSET
-    if rows is not None and "taskset" not in overrides and (config is None or config.taskset is None) \
-            and config_file is None:
-        overrides["taskset"] = None  # rows pushed: no built-in task mixed in unless one is named
+    if (rows is not None or overrides.get("rows_from") is not None) and "taskset" not in overrides \
+            and (config is None or config.taskset is None) and config_file is None:
+        overrides["taskset"] = None  # rows pushed or recorded: no built-in task mixed in unless one is named
     base = config_io.as_dict(config) if config is not None else {}
     built = config_io.build(config_file, **{**base, **overrides})
     origins = {k.replace("-", "_"): FILE for k in (config_io.load_toml(config_file) if config_file else {})}
@@ -290,8 +291,15 @@ def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows
                         announce(ctx)
                     batches: Any = Pushed(rows, trace_run.grouped(method), plan) if rows is not None else \
                         Rollouts(backend.trainer, taskset, method, plan)
-                    hooks = [WarmStart(ctx), HeldOut(ctx)] + ([TraceHook(ctx, batches)] if rows is not None else []) \
-                        + [PreflightHook(ctx), TeacherHook(ctx), Record(ctx), Checkpoints(ctx)]
+                    feed: list[Any] = [TraceHook(ctx, batches)] if rows is not None else []
+                    pushing: list[Any] = []  # --sampler-url: rollouts from a server, the weights pushed to it
+                    if config.rows_from is not None:  # a recorder's traces as they are scored (loop.recorded)
+                        batches, feed = recorded.source(ctx, state, log.write)
+                    elif plan.sampler != IN_PROCESS and rows is None:
+                        batches, pushing = server_rollouts(ctx, backend.trainer, taskset, method, plan)
+                        backend.closers.append(batches.close)
+                    hooks = [WarmStart(ctx), HeldOut(ctx), *feed, PreflightHook(ctx), TeacherHook(ctx), Record(ctx),
+                             *pushing, Checkpoints(ctx)]
                     run_loop(backend.trainer, method, plan, batches, state, hooks)
                 log.close()
                 summary, weights = finish(ctx, state, time.perf_counter() - started)

@@ -67,12 +67,16 @@ class ServerSampler:
     """A client of one server: ``sample`` completions, ``push_lora`` / ``push_full`` new weights."""
 
     def __init__(self, url: str, model: str, api_key: str | None = None, *, timeout: float = 120.0,
-                 concurrency: int = 4) -> None:
+                 concurrency: int = 4, batch_prompts: bool = False) -> None:
         self.url = url.rstrip("/").removesuffix("/v1")
         self.model = model
         """What completions ask for: the base model's name, or after ``push_lora`` the adapter's."""
         self.timeout = timeout
         self.concurrency = concurrency
+        self.batch_prompts = batch_prompts
+        """True: all prompts in one request (``prompt`` as a list of id lists), which ``wai policy`` samples in one
+        batched call; False: one request per prompt, ``concurrency`` in flight (vLLM and SGLang batch concurrent
+        requests themselves, and give every prompt of a list the request's one seed)"""
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -89,15 +93,41 @@ class ServerSampler:
     def sample(self, prompt_token_ids: Sequence[Sequence[int]], n: int = 1, temperature: float = 1.0,
                top_p: float = 1.0, top_k: int = 0, max_tokens: int = 16, stop_token_ids: Sequence[int] = (),
                seed: int | None = None) -> list[Sample]:
-        """``n`` completions of each prompt, prompt by prompt (``concurrency`` requests in flight)."""
+        """``n`` completions of each prompt: one request for all (``batch_prompts``; prompt ``i``'s sample ``j`` is
+        the server's stream (seed, i, j)), or prompt by prompt (``concurrency`` requests in flight, prompt ``i``
+        with seed ``seed + PROMPT_SEED_STRIDE * i``, so no two prompts share a random stream)."""
         sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "max_tokens": max_tokens,
                     "stop_token_ids": list(stop_token_ids), "seed": seed}
         prompts = [list(map(int, p)) for p in prompt_token_ids]
+        if self.batch_prompts and len(prompts) > 1:
+            return self._complete_all(prompts, n, sampling)
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(prompts)))) as pool:
-            answers = list(pool.map(lambda ip: self._complete(ip[0], ip[1], n, sampling), enumerate(prompts)))
+            answers = list(pool.map(lambda ip: self._complete(ip[0], ip[1], n, _seeded(sampling, ip[0])),
+                                    enumerate(prompts)))
         return [sample for answer in answers for sample in answer]
 
+    def _complete_all(self, prompts: list[list[int]], n: int, sampling: dict[str, Any]) -> list[Sample]:
+        """One request for every prompt; the choices come prompt by prompt (index i * n + j, vLLM's order)."""
+        reply, answer, version = self._ask(prompts, n, sampling)
+        choices = sorted(answer.get("choices") or [], key=lambda c: c.get("index", 0))
+        if len(choices) != n * len(prompts):
+            raise SamplerError(f"{self.url} returned {len(choices)} choices for {len(prompts)} prompts x n={n}")
+        mode = reply.headers.get(MODE_HEADER)
+        return [Sample(k // n, prompts[k // n], *_tokens_and_logprobs(self.url, choice, prompts[k // n]),
+                       str(choice.get("finish_reason")), dict(sampling), version, mode)
+                for k, choice in enumerate(choices)]
+
     def _complete(self, index: int, prompt: list[int], n: int, sampling: dict[str, Any]) -> list[Sample]:
+        reply, answer, version = self._ask(prompt, n, sampling)
+        choices = sorted(answer.get("choices") or [], key=lambda c: c.get("index", 0))
+        if len(choices) != n:
+            raise SamplerError(f"{self.url} returned {len(choices)} choices for n={n}")
+        mode = reply.headers.get(MODE_HEADER)
+        return [Sample(index, prompt, *_tokens_and_logprobs(self.url, choice, prompt),
+                       str(choice.get("finish_reason")), dict(sampling), version, mode) for choice in choices]
+
+    def _ask(self, prompt: Any, n: int, sampling: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any], str]:
+        """POST one completions request; the reply, its body, and the weights version it reports."""
         body = {"model": self.model, "prompt": prompt, "n": n, "temperature": sampling["temperature"],
                 "top_p": sampling["top_p"], "top_k": sampling["top_k"] or -1, "max_tokens": sampling["max_tokens"],
                 "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True}
@@ -111,12 +141,7 @@ class ServerSampler:
         if not version:
             raise SamplerError(f"{self.url} said nothing about which weights answered (no {VERSION_HEADER} header, "
                                "system_fingerprint or model in the reply), so a row's weights version is unknown")
-        choices = sorted(answer.get("choices") or [], key=lambda c: c.get("index", 0))
-        if len(choices) != n:
-            raise SamplerError(f"{self.url} returned {len(choices)} choices for n={n}")
-        mode = reply.headers.get(MODE_HEADER)
-        return [Sample(index, prompt, *_tokens_and_logprobs(self.url, choice, prompt),
-                       str(choice.get("finish_reason")), dict(sampling), str(version), mode) for choice in choices]
+        return reply, answer, str(version)
 
     # ------------------------------------------------------------------ weight sync
     def push_lora(self, adapter_dir: str | Path, name: str) -> str:
@@ -132,6 +157,29 @@ class ServerSampler:
             reply = self._post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": path})
         self.model = name
         return reply.headers.get(VERSION_HEADER) or name
+
+    def unload_lora(self, name: str) -> None:
+        """Unload the runtime adapter ``name`` (an older push, once a newer one is loaded)."""
+        self._post("/v1/unload_lora_adapter", {"lora_name": name})
+
+    def served(self) -> tuple[str, str]:
+        """The first model ``/v1/models`` lists (the base the server was started with) and who serves it: its
+        ``owned_by`` (vLLM: ``vllm``, SGLang: ``sglang``, ``wai policy``: ``whileai``; ``unknown`` if unsaid)."""
+        try:
+            reply = self.client.get("/v1/models")
+        except httpx.TransportError as err:
+            raise SamplerError(f"no inference server answers at {self.url} ({err}). Fix: start it (`wai policy "
+                               "MODEL --port PORT`, `vllm serve ...`) or point the sampler URL at it") from None
+        try:
+            first = reply.json()["data"][0]
+            return str(first["id"]), str(first.get("owned_by", "unknown"))
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+            raise SamplerError(f"{self.url}/v1/models did not list a model ({reply.status_code}: "
+                               f"{reply.text[:200]})") from None
+
+    def server_kind(self) -> str:
+        """Who serves (``served``'s second part)."""
+        return self.served()[1]
 
     def push_full(self, folder: str | Path, weight_version: str | None = None) -> str:
         """Reload every weight from a model folder (SGLang's ``/update_weights_from_disk``, and ``wai policy``'s);
@@ -170,6 +218,15 @@ class ServerSampler:
         if reply.status_code >= 400:
             raise SamplerError(f"{self.url}{route} refused the request ({reply.status_code}): {_message(reply)}")
         return reply
+
+
+PROMPT_SEED_STRIDE = 104_729
+
+
+def _seeded(sampling: dict[str, Any], index: int) -> dict[str, Any]:
+    if sampling["seed"] is None:
+        return sampling
+    return {**sampling, "seed": int(sampling["seed"]) + PROMPT_SEED_STRIDE * index}
 
 
 _NO_ROUTE = {

@@ -25,7 +25,7 @@ from whileai.knobs import SCORED_FIELDS
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
 # logged trace was sampled with (``whileai.loop.trace_formats``), the distribution its tokens are scored under.
-BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step", "sampling")
+BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step", "weights_version", "sampling")
 SCORED = SCORED_FIELDS  # the settings that shape the distribution a token is scored under (one declaration)
 # A logged token that a trace's top-k / top-p no longer keeps under the current weights has probability 0 (log
 # -inf). It is scored as this finite floor instead: its ratio underflows to exactly 0, so a ratio-weighted
@@ -376,7 +376,23 @@ def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, floa
     stats.update(_reply_lengths(rows, rewards))
     # the method's own drift measure when it has one (FlashReinforce's Bernoulli KL), else the k3 estimate
     stats["drift"] = float(update.stats.get("mean_sequence_kl", _drift(rows)))
+    if (gap := _ratio_gap(rows)) is not None:
+        stats["ratio_gap_max"] = gap
     return stats
+
+
+def _ratio_gap(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The largest |pi / mu - 1| over the sampled tokens of the step: the trainer's probability of a token against
+    the sampler's (0 when a row is on-policy and its sampler is the trainer's own numbers). None without both."""
+    worst = None
+    for row in rows:
+        if "behavior_logprobs" not in row or "logprobs" not in row:
+            continue
+        log_ratio = np.asarray(row["logprobs"], dtype=np.float64) - np.asarray(row["behavior_logprobs"], dtype=np.float64)
+        log_ratio = log_ratio[np.asarray(row.get("action_mask", [True] * log_ratio.size), dtype=bool)]
+        if log_ratio.size:
+            worst = max(worst or 0.0, float(np.max(np.abs(np.expm1(log_ratio)))))
+    return worst
 
 
 def _reply_lengths(rows: Sequence[Mapping[str, Any]], rewards: np.ndarray) -> dict[str, float]:

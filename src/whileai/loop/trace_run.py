@@ -35,7 +35,7 @@ def rows_problems(config: Any, method: Any, python_rows: bool) -> list[str]:
     if config.rows is not None and not python_rows and not Path(config.rows).is_file():
         problems.append(f"rows = {config.rows!r}: no such file; give a JSONL file of rows or traces (one JSON "
                         "object a line, docs/traces.md)")
-    if config.eval_taskset is not None and config.rows is None:
+    if config.eval_taskset is not None and config.rows is None and config.rows_from is None:
         problems.append(f"eval_taskset = {config.eval_taskset!r} is for runs from --rows; a taskset run evaluates "
                         "on its own test split: drop --eval-taskset")
     if config.rows is None:

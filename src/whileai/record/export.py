@@ -6,6 +6,10 @@ replies, which the environment wrote with certainty, as ``whileai.envs.episode``
 (false between replies; left out when there are none), ``reward``, ``task_id`` (the trace id: one try per
 ask), ``model``, ``truncated``, and two fields the trainer does not read: ``sampling`` and ``weights_version``.
 
+``scored_after`` is the same, read as a stream (``GET /v1/export?after=CURSOR``, which ``wai train --rows-from``
+polls): the traces first scored after a cursor, in the order they were scored, each row with its
+``scored_seq``.
+
 Left out, and counted: traces with no reward yet. Refused, each with its reason: traces whose exchanges
 lack token ids or log-probabilities, or whose log-probabilities do not line up with the tokens; traces whose
 upstream returned raw log-probabilities (before temperature / top-k / top-p) for sampling that was not plain,
@@ -116,3 +120,18 @@ def export(data_dir: Path, out: Path, since: float | None = None, model: str | N
         tmp.unlink(missing_ok=True)
         store.close()
     return report
+
+
+def scored_after(store: RecordStore, cursor: int, limit: int) -> dict[str, Any]:
+    """The rows of up to ``limit`` traces first scored after ``cursor`` (a ``scored_seq``), each with its
+    ``scored_seq``; ``cursor``: the last one read (refused traces count: they are passed, with their reason);
+    ``unscored``: traces that wait for a score."""
+    rows, refused, last = [], [], cursor
+    for summary in store.scored_after(cursor, limit):
+        last = int(summary["scored_seq"])
+        row = trace_row(store.trace(summary["id"]))
+        if isinstance(row, str):
+            refused.append({"trace_id": summary["id"], "scored_seq": last, "reason": row})
+        else:
+            rows.append({**row, "scored_seq": last})
+    return {"rows": rows, "refused": refused, "cursor": last, "unscored": store.unscored()}

@@ -35,7 +35,7 @@ from typing import Any
 from whileai.errors import ConfigError, WhileaiError
 from whileai.prompts import text_ids
 from whileai.record import chat
-from whileai.record.requests import Ask, RequestError
+from whileai.record.requests import Ask, RequestError, is_batch
 
 LOGPROBS_MODE = "processed_logprobs"
 _UNSTABLE = ("\ufffd",)  # a decoded tail that may change when the next token arrives
@@ -134,20 +134,27 @@ class Policy:
 
     def sample(self, ask: Ask) -> tuple[list[int], list[Any], list[list[list[tuple[int, float]]] | None]]:
         """The prompt ids, ``n`` samples, and per sample the top alternatives at each token (when asked)."""
+        (prompt, samples, tops), = self.sample_all(ask, [self.prompt_ids(ask)])
+        return prompt, samples, tops
+
+    def sample_all(self, ask: Ask, prompts: list[list[int]]) -> list[tuple[list[int], list[Any], list[Any]]]:
+        """``sample`` for several token-id prompts in one engine call (a batch request): per prompt, its ids,
+        samples and top alternatives. Prompt i's sample j draws the engine's random stream (seed, i, j)."""
         from whileai.engine.sampling import SamplingParams
 
-        prompt = self.prompt_ids(ask)
         stops = [chat.encode(self.tokenizer, s) for s in ask.stop] + [[t] for t in ask.stop_token_ids]
         engine = self.served.engine
-        if len(prompt) >= engine.max_context:
-            raise RequestError(f"the prompt has {len(prompt)} tokens; the model's context is {engine.max_context}. "
-                               "Fix: shorten the prompt", param="messages" if ask.chat else "prompt")
+        for prompt in prompts:
+            if len(prompt) >= engine.max_context:
+                raise RequestError(f"the prompt has {len(prompt)} tokens; the model's context is "
+                                   f"{engine.max_context}. Fix: shorten the prompt",
+                                   param="messages" if ask.chat else "prompt")
         params = SamplingParams(max_tokens=ask.max_tokens, temperature=ask.temperature, top_p=ask.top_p,
                                 top_k=ask.top_k, stop=stops, seed=ask.seed)
         with self.lock, use_adapter(self.served, ask.adapter):
-            samples = engine.sample(prompt, ask.n, params)
-            tops = [self._top(prompt, s.tokens, ask) for s in samples]
-        return prompt, samples, tops
+            batches = engine.sample(prompts, ask.n, params)
+            return [(prompt, samples, [self._top(prompt, s.tokens, ask) for s in samples])
+                    for prompt, samples in zip(prompts, batches)]
 
     def _top(self, prompt: list[int], tokens: list[int], ask: Ask) -> list[list[tuple[int, float]]] | None:
         """The ``ask.logprobs`` most likely tokens at each completion position, under the sampled distribution."""
@@ -210,11 +217,25 @@ def _completion_logprobs(tokenizer: Any, tokens: list[int], logprobs: list[float
 
 
 def answer(policy: Policy, ask: Ask) -> dict[str, Any]:
-    """The whole (non-streaming) response body."""
-    prompt, samples, tops = policy.sample(ask)
+    """The whole (non-streaming) response body; a batch's choices prompt by prompt (index i * n + j)."""
+    answered = policy.sample_all(ask, ask.prompt) if is_batch(ask) else [policy.sample(ask)]
     tok = policy.tokenizer
+    choices: list[dict[str, Any]] = []
+    for prompt, samples, tops in answered:
+        choices += _choices(tok, ask, prompt, samples, tops, len(choices))
+    body = _envelope(policy, ask)
+    body["choices"] = choices
+    usage = [_usage(prompt, samples) for prompt, samples, _ in answered]
+    body["usage"] = {k: sum(u[k] for u in usage) for k in usage[0]}
+    if ask.chat and ask.return_token_ids:
+        body["prompt_token_ids"] = answered[0][0]
+    return body
+
+
+def _choices(tok: Any, ask: Ask, prompt: list[int], samples: list[Any], tops: list[Any],
+             first: int) -> list[dict[str, Any]]:
     choices = []
-    for k, (sample, top) in enumerate(zip(samples, tops)):
+    for k, (sample, top) in enumerate(zip(samples, tops), start=first):
         text = chat.decode(tok, _reply_ids(tok, sample))
         choice: dict[str, Any] = {"index": k, "finish_reason": _finish(sample), "logprobs": None}
         if ask.chat:
@@ -232,12 +253,7 @@ def answer(policy: Policy, ask: Ask) -> dict[str, Any]:
         if ask.return_token_ids:
             choice["token_ids"] = list(sample.tokens)
         choices.append(choice)
-    body = _envelope(policy, ask)
-    body["choices"] = choices
-    body["usage"] = _usage(prompt, samples)
-    if ask.chat and ask.return_token_ids:
-        body["prompt_token_ids"] = prompt
-    return body
+    return choices
 
 
 def _envelope(policy: Policy, ask: Ask, chunk: bool = False) -> dict[str, Any]:

@@ -6,6 +6,8 @@
     GET  /v1/models                                forwarded upstream as it is
     POST /v1/rewards {trace_id, reward, replace?}  a late score: 404 unknown id, 409 already scored, 422 bad body
     GET  /v1/traces/{trace_id}                     a recorded trace, its exchanges oldest first
+    GET  /v1/export?after=CURSOR&limit=N           the rows of traces first scored after CURSOR (a scored_seq),
+                                                   in score order: {rows, refused, cursor, unscored}
     GET  /healthz                                  readiness
 
 Threading: a chat request whose messages, up to its last assistant message, equal an earlier request's
@@ -32,6 +34,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from whileai.record.exchange import Sampled, continued_key, conversation_key, strip, widen
+from whileai.record.export import scored_after
 from whileai.record.requests import error_response
 from whileai.record.rewards import reward_route
 from whileai.record.store import RecordStore, UnknownTrace
@@ -41,6 +44,7 @@ TRACES_HEADER = "x-whileai-trace-ids"
 OTHER_KNOBS = ("min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "logit_bias")
 """Request fields that change the distribution a token is drawn from, besides temperature / top-p / top-k."""
 LOGPROBS_MODES = ("processed_logprobs", "raw_logprobs")
+EXPORT_LIMIT = 1024  # traces one /v1/export answer holds at most
 _HOP = {"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive", "date", "server"}
 
 
@@ -255,5 +259,17 @@ def create_record_app(config: RecordConfig) -> FastAPI:
         except UnknownTrace:
             return error_response(404, f"no trace {trace_id!r} is recorded here (trace ids come in the {TRACE_HEADER} "
                                "response header)")
+
+    @app.get("/v1/export")
+    async def export_after(after: str = "0", limit: str = str(EXPORT_LIMIT)) -> Response:
+        try:
+            cursor, most = int(after), int(limit)
+        except ValueError:
+            cursor, most = -1, -1
+        if cursor < 0 or not 1 <= most <= EXPORT_LIMIT:
+            return error_response(422, f"after={after!r}, limit={limit!r}: 'after' must be an integer >= 0 (the "
+                                       f"'cursor' of the last answer; 0 from the start) and 'limit' one from 1 to "
+                                       f"{EXPORT_LIMIT}")
+        return JSONResponse(await run_in_threadpool(scored_after, recorder.store, cursor, most))
 
     return app

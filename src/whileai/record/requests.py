@@ -107,12 +107,20 @@ def _prompt(body: Mapping[str, Any], chat: bool, problems: list[str]) -> Any:
             problems.append("'messages' must be a non-empty list of {'role': ..., 'content': ...} objects")
         return messages
     prompt = body.get("prompt")
-    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt)):
+    if isinstance(prompt, str) or _ids(prompt) or (isinstance(prompt, list) and prompt and all(map(_ids, prompt))):
         return prompt
-    problems.append(f"'prompt' is {str(prompt)[:60]!r}; it must be one text or one list of token ids (send "
-                    "several prompts as several requests)")
+    problems.append(f"'prompt' is {str(prompt)[:60]!r}; it must be one text, one list of token ids, or a list of "
+                    "lists of token ids (a batch, answered in one sampling call)")
     return None
+
+
+def _ids(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def is_batch(ask: Ask) -> bool:
+    """A completions request whose prompt is a list of token-id prompts (vLLM's and SGLang's list form)."""
+    return not ask.chat and isinstance(ask.prompt, list) and isinstance(ask.prompt[0], list)
 
 
 def _stop_token_ids(body: Mapping[str, Any], problems: list[str]) -> tuple[int, ...]:
@@ -163,6 +171,8 @@ def parse_ask(body: Any, chat: bool, served: str, adapters: Collection[str] = ()
               adapter=body["model"] if body.get("model") in adapters else None,
               stop_token_ids=_stop_token_ids(body, problems),
               tokens_as_ids=bool(body.get("return_tokens_as_token_ids")))
+    if ask.stream and isinstance(ask.prompt, list) and ask.prompt and isinstance(ask.prompt[0], list):
+        problems.append("a batch of prompts cannot stream here; stream one prompt per request")
     if problems:
         raise RequestError("; ".join(problems) + ". Fix each field and send again")
     return ask

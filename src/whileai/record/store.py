@@ -4,7 +4,9 @@
                log-probabilities, the sampling settings, the model, weights version and logprobs mode the
                upstream reported, the conversation key after the reply, ``parent`` (the exchange this one
                continues, or NULL), and ``problem`` (why it cannot train, or NULL)
-    traces     a conversation's id, its last exchange (``tip``), and the late reward with when it came
+    traces     a conversation's id, its last exchange (``tip``), and the late reward with when it came and
+               ``scored_seq``: its place in the order traces were first scored (1, 2, ...; NULL unscored), the
+               cursor ``wai train --rows-from`` reads new scored traces by
 
 A trace is the chain of exchanges from its tip back through ``parent``. A row is committed before the
 client gets its answer (WAL, ``synchronous=FULL``), so an acknowledged trace or reward survives a killed
@@ -30,8 +32,9 @@ CREATE TABLE IF NOT EXISTS exchanges (
 CREATE INDEX IF NOT EXISTS exchanges_key ON exchanges (conversation_key);
 CREATE TABLE IF NOT EXISTS traces (
     id TEXT PRIMARY KEY, tip INTEGER NOT NULL, model TEXT, created REAL NOT NULL, updated REAL NOT NULL,
-    reward REAL, scored REAL);
+    reward REAL, scored REAL, scored_seq INTEGER);
 """
+SEQ_INDEX = "CREATE UNIQUE INDEX IF NOT EXISTS traces_scored_seq ON traces (scored_seq)"
 
 
 class UnknownTrace(LookupError):
@@ -51,6 +54,18 @@ class RecordStore(Database):
 
     def __init__(self, data_dir: Path) -> None:
         super().__init__(data_dir, DB_NAME, SCHEMA, "FULL")
+        self._add_scored_seq()
+
+    def _add_scored_seq(self) -> None:
+        """A database written before ``scored_seq`` gets the column, its scored traces numbered by score time."""
+        with self._write() as db:
+            if "scored_seq" not in {row["name"] for row in db.execute("PRAGMA table_info(traces)")}:
+                db.execute("ALTER TABLE traces ADD COLUMN scored_seq INTEGER")
+                ids = [row["id"] for row in db.execute("SELECT id FROM traces WHERE reward IS NOT NULL "
+                                                       "ORDER BY scored, id")]
+                db.executemany("UPDATE traces SET scored_seq = ? WHERE id = ?",
+                               [(k, trace_id) for k, trace_id in enumerate(ids, start=1)])
+            db.execute(SEQ_INDEX)
 
     # ------------------------------------------------------------------ conversations
     def continues(self, key: str) -> dict[str, Any] | None:
@@ -77,14 +92,18 @@ class RecordStore(Database):
 
     # ------------------------------------------------------------------ rewards
     def score(self, trace_id: str, reward: float, replace: bool) -> float | None:
-        """Attach ``reward``; returns the reward it replaced (None). Raises UnknownTrace / AlreadyScored."""
+        """Attach ``reward``; returns the reward it replaced (None). Raises UnknownTrace / AlreadyScored. A first
+        score takes the next ``scored_seq``; a replaced score keeps its place (a reader past it does not see it
+        again)."""
         with self._write() as db:
             row = db.execute("SELECT reward FROM traces WHERE id = ?", (trace_id,)).fetchone()
             if row is None:
                 raise UnknownTrace(trace_id)
             if row["reward"] is not None and not replace:
                 raise AlreadyScored(float(row["reward"]))
-            db.execute("UPDATE traces SET reward = ?, scored = ? WHERE id = ?", (reward, time.time(), trace_id))
+            db.execute("UPDATE traces SET reward = ?, scored = ?, scored_seq = COALESCE(scored_seq, "
+                       "(SELECT COALESCE(MAX(scored_seq), 0) + 1 FROM traces)) WHERE id = ?",
+                       (reward, time.time(), trace_id))
         return None if row["reward"] is None else float(row["reward"])
 
     # ------------------------------------------------------------------ reading
@@ -112,3 +131,11 @@ class RecordStore(Database):
         if model is not None:
             sql, args = sql + " AND model = ?", [*args, model]
         return self.rows(sql + " ORDER BY created, id", *args)
+
+    def scored_after(self, cursor: int, limit: int) -> list[dict[str, Any]]:
+        """Up to ``limit`` scored traces whose ``scored_seq`` is above ``cursor``, in that order."""
+        return self.rows("SELECT * FROM traces WHERE scored_seq > ? ORDER BY scored_seq LIMIT ?", cursor, limit)
+
+    def unscored(self) -> int:
+        """How many recorded traces wait for a score."""
+        return int(self.rows("SELECT COUNT(*) AS n FROM traces WHERE reward IS NULL")[0]["n"])

@@ -111,16 +111,20 @@ def load_adapter(served: Served, body: Any) -> str:
                            param="lora_name")
     folder = _adapter_folder(path)
     _check_base(served, folder)
-    if name in served.adapters:
-        unload_adapter(served, {"lora_name": name})
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # PEFT's notes on deprecated transformers calls and on active adapters
-        if served.peft is None:
-            from peft import PeftModel
+    if name in served.adapters:  # replaced in place: the name stays listed, so a request read meanwhile waits
+        _drop(served, name)      # on the lock for the new weights instead of finding no such model
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # PEFT's notes on deprecated transformers calls and on active adapters
+            if served.peft is None:
+                from peft import PeftModel
 
-            served.peft = PeftModel.from_pretrained(served.engine.model, str(folder), adapter_name=name)
-        else:
-            served.peft.load_adapter(str(folder), adapter_name=name)
+                served.peft = PeftModel.from_pretrained(served.engine.model, str(folder), adapter_name=name)
+            else:
+                served.peft.load_adapter(str(folder), adapter_name=name)
+    except BaseException:
+        served.adapters.pop(name, None)
+        raise
     served.peft.eval()
     served.adapters[name] = f"{name}@{weights_version(str(folder), 0)}"
     return served.adapters[name]
@@ -132,15 +136,20 @@ def unload_adapter(served: Served, body: Any) -> str:
     if name not in served.adapters:
         raise RequestError(f"The lora adapter {name!r} cannot be found; loaded: {sorted(served.adapters)}",
                            status=404, param="lora_name")
+    _drop(served, name)
     del served.adapters[name]
+    return name
+
+
+def _drop(served: Served, name: str) -> None:
+    """Take adapter ``name`` out of the PEFT wrapper (the last one out restores the plain base model)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if served.adapters:
+        if set(served.adapters) - {name}:
             served.peft.delete_adapter(name)
         else:
             served.peft.unload()
             served.peft = None
-    return name
 
 
 def read_full(served: Served, body: Any) -> tuple[Served, str]:
