@@ -14,7 +14,7 @@ import pytest
 
 import whileai as wai
 
-TIMING = ("time/sample_s", "time/train_s", "time/step_s")
+TIMING = ("time/sample_s", "time/train_s", "time/step_s", "time/elapsed_s")
 
 
 def _without_timing(records: list[dict]) -> list[dict]:

@@ -158,3 +158,27 @@ def test_the_server_path_trains_what_the_in_process_path_trains(server, tmp_path
     a, b, start = weights(here.dir), weights(there.dir), TrainingEngine("builtin:tiny").model.state_dict()
     moved = max(float(np.max(np.abs(a[k] - start[k].numpy()))) for k in a if k in start)
     assert max(float(np.max(np.abs(a[k] - b[k]))) for k in a) < 1e-3 < 1e-2 < moved
+
+
+def test_a_batch_of_prompts_is_sampled_as_the_engine_samples_it_in_process(server):
+    """`wai policy` answers a list of token-id prompts (vLLM's list form) prompt by prompt, index i * n + j, with
+    the engine's own random streams: the tokens and log-probabilities of in-process sampling with that seed."""
+    import httpx
+
+    from whileai.engine import SamplingParams
+
+    engine = TrainingEngine("builtin:tiny")
+    httpx.post(server.url + "/update_weights_from_disk",  # the fixture's server may hold an earlier run's weights
+               json={"model_path": engine.export(str(Path(server.log).parent / "base"), merged=True, overwrite=True)})
+    batch = [[1, 72, 105, 32], [1, 80, 81], [1, 90, 91, 92, 93]]
+    reply = httpx.post(server.url + "/v1/completions", json={"model": "builtin:tiny", "prompt": batch, "n": 2,
+                                                             "max_tokens": 6, "seed": 7, "logprobs": 0,
+                                                             "return_token_ids": True}).json()
+    here = engine.sample(batch, 2, SamplingParams(max_tokens=6, seed=7))
+    assert [c["index"] for c in reply["choices"]] == list(range(6))
+    for k, choice in enumerate(reply["choices"]):
+        mine = here[k // 2][k % 2]
+        assert choice["prompt_token_ids"] == batch[k // 2] and choice["token_ids"] == mine.tokens
+        assert max(abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], mine.logprobs)) < 1e-5
+    refused = httpx.post(server.url + "/v1/completions", json={"prompt": batch, "stream": True})
+    assert refused.status_code == 400 and "cannot stream" in refused.json()["error"]["message"]

@@ -184,7 +184,8 @@ def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, row
 
 
 RUN_FILES = ("config.toml", "rows.jsonl", "route.txt", "metrics.jsonl", "summary.json", "evals.json", "curves.png",
-             "heldout.jsonl", "heldout-before.jsonl", trace_run.HELDOUT_FILE, "tensorboard", "checkpoint", "final")
+             "heldout.jsonl", "heldout-before.jsonl", trace_run.HELDOUT_FILE, "tensorboard", "checkpoint", "final",
+             "sync")
 
 
 def _remove_run_files(run_dir: Path, created: bool) -> None:

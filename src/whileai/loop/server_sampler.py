@@ -4,9 +4,10 @@
     samples = sampler.sample([[1, 72, 105]], n=4, temperature=1.0, max_tokens=16)
     version = sampler.sync(engine, run_dir / "sync" / f"step{engine.step}", name=f"policy-step{engine.step}")
 
-``sample`` sends each prompt as token ids to ``/v1/completions`` and asks for what training needs, the way
-vLLM takes it: ``return_token_ids`` (vLLM >= 0.10.2, and ``wai policy``) for the completion's token ids,
-``return_tokens_as_token_ids`` (the per-request form of vLLM's ``--return-tokens-as-token-ids``) as the
+``sample`` sends the prompts as token ids to ``/v1/completions`` (one request per prompt; with
+``batch_prompts``, all in one request as a list of id lists, which ``wai policy`` samples in one batched call)
+and asks for what training needs, the way vLLM takes it: ``return_token_ids`` (vLLM >= 0.10.2, and
+``wai policy``) for the completion's token ids, ``return_tokens_as_token_ids`` (the per-request form of vLLM's ``--return-tokens-as-token-ids``) as the
 fallback that names each logprob token ``token_id:<int>``, and ``logprobs: 0`` for each sampled token's
 log-probability. ``top_k`` and ``stop_token_ids`` travel as vLLM's extra fields (``-1`` is vLLM's "off").
 
