@@ -105,6 +105,9 @@ class TrainConfig:
     url: str | None = None
     """train on the `wai serve` at this address (its bearer token: --token or $WAI_TOKEN) instead of in-process;
     the server may itself run on a Tinker-API server (wai serve --tinker-url)"""
+    api: str = "wai"
+    """with url: 'wai' (a wai serve's own API: every method) or 'tinker' (any Tinker-API server through the Tinker
+    SDK: Tinker, SkyRL's, a wai serve's Tinker front; its key: --token or $TINKER_API_KEY)"""
 
 
 # Fields whose value may be None, and the type they have otherwise.
@@ -234,6 +237,8 @@ def check_ranges(config: TrainConfig) -> list[str]:
             problems.append(f"{name} = {value!r} must be a finite number > 0")
     if config.lr_schedule not in SCHEDULES:
         problems.append(f"lr_schedule = {config.lr_schedule!r} must be one of {', '.join(map(repr, SCHEDULES))}")
+    if config.api not in APIS:
+        problems.append(f"api = {config.api!r} must be one of {', '.join(map(repr, APIS))} (with --url)")
     if config.device not in ("cpu", "cuda") and not str(config.device).startswith("cuda:"):
         problems.append(f"device = {config.device!r} must be 'cpu' or 'cuda' (or 'cuda:N')")
     if config.taskset is None and config.rows is None:
@@ -243,6 +248,8 @@ def check_ranges(config: TrainConfig) -> list[str]:
 
 
 SCHEDULES = ("linear", "constant")
+APIS = ("wai", "tinker")
+"""what answers at --url: a wai serve's own API, or the Tinker API (through the Tinker SDK)"""
 
 
 def as_dict(config: TrainConfig) -> dict[str, Any]:

@@ -70,6 +70,8 @@ class RunPlan:
     eval_every: int
     save_every: int
     micro_batch_tokens: int
+    trainer: str | None = None
+    """where the model trains: 'in-process', 'wai serve at URL' or 'Tinker API at URL' (--url, --api)"""
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, name: str) -> str:
@@ -264,5 +266,14 @@ def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, task
     values["cap_is_answer_length"] = config.max_tokens is None and task_cap is not None
     sources["cap_is_answer_length"] = TASKSET if values["cap_is_answer_length"] else "derived"
     values["warm_start_until_pass"] = sources["warm_start_steps"].startswith(RULE) and values["warm_start_steps"] > 0
+    values["trainer"] = trainer_of(config)
+    sources["trainer"] = origins.get("url", DEFAULT) if config.url is not None else DEFAULT
     sources["warm_start_until_pass"] = "derived"
     return RunPlan(**values, sources=tuple(sorted(sources.items())))
+
+
+def trainer_of(config: TrainConfig) -> str:
+    """Where the run's model trains, as the plan shows it."""
+    if config.url is None:
+        return "in-process"
+    return f"{'Tinker API' if config.api == 'tinker' else 'wai serve'} at {config.url}"

@@ -1,0 +1,197 @@
+"""`wai train --url U --api tinker`: the loop on a Tinker-API server through the official SDK, and `--resume` of a
+run over --url (either API).
+
+The server is a real `wai serve` subprocess reached through its Tinker front (the SDK's own protocol). GRPO over
+three steps ends with the in-process run's weights (the server's saved state against the local checkpoint) and
+per-step metrics; every need a Tinker-API server cannot meet is refused before a session is opened; a run
+stopped at step 2 and resumed to 4 ends with the weights of the uninterrupted 4-step run over --url; a state
+the server no longer has is named, with what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import whileai as wai
+from whileai.loop.tinker_trainer import _tinker_params
+from whileai.loop.trainer import Needs, _write_pointer, refusals, remote_state
+from whileai.service import Client
+from whileai.service.launch import LocalServer, start_server
+
+tinker = pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
+pytestmark = pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")
+# One prompt a step (8 rollouts of one task): a Tinker sample request carries one prompt, so only then does the
+# server draw the in-process run's random stream (whileai.service.tinker_map.prompt_seed).
+ONE_PROMPT = dict(method="grpo", knobs={"generations": 8}, steps=3, rollouts_per_step=8, warm_start_steps=0,
+                  eval_tasks=0, progress=False, save_every=1000, export=False)
+RESUMABLE = dict(method="grpo", knobs={"generations": 4}, rollouts_per_step=8, warm_start_steps=0, eval_tasks=0,
+                 progress=False, save_every=2, lag=2, lr_schedule="constant")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    token = "tml-" + secrets.token_urlsafe(24)  # the SDK takes only keys that start with 'tml-'
+    with start_server(tmp_path_factory.mktemp("tinker") / "data", token=token,
+                      args=["--model", "builtin:tiny"]) as running:
+        yield running
+
+
+def weights_of(snapshot: Path) -> dict[str, np.ndarray]:
+    """The trainable tensors of an engine snapshot (a folder with LATEST, or the snapshot itself)."""
+    pointer = snapshot / "LATEST"
+    folder = snapshot / pointer.read_text().strip() if pointer.is_file() else snapshot
+    return load_file(str(folder / "weights.safetensors"))
+
+
+def server_state(server: LocalServer, run_dir: Path) -> Path:
+    """The folder on the server of the state the run's last checkpoint names."""
+    saved = remote_state(run_dir / "checkpoint")
+    assert saved is not None
+    return server.data_dir / "runs" / saved["run"] / "states" / saved["name"]
+
+
+def assert_same_weights(a: dict[str, np.ndarray], b: dict[str, np.ndarray], tol: float = 1e-5) -> None:
+    assert sorted(a) == sorted(b)
+    assert max(float(np.max(np.abs(a[k] - b[k]))) for k in a) <= tol
+
+
+def assert_same_metrics(mine: list[dict], theirs: list[dict]) -> None:
+    assert len(mine) == len(theirs)
+    for m, t in zip(mine, theirs, strict=True):
+        for key in ("reward", "loss", "grad_norm", "drift"):
+            assert m[key] == pytest.approx(t[key], rel=1e-4, abs=1e-6), (key, m, t)
+
+
+# ----------------------------------------------------------------------------- no server
+def test_refusals_name_what_a_tinker_api_server_cannot_do():
+    """A Tinker server's capabilities: its loss names, no add_critic / export_lora, its own distribution only."""
+    from whileai.loop.tinker_trainer import OPERATIONS
+    from whileai.service.tinker_map import tinker_losses
+
+    caps = {"provider": "tinker", "models": ["builtin:tiny"], "operations": list(OPERATIONS),
+            "losses": tinker_losses()}
+    assert refusals(caps, "builtin:tiny", Needs(loss="ppo")) == []
+    found = refusals(caps, "builtin:tiny", Needs(loss="sapo", critic=(1e-3, None), reference=True, export=True))
+    assert len(found) == 4
+    assert "'sapo', which it does not advertise" in found[0] and "ppo" in found[0]
+    assert "no add_critic" in found[1]
+    assert "a reference policy scored" in found[2] and "policy's own distribution only" in found[2]
+    assert "add --no-export" in found[3]
+    hot = refusals(caps, "builtin:tiny", Needs(own_distribution=False))
+    assert len(hot) == 1 and "temperature=1" in hot[0]
+
+
+def test_sampling_settings_become_tinkers():
+    """No stop: None (Tinker's stop=[] would drop the EOS stop too); single ids and strings pass; a sequence of
+    ids is refused, naming the way out."""
+    assert _tinker_params({"max_tokens": 4, "stop": ()}) == {"max_tokens": 4}
+    assert _tinker_params({"stop": ((7,), (9,))}) == {"stop": [7, 9]}
+    assert _tinker_params({"stop": ("\n\n",)}) == {"stop": ["\n\n"]}
+    with pytest.raises(wai.ConfigError, match="sequence of several ids.*drop --api tinker"):
+        _tinker_params({"stop": ((7, 8),)})
+
+
+def test_a_remote_checkpoint_is_a_snapshot_that_names_the_servers_state(tmp_path: Path):
+    """Written as the engine writes one (LATEST -> step folder -> meta.json with the step), so the loop reads its
+    step as it does an in-process one; the older pointer goes."""
+    from whileai.loop.hooks import read_state
+
+    folder = tmp_path / "run" / "checkpoint"
+    for step in (2, 4):
+        (folder).mkdir(parents=True, exist_ok=True)
+        (folder / f"loop-{step:08d}.json").write_text(json.dumps({"step": step}))
+        _write_pointer(folder, step, {"api": "wai", "run": "run-1", "name": f"step-{step:08d}", "step": step})
+    assert remote_state(folder) == {"api": "wai", "run": "run-1", "name": "step-00000004", "step": 4}
+    assert read_state(tmp_path / "run").step == 4
+    assert [p.name for p in folder.glob("step-*")] == ["step-00000004-remote"]
+
+
+# ----------------------------------------------------------------------------- a wai serve's Tinker front
+def test_each_need_a_tinker_api_server_cannot_meet_is_refused_before_a_session_opens(server: LocalServer,
+                                                                                    tmp_path: Path):
+    over = dict(url=server.url, token=server.token, api="tinker", progress=False, warm_start_steps=0)
+    cases = [(dict(method="sao"), "no add_critic"),
+             (dict(method="flash_reinforce", knobs={"temperature": 0.7}, export=False),
+              "tokens sampled at another temperature.*--set temperature=1"),
+             (dict(method="reinforce_pp", export=False), "a reference policy scored"),
+             (dict(method="opsd", export=False), "teacher is the student's own weights"),
+             (dict(model="builtin:mini", export=False), "does not serve model 'builtin:mini'"),
+             (dict(), "cannot export them \\(no export_lora\\): add --no-export")]
+    with Client(server.url, server.token) as client:
+        before = len(client.sessions())
+        for i, (settings, message) in enumerate(cases):
+            with pytest.raises(wai.ConfigError, match=f"Tinker-API server at {server.url} cannot run this: .*{message}"):
+                wai.train(**{**over, **settings}, run_dir=str(tmp_path / str(i)))
+            assert not (tmp_path / str(i)).exists()
+        assert len(client.sessions()) == before  # no session, so no model, was created
+
+
+def test_the_wai_api_on_a_tinker_server_says_to_add_api_tinker(tmp_path: Path):
+    """A server that answers the Tinker API but not wai serve's own (here: nothing at all on a free port is a
+    connection error; a 404 on /v1/training/capabilities is what a Tinker server gives)."""
+    from whileai.loop.trainer import _wai_capabilities
+    from whileai.service.client import ServiceError
+
+    class TinkerOnly:
+        url = "http://tinker.example"
+
+        def capabilities(self) -> dict:
+            raise ServiceError(404, "Not Found")
+
+    with pytest.raises(wai.ConfigError, match="no wai serve answers there.*add --api tinker"):
+        _wai_capabilities(TinkerOnly())
+
+
+@pytest.mark.slow
+def test_grpo_over_the_tinker_sdk_ends_with_the_in_process_weights(server: LocalServer, tmp_path: Path, capsys):
+    local = wai.train(**ONE_PROMPT, run_dir=str(tmp_path / "local"))
+    remote = wai.train(**ONE_PROMPT, url=server.url, token=server.token, api="tinker",
+                       run_dir=str(tmp_path / "remote"))
+    assert remote.summary["where"] == f"Tinker API at {server.url}"
+    assert f"trainer Tinker API at {server.url} [user]" in capsys.readouterr().out  # the run plan says where
+    assert_same_metrics(remote.metrics(), local.metrics())
+    assert local.metrics()[-1]["grad_norm"] > 0
+    assert_same_weights(weights_of(server_state(server, remote.dir)), weights_of(local.dir / "checkpoint"))
+
+
+# ----------------------------------------------------------------------------- --resume over --url
+@pytest.mark.slow
+@pytest.mark.parametrize("api", ["wai", "tinker"])
+def test_a_run_over_url_resumed_at_step_2_ends_as_the_uninterrupted_one(server: LocalServer, tmp_path: Path,
+                                                                         api: str):
+    """Nothing is trained twice: the step, the lag queue and the method state come from the local checkpoint,
+    the weights and the optimizer from the state saved on the server, loaded into a new run."""
+    over = dict(RESUMABLE, url=server.url, token=server.token, api=api, export=api == "wai")
+    whole = wai.train(**over, steps=4, run_dir=str(tmp_path / "whole"))
+    half = wai.train(**over, steps=2, run_dir=str(tmp_path / "half"))
+    first = remote_state(half.dir / "checkpoint")
+    resumed = wai.train(resume=str(half.dir), steps=4, progress=False)
+    again = remote_state(resumed.dir / "checkpoint")
+    assert first is not None and again is not None and again["run"] != first["run"] and again["step"] == 4
+    assert [m["step"] for m in resumed.metrics()] == [1, 2, 3, 4]
+    assert_same_metrics(resumed.metrics(), whole.metrics())
+    assert_same_weights(weights_of(server_state(server, resumed.dir)), weights_of(server_state(server, whole.dir)))
+    if api == "wai":  # the exported model too
+        assert_same_weights(load_file(str(resumed.weights / "model.safetensors")),
+                            load_file(str(whole.weights / "model.safetensors")))
+
+
+@pytest.mark.slow
+def test_a_resume_whose_state_the_server_lost_names_the_checkpoint_and_what_to_do(server: LocalServer,
+                                                                                 tmp_path: Path):
+    over = dict(RESUMABLE, url=server.url, token=server.token, export=False)
+    half = wai.train(**over, steps=2, run_dir=str(tmp_path / "half"))
+    shutil.rmtree(server_state(server, half.dir))  # as a server restarted without its data dir
+    saved = remote_state(half.dir / "checkpoint")
+    assert saved is not None
+    with pytest.raises(wai.ConfigError, match=f"checkpoint at step 2 is the state 'step-00000002' of run "
+                                              f"{saved['run']}.*no longer has it.*new --run-dir"):
+        wai.train(resume=str(half.dir), steps=4, progress=False)
