@@ -58,6 +58,22 @@ def server_state(server: LocalServer, run_dir: Path) -> Path:
     return server.data_dir / "runs" / saved["run"] / "states" / saved["name"]
 
 
+def scored(server: LocalServer, path: str) -> np.ndarray:
+    """The log-probabilities of 40 fixed tokens under the weights of the Tinker state at ``path``."""
+    from tinker import types
+
+    tokens = [1, *np.random.default_rng(0).integers(3, 130, size=40).tolist()]
+    service = tinker.ServiceClient(base_url=server.url, api_key=server.token)
+    try:
+        training = service.create_training_client_from_state(path).result()
+        datum = types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]),
+                            loss_fn_inputs={"target_tokens": tokens[1:], "weights": [1.0] * (len(tokens) - 1)})
+        out = training.forward([datum], "cross_entropy").result()
+    finally:
+        service.close("success").result()
+    return np.asarray(out.loss_fn_outputs[0]["logprobs"].tolist())
+
+
 def assert_same_weights(a: dict[str, np.ndarray], b: dict[str, np.ndarray], tol: float = 1e-5) -> None:
     assert sorted(a) == sorted(b)
     assert max(float(np.max(np.abs(a[k] - b[k]))) for k in a) <= tol
@@ -173,15 +189,18 @@ def test_a_run_over_url_resumed_at_step_2_ends_as_the_uninterrupted_one(server: 
     whole = wai.train(**over, steps=4, run_dir=str(tmp_path / "whole"))
     half = wai.train(**over, steps=2, run_dir=str(tmp_path / "half"))
     first = remote_state(half.dir / "checkpoint")
-    resumed = wai.train(resume=str(half.dir), steps=4, progress=False)
+    resumed = wai.train(resume=str(half.dir), steps=4, progress=False, token=server.token)
     again = remote_state(resumed.dir / "checkpoint")
     assert first is not None and again is not None and again["run"] != first["run"] and again["step"] == 4
     assert [m["step"] for m in resumed.metrics()] == [1, 2, 3, 4]
     assert_same_metrics(resumed.metrics(), whole.metrics())
-    assert_same_weights(weights_of(server_state(server, resumed.dir)), weights_of(server_state(server, whole.dir)))
-    if api == "wai":  # the exported model too
+    if api == "wai":  # the state on the server, and the exported model
+        assert_same_weights(weights_of(server_state(server, resumed.dir)), weights_of(server_state(server, whole.dir)))
         assert_same_weights(load_file(str(resumed.weights / "model.safetensors")),
                             load_file(str(whole.weights / "model.safetensors")))
+    else:  # a client made from a state has an SDK-made id: the state is read back through the SDK
+        mine, theirs = (scored(server, remote_state(r.dir / "checkpoint")["path"]) for r in (resumed, whole))
+        assert np.max(np.abs(mine - theirs)) <= 1e-5 and np.ptp(mine) > 0
 
 
 @pytest.mark.slow
@@ -194,4 +213,4 @@ def test_a_resume_whose_state_the_server_lost_names_the_checkpoint_and_what_to_d
     assert saved is not None
     with pytest.raises(wai.ConfigError, match=f"checkpoint at step 2 is the state 'step-00000002' of run "
                                               f"{saved['run']}.*no longer has it.*new --run-dir"):
-        wai.train(resume=str(half.dir), steps=4, progress=False)
+        wai.train(resume=str(half.dir), steps=4, progress=False, token=server.token)

@@ -118,7 +118,7 @@ class TinkerTrainer:
 
     def _sampling_client(self) -> Any:
         if self._sampler is None or self._sampler[0] != self.step:
-            self._sampler = (self.step, self.training.save_weights_and_get_sampling_client())
+            self._sampler = (self.step, self.training.save_weights_and_get_sampling_client().result())
         return self._sampler[1]
 
     def save_state(self, name: str) -> str:
