@@ -214,3 +214,25 @@ def test_a_resume_whose_state_the_server_lost_names_the_checkpoint_and_what_to_d
     with pytest.raises(wai.ConfigError, match=f"checkpoint at step 2 is the state 'step-00000002' of run "
                                               f"{saved['run']}.*no longer has it.*new --run-dir"):
         wai.train(resume=str(half.dir), steps=4, progress=False, token=server.token)
+
+
+@pytest.mark.slow  # about 10 s of training
+def test_the_command_in_docs_tinker_md_trains_and_prints_what_it_says(server: LocalServer, tmp_path: Path,
+                                                                       capsys, monkeypatch):
+    """docs/tinker.md's `wai train --url ... --api tinker` block, run against the fixture's server (its URL in
+    place of the doc's; the key from $TINKER_API_KEY, as the doc says), prints the documented lines in order."""
+    import re
+    import shlex
+
+    from test_cli_docs import in_order  # type: ignore[import-not-found]
+
+    from whileai.cli import main
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "tinker.md").read_text()
+    block = next(b for b in re.findall(r"```console\n(.*?)```", doc, re.S) if "--api tinker" in b)
+    command, *documented = block.rstrip("\n").split("\n")
+    monkeypatch.setenv("TINKER_API_KEY", server.token)
+    monkeypatch.chdir(tmp_path)
+    assert main(shlex.split(command[len("$ wai "):].replace("http://127.0.0.1:8321", server.url))) == 0
+    printed = capsys.readouterr().out.replace(server.url, "http://127.0.0.1:8321").splitlines()
+    assert in_order(documented, printed) is None

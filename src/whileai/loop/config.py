@@ -103,8 +103,9 @@ class TrainConfig:
     """train even when the preflight finds nothing to learn from in the first rollouts (it stops the run, with the
     reasons and the fixes, otherwise)"""
     url: str | None = None
-    """train on the `wai serve` at this address (its bearer token: --token or $WAI_TOKEN) instead of in-process;
-    the server may itself run on a Tinker-API server (wai serve --tinker-url)"""
+    """train on the server at this address instead of in-process: a `wai serve` (its bearer token: --token or
+    $WAI_TOKEN; it may itself run on a Tinker-API server, wai serve --tinker-url), or with --api tinker any
+    Tinker-API server"""
     api: str = "wai"
     """with url: 'wai' (a wai serve's own API: every method) or 'tinker' (any Tinker-API server through the Tinker
     SDK: Tinker, SkyRL's, a wai serve's Tinker front; its key: --token or $TINKER_API_KEY)"""
