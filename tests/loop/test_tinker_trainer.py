@@ -150,20 +150,25 @@ def test_each_need_a_tinker_api_server_cannot_meet_is_refused_before_a_session_o
         assert len(client.sessions()) == before  # no session, so no model, was created
 
 
-def test_the_wai_api_on_a_tinker_server_says_to_add_api_tinker(tmp_path: Path):
-    """A server that answers the Tinker API but not wai serve's own (here: nothing at all on a free port is a
-    connection error; a 404 on /v1/training/capabilities is what a Tinker server gives)."""
-    from whileai.loop.trainer import _wai_capabilities
-    from whileai.service.client import ServiceError
+def test_a_wrong_address_or_key_is_named_at_once(server: LocalServer):
+    """Before the SDK (which retries a refused connection for minutes) is asked anything."""
+    from whileai.loop.tinker_trainer import capabilities
 
-    class TinkerOnly:
-        url = "http://tinker.example"
+    with pytest.raises(wai.ConfigError, match="nothing answers there.*is the server running"):
+        capabilities("http://127.0.0.1:9", server.token)
+    with pytest.raises(wai.ConfigError, match="AuthenticationError.*not accepted by this wai serve.*key right"):
+        capabilities(server.url, "tml-not-its-key")
+    with pytest.raises(wai.ConfigError, match="must start with the 'tml-' prefix"):
+        capabilities(server.url, "no-prefix")
 
-        def capabilities(self) -> dict:
-            raise ServiceError(404, "Not Found")
 
+def test_the_wai_api_where_no_wai_serve_answers_says_to_add_api_tinker(server: LocalServer, tmp_path: Path):
+    """Below /api the server answers only the Tinker API's routes (a 404 for /v1/training/capabilities), as a
+    Tinker-API server does: the run names the other API instead of failing on an HTTP error."""
     with pytest.raises(wai.ConfigError, match="no wai serve answers there.*add --api tinker"):
-        _wai_capabilities(TinkerOnly())
+        wai.train(url=server.url + "/api", token=server.token, progress=False, export=False,
+                  run_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.slow

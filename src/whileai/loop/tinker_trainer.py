@@ -18,11 +18,15 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import httpx
+
 from whileai.errors import ConfigError
 from whileai.loop.trainer import Backend, Needs, refusals
 from whileai.service import tinker_map
 from whileai.service.client import ForwardResult, OptimResult, SampledSequence, load_tokenizer
 
+CONNECT_TIMEOUT_S = 10.0
+ANSWER_TIMEOUT_S = 60.0  # for the capabilities answer, before anything is created
 OPERATIONS = ("forward", "forward_backward", "optim_step", "sample", "save_state", "load_state")
 """what the trainer can do on any Tinker-API server (no add_critic, no export_lora)"""
 
@@ -35,13 +39,26 @@ def api_key_for(token: str | None) -> str:
     return found
 
 
+def _sdk() -> Any:
+    try:
+        import tinker
+    except ImportError:
+        raise ConfigError("--api tinker needs the Tinker SDK, which is not installed: pip install whileai[tinker]") \
+            from None
+    return tinker
+
+
 def capabilities(url: str, api_key: str) -> dict[str, Any]:
     """What the server at ``url`` offers, in the shape ``refusals`` reads (asked without opening a session)."""
-    import tinker
-
-    rest = tinker.RestClient(base_url=url, api_key=api_key)
+    tinker = _sdk()
+    try:  # the SDK retries a refused connection for minutes: a wrong address is named at once instead
+        httpx.get(url, timeout=CONNECT_TIMEOUT_S)
+    except httpx.TransportError as err:
+        raise ConfigError(f"--url {url}: nothing answers there ({err!r}); is the server running at that "
+                          "address?") from None
     try:
-        answer = rest.get_server_capabilities().result()
+        rest = tinker.RestClient(base_url=url, api_key=api_key)
+        answer = rest.get_server_capabilities().result(timeout=ANSWER_TIMEOUT_S)
     except Exception as err:  # the SDK's own errors (connection, auth) carry the server's message
         raise ConfigError(f"--url {url} --api tinker: the server did not answer the Tinker API's "
                           f"get_server_capabilities ({type(err).__name__}: {err}); is it a Tinker-API server, and is "
@@ -159,8 +176,7 @@ def tinker_backend(url: str, token: str | None, model: str, *, lora_rank: int, s
                    resume: Mapping[str, Any] | None = None) -> Backend:
     """A training client on the Tinker-API server at ``url``, refused with every unmet need before one is made.
     ``resume``: the checkpoint's record of a state saved there (``Backend.save``), to start from."""
-    import tinker
-
+    tinker = _sdk()
     key = api_key_for(token)
     url = url.rstrip("/")
     problems = refusals(capabilities(url, key), model, needs)
