@@ -209,15 +209,17 @@ def test_a_run_over_url_resumed_at_step_2_ends_as_the_uninterrupted_one(server: 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("api", ["wai", "tinker"])
 def test_a_resume_whose_state_the_server_lost_names_the_checkpoint_and_what_to_do(server: LocalServer,
-                                                                                 tmp_path: Path):
-    over = dict(RESUMABLE, url=server.url, token=server.token, export=False)
+                                                                                 tmp_path: Path, api: str):
+    over = dict(RESUMABLE, url=server.url, token=server.token, export=False, api=api)
     half = wai.train(**over, steps=2, run_dir=str(tmp_path / "half"))
     shutil.rmtree(server_state(server, half.dir))  # as a server restarted without its data dir
     saved = remote_state(half.dir / "checkpoint")
     assert saved is not None
-    with pytest.raises(wai.ConfigError, match=f"checkpoint at step 2 is the state 'step-00000002' of run "
-                                              f"{saved['run']}.*no longer has it.*new --run-dir"):
+    named = (f"the state 'step-00000002' of run {saved['run']}.*no longer has it" if api == "wai" else
+             f"the state {saved['path']} on the Tinker-API server.*could not load it.*lost it")
+    with pytest.raises(wai.ConfigError, match=f"checkpoint at step 2 is {named}.*new --run-dir"):
         wai.train(resume=str(half.dir), steps=4, progress=False, token=server.token)
 
 
