@@ -105,6 +105,13 @@ def test_refusals_name_what_a_tinker_api_server_cannot_do():
     assert len(hot) == 1 and "temperature=1" in hot[0]
 
 
+def test_the_sdk_trainer_has_the_operations_the_loop_calls():
+    from whileai.loop.tinker_trainer import TinkerTrainer
+    from whileai.loop.trainer import Trainer
+
+    assert isinstance(TinkerTrainer(None, "builtin:tiny"), Trainer)
+
+
 def test_sampling_settings_become_tinkers():
     """No stop: None (Tinker's stop=[] would drop the EOS stop too); single ids and strings pass; a sequence of
     ids is refused, naming the way out."""
@@ -243,3 +250,28 @@ def test_the_command_in_docs_tinker_md_trains_and_prints_what_it_says(server: Lo
     assert main(shlex.split(command[len("$ wai "):].replace("http://127.0.0.1:8321", server.url))) == 0
     printed = capsys.readouterr().out.replace(server.url, "http://127.0.0.1:8321").splitlines()
     assert in_order(documented, printed) is None
+
+
+def test_a_new_run_starts_from_a_copy_of_another_runs_state(server: LocalServer):
+    """`CreateRun.from_state`: the copy loads into the new run (its step and weights), the source run keeps its
+    state; a state the server does not have is a 404 naming the states it has."""
+    from whileai.engine import make_datum
+    from whileai.service.client import ServiceError
+
+    tokens = [1, 70, 71, 72, 73]
+    with Client(server.url, server.token) as client:
+        session = client.create_session()
+        try:
+            first = session.create_run("builtin:tiny", seed=3)
+            first.forward_backward([make_datum([1, 70], [71, 2])], "cross_entropy")
+            first.optim_step({"learning_rate": 1e-2})
+            first.save_state("one")
+            copy = session.create_run("builtin:tiny", seed=3, from_state=f"{first.id}/one")
+            copy.load_state("one")
+            assert copy.step == 1 and copy.id != first.id
+            assert copy.compute_logprobs(tokens)["logprobs"] == first.compute_logprobs(tokens)["logprobs"]
+            with pytest.raises(ServiceError, match="has no saved state 'two'.*its states: \\['one'\\]") as lost:
+                session.create_run("builtin:tiny", seed=3, from_state=f"{first.id}/two")
+            assert lost.value.status == 404
+        finally:
+            session.close()
