@@ -137,6 +137,22 @@ def test_a_remote_checkpoint_is_a_snapshot_that_names_the_servers_state(tmp_path
     assert [p.name for p in folder.glob("step-*")] == ["step-00000004-remote"]
 
 
+def test_an_api_without_a_url_and_an_in_process_checkpoint_over_url_are_refused(tmp_path: Path):
+    from whileai.loop import dry_run
+    from whileai.loop.trainer import remote_checkpoint
+
+    with pytest.raises(wai.ConfigError, match="api = 'tinker' names the API of a server, and no --url is given"):
+        dry_run(api="tinker")
+    with pytest.raises(wai.ConfigError, match="api = 'skyrl' must be one of 'wai', 'tinker'"):
+        dry_run(api="skyrl", url="http://127.0.0.1:9")
+    folder = tmp_path / "checkpoint" / "step-00000002-1a2b3c4d"
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"step": 2}))
+    (tmp_path / "checkpoint" / "LATEST").write_text(folder.name)
+    with pytest.raises(wai.ConfigError, match="written in-process.*cannot continue on a server"):
+        remote_checkpoint(tmp_path / "checkpoint")
+
+
 # ----------------------------------------------------------------------------- a wai serve's Tinker front
 def test_each_need_a_tinker_api_server_cannot_meet_is_refused_before_a_session_opens(server: LocalServer,
                                                                                     tmp_path: Path):

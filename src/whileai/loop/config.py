@@ -240,6 +240,9 @@ def check_ranges(config: TrainConfig) -> list[str]:
         problems.append(f"lr_schedule = {config.lr_schedule!r} must be one of {', '.join(map(repr, SCHEDULES))}")
     if config.api not in APIS:
         problems.append(f"api = {config.api!r} must be one of {', '.join(map(repr, APIS))} (with --url)")
+    elif config.api != "wai" and config.url is None:
+        problems.append(f"api = {config.api!r} names the API of a server, and no --url is given: add --url URL, "
+                        "or drop --api to train in-process")
     if config.device not in ("cpu", "cuda") and not str(config.device).startswith("cuda:"):
         problems.append(f"device = {config.device!r} must be 'cpu' or 'cuda' (or 'cuda:N')")
     if config.taskset is None and config.rows is None:

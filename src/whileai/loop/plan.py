@@ -266,9 +266,9 @@ def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, task
     values["cap_is_answer_length"] = config.max_tokens is None and task_cap is not None
     sources["cap_is_answer_length"] = TASKSET if values["cap_is_answer_length"] else "derived"
     values["warm_start_until_pass"] = sources["warm_start_steps"].startswith(RULE) and values["warm_start_steps"] > 0
+    sources["warm_start_until_pass"] = "derived"
     values["trainer"] = trainer_of(config)
     sources["trainer"] = origins.get("url", DEFAULT) if config.url is not None else DEFAULT
-    sources["warm_start_until_pass"] = "derived"
     return RunPlan(**values, sources=tuple(sorted(sources.items())))
 
 

@@ -45,7 +45,7 @@ from whileai.loop.record import Metrics, Progress
 from whileai.loop.summary import finish
 from whileai.loop.tinker_trainer import tinker_backend
 from whileai.loop.traces import RowsFile, open_rows
-from whileai.loop.trainer import Backend, local_backend, remote_backend, remote_state
+from whileai.loop.trainer import Backend, local_backend, remote_backend, remote_checkpoint
 
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
 PYTHON_TASKSET = "<taskset passed in Python>"
@@ -264,10 +264,7 @@ def backend_for(config: TrainConfig, plan: RunPlan, method: Any, token: str | No
     if config.url is None:
         return local_backend(config.model, lora_rank=config.lora_rank, device=config.device, seed=config.seed,
                              micro_batch_tokens=config.micro_batch_tokens, needs=needs)
-    saved = remote_state(resume) if resume is not None else None
-    if resume is not None and saved is None:
-        raise ConfigError(f"--resume: the checkpoint in {resume} was written in-process, and the run's config "
-                          "trains over --url; it cannot continue on a server")
+    saved = remote_checkpoint(resume) if resume is not None else None
     make = tinker_backend if config.api == "tinker" else remote_backend
     return make(config.url, token, config.model, lora_rank=config.lora_rank, seed=config.seed, needs=needs,
                 resume=saved)

@@ -96,10 +96,7 @@ class Backend:
         if self.local:
             self.trainer.load_state(str(folder))
             return
-        saved = remote_state(folder)
-        if saved is None:
-            raise ConfigError(f"--resume: the checkpoint in {folder} was written in-process, and this run trains over "
-                              "--url; resume it in-process (its config.toml without url)")
+        saved = remote_checkpoint(folder)
         self.trainer.load_state(saved["name"] if self.api == "wai" else saved["path"])
 
     def export(self, path: Path, merged: bool) -> str:
@@ -129,6 +126,15 @@ def _write_pointer(folder: Path, step: int, record: dict[str, Any]) -> None:
     for old in folder.glob("step-*"):
         if old.name != name and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
+
+
+def remote_checkpoint(folder: Path) -> dict[str, Any]:
+    """``remote_state(folder)`` of a run over --url; a checkpoint written in-process is refused."""
+    saved = remote_state(folder)
+    if saved is None:
+        raise ConfigError(f"--resume: the checkpoint in {folder} was written in-process, and the run's config trains "
+                          "over --url; it cannot continue on a server (resume it without url in its config.toml)")
+    return saved
 
 
 def remote_state(folder: Path) -> dict[str, Any] | None:
