@@ -101,6 +101,9 @@ def test_refusals_name_what_a_tinker_api_server_cannot_do():
     assert "no add_critic" in found[1]
     assert "a reference policy scored" in found[2] and "policy's own distribution only" in found[2]
     assert "add --no-export" in found[3]
+    assert refusals(caps, "builtin:tiny", Needs(loss="ppo", loss_config=("clip_low_threshold",))) == []
+    keys = refusals(caps, "builtin:tiny", Needs(loss="gspo", loss_config=("clip_high_threshold",)))
+    assert len(keys) == 1 and "config keys ['clip_high_threshold']" in keys[0] and "it takes: none" in keys[0]
     hot = refusals(caps, "builtin:tiny", Needs(own_distribution=False))
     assert len(hot) == 1 and "temperature=1" in hot[0]
 

@@ -65,6 +65,8 @@ class Needs:
     """the final weights are written to RUN_DIR/final"""
     own_distribution: bool = True
     """every token is scored under the model's own distribution (temperature 1, no top-k / top-p)"""
+    loss_config: tuple[str, ...] = ()
+    """the config keys the run spec sends with its loss"""
 
 
 @dataclass
@@ -235,6 +237,13 @@ def refusals(capabilities: Mapping[str, Any], model: str, needs: Needs) -> list[
     if needs.loss not in losses:
         problems.append(f"the method runs the engine loss {needs.loss!r}, which it does not advertise (it takes "
                         f"{', '.join(losses) or 'none'}): pick a method whose run spec loss is one of those")
+    unknown = sorted(set(needs.loss_config) - set(losses.get(needs.loss, {}).get("config", {}))) \
+        if needs.loss in losses else []
+    if unknown:
+        taken = ", ".join(losses[needs.loss].get("config", {})) or "none"
+        problems.append(f"the method sends loss {needs.loss!r} the config keys {unknown}, which the server does not "
+                        f"take for it (it takes: {taken}): pick a method whose loss it takes with those keys, or "
+                        "train on a wai serve (every loss and key)")
     if needs.critic is not None and "add_critic" not in operations:
         problems.append("the method needs a value head and the server cannot attach one (no add_critic): run it "
                         "in-process (drop --url) or pick a method without a critic (grpo, flash_reinforce)")
