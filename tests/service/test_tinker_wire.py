@@ -15,7 +15,7 @@ from tinker.proto.response_conv import deserialize_forward_backward_output, dese
 
 from whileai.errors import ConfigError  # noqa: E402
 from whileai.service import tinker_wire  # noqa: E402
-from whileai.service.tinker_provider import _prompt_seed, tinker_losses  # noqa: E402
+from whileai.service.tinker_map import prompt_seed, tinker_losses  # noqa: E402
 
 
 def encoded(data: list, loss_fn: types.LossFnType = "cross_entropy", config: dict | None = None) -> bytes:
@@ -85,7 +85,7 @@ def test_a_plain_tinker_server_advertises_the_sdk_losses_with_scalar_clip_keys()
 
 def test_each_prompt_of_a_batch_gets_its_own_seed_and_the_first_keeps_the_batch_seed():
     params = {"max_tokens": 4, "seed": 11}
-    seeds = [_prompt_seed(params, i)["seed"] for i in range(4)]
+    seeds = [prompt_seed(params, i)["seed"] for i in range(4)]
     assert seeds[0] == 11 and len(set(seeds)) == 4
-    assert seeds == [_prompt_seed(params, i)["seed"] for i in range(4)]  # a function of (seed, index)
-    assert _prompt_seed({"max_tokens": 4, "seed": None}, 2)["seed"] is None
+    assert seeds == [prompt_seed(params, i)["seed"] for i in range(4)]  # a function of (seed, index)
+    assert prompt_seed({"max_tokens": 4, "seed": None}, 2)["seed"] is None

@@ -23,6 +23,7 @@ EXAMPLES = """examples:
   wai train --method grpo --dry-run                 print the run plan (every setting, its value, its source)
   wai train --url http://127.0.0.1:8321 --token T   train on a running `wai serve` (token also from $WAI_TOKEN)
   wai train --sampler-url http://127.0.0.1:8300 --lag 1   sample from an inference server (vLLM, SGLang, wai policy)
+  wai train --url URL --api tinker --lora-rank 8   train on a Tinker-API server (key: --token or $TINKER_API_KEY)
 """
 # argparse reads "-1e-3" as an option (its own pattern knows only -1 and -1.5), so --learning-rate -1e-3 would
 # fail as "expected one argument" before the config's own check could say what is wrong with the value.
@@ -68,7 +69,8 @@ def _add(subparsers: Any, name: str, summary: str) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON at the end")
     p.add_argument("--dry-run", action="store_true", help="resolve and check the run plan, print it (every setting, "
                    "its value and its source) and exit: nothing is loaded or written")
-    p.add_argument("--token", metavar="T", help="with --url: the server's bearer token (default $WAI_TOKEN)")
+    p.add_argument("--token", metavar="T", help="with --url: the server's bearer token (default $WAI_TOKEN; with --api tinker "
+                   "$TINKER_API_KEY); not saved with the run: give it again to --resume")
     p._negative_number_matcher = NEGATIVE_NUMBER  # type: ignore[attr-defined]
     _control_flags(p)
     docs = field_docs()

@@ -121,7 +121,7 @@ def needs_of(config: TrainConfig, plan: RunPlan, method: Any) -> Needs:
     reference = _needs_reference(spec)
     return Needs(spec.loss, reference, critic, policy_teacher,
                  retake_reference=reference and not config.lora_rank and plan.warm_start_steps > 0,
-                 export=config.export, own_distribution=plan.temperature == 1.0)
+                 export=config.export, own_distribution=plan.temperature == 1.0, loss_config=tuple(dict(spec.loss_config)))
 
 
 

@@ -106,8 +106,12 @@ class TrainConfig:
     """train even when the preflight finds nothing to learn from in the first rollouts (it stops the run, with the
     reasons and the fixes, otherwise)"""
     url: str | None = None
-    """train on the `wai serve` at this address (its bearer token: --token or $WAI_TOKEN) instead of in-process;
-    the server may itself run on a Tinker-API server (wai serve --tinker-url)"""
+    """train on the server at this address instead of in-process: a `wai serve` (its bearer token: --token or
+    $WAI_TOKEN; it may itself run on a Tinker-API server, wai serve --tinker-url), or with --api tinker any
+    Tinker-API server"""
+    api: str = "wai"
+    """with url: 'wai' (a wai serve's own API: every method) or 'tinker' (any Tinker-API server through the Tinker
+    SDK: Tinker, SkyRL's, a wai serve's Tinker front; its key: --token or $TINKER_API_KEY)"""
     sampler_url: str | None = None
     """sample rollouts from the OpenAI-compatible inference server at this address (vLLM, SGLang, `wai policy`)
     ahead of the trainer, within the lag, pushing the weights to it (docs/train.md, 'Sampling from an inference
@@ -244,6 +248,11 @@ def check_ranges(config: TrainConfig) -> list[str]:
             problems.append(f"{name} = {value!r} must be a finite number > 0")
     if config.lr_schedule not in SCHEDULES:
         problems.append(f"lr_schedule = {config.lr_schedule!r} must be one of {', '.join(map(repr, SCHEDULES))}")
+    if config.api not in APIS:
+        problems.append(f"api = {config.api!r} must be one of {', '.join(map(repr, APIS))} (with --url)")
+    elif config.api != "wai" and config.url is None:
+        problems.append(f"api = {config.api!r} names the API of a server, and no --url is given: add --url URL, "
+                        "or drop --api to train in-process")
     if config.device not in ("cpu", "cuda") and not str(config.device).startswith("cuda:"):
         problems.append(f"device = {config.device!r} must be 'cpu' or 'cuda' (or 'cuda:N')")
     if config.taskset is None and config.rows is None and config.rows_from is None:
@@ -253,6 +262,8 @@ def check_ranges(config: TrainConfig) -> list[str]:
 
 
 SCHEDULES = ("linear", "constant")
+APIS = ("wai", "tinker")
+"""what answers at --url: a wai serve's own API, or the Tinker API (through the Tinker SDK)"""
 
 
 def as_dict(config: TrainConfig) -> dict[str, Any]:

@@ -76,6 +76,8 @@ class RunPlan:
     """where rollouts are sampled: in-process (the trainer), or the URL of an inference server"""
     sync_every: int = 1
     """with a sampler server: the weights are pushed after every this many optimizer steps"""
+    trainer: str | None = None
+    """where the model trains: 'in-process', 'wai serve at URL' or 'Tinker API at URL' (--url, --api)"""
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, name: str) -> str:
@@ -298,4 +300,13 @@ def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, task
     sources["sync_every"] = origins.get("sync_every", USER) if config.sync_every is not None else DEFAULT
     values["warm_start_until_pass"] = sources["warm_start_steps"].startswith(RULE) and values["warm_start_steps"] > 0
     sources["warm_start_until_pass"] = "derived"
+    values["trainer"] = trainer_of(config)
+    sources["trainer"] = origins.get("url", DEFAULT) if config.url is not None else DEFAULT
     return RunPlan(**values, sources=tuple(sorted(sources.items())))
+
+
+def trainer_of(config: TrainConfig) -> str:
+    """Where the run's model trains, as the plan shows it."""
+    if config.url is None:
+        return "in-process"
+    return f"{'Tinker API' if config.api == 'tinker' else 'wai serve'} at {config.url}"

@@ -44,8 +44,9 @@ from whileai.loop.plan import FILE, USER, RunPlan, make_plan, saved_plan, with_c
 from whileai.loop.record import Metrics, Progress
 from whileai.loop.sampler import IN_PROCESS, server_rollouts
 from whileai.loop.summary import finish
+from whileai.loop.tinker_trainer import tinker_backend
 from whileai.loop.traces import RowsFile, open_rows
-from whileai.loop.trainer import Backend, local_backend, remote_backend
+from whileai.loop.trainer import Backend, local_backend, remote_backend, remote_checkpoint
 
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
 PYTHON_TASKSET = "<taskset passed in Python>"
@@ -259,13 +260,18 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def backend_for(config: TrainConfig, plan: RunPlan, method: Any, token: str | None) -> Backend:
+def backend_for(config: TrainConfig, plan: RunPlan, method: Any, token: str | None,
+                resume: Path | None = None) -> Backend:
+    """The trainer the config names (in-process, a wai serve's API, a Tinker-API server); ``resume``: the
+    checkpoint folder a remote trainer starts from (the state it names on the server)."""
     needs = needs_of(config, plan, method)
-    if config.url is not None:
-        return remote_backend(config.url, token, config.model, lora_rank=config.lora_rank, seed=config.seed,
-                              needs=needs)
-    return local_backend(config.model, lora_rank=config.lora_rank, device=config.device, seed=config.seed,
-                         micro_batch_tokens=config.micro_batch_tokens, needs=needs)
+    if config.url is None:
+        return local_backend(config.model, lora_rank=config.lora_rank, device=config.device, seed=config.seed,
+                             micro_batch_tokens=config.micro_batch_tokens, needs=needs)
+    saved = remote_checkpoint(resume) if resume is not None else None
+    make = tinker_backend if config.api == "tinker" else remote_backend
+    return make(config.url, token, config.model, lora_rank=config.lora_rank, seed=config.seed, needs=needs,
+                resume=saved)
 
 
 def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows: RowsFile | None, run_dir: Path,
@@ -273,7 +279,7 @@ def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows
     started = time.perf_counter()
     state = resumed or LoopState()
     with transformers_bars(config.progress):  # --no-progress: no weight-loading / shard-writing bars
-        backend = backend_for(config, plan, method, token)
+        backend = backend_for(config, plan, method, token, run_dir / "checkpoint" if resumed is not None else None)
         try:
             if method is None:  # --method auto: a probe of rollouts, then route; the plan follows the method
                 config, plan, method = route_method(config, plan, backend, taskset, rows, run_dir, state)

@@ -12,7 +12,9 @@ capabilities and names every need of the method it cannot meet, before anything 
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,45 +65,88 @@ class Needs:
     """the final weights are written to RUN_DIR/final"""
     own_distribution: bool = True
     """every token is scored under the model's own distribution (temperature 1, no top-k / top-p)"""
+    loss_config: tuple[str, ...] = ()
+    """the config keys the run spec sends with its loss"""
 
 
 @dataclass
 class Backend:
-    """A trainer and what the loop needs around it: checkpoints, the final weights, the teacher's access."""
+    """A trainer and what the loop needs around it: checkpoints, the final weights, the teacher's access.
+    ``api``: 'local' (in-process), 'wai' (a wai serve's own API) or 'tinker' (the Tinker SDK)."""
 
     trainer: Any
     where: str
     local: bool
     closers: list[Any] = field(default_factory=list)
+    api: str = "local"
+    url: str | None = None
 
     def save(self, folder: Path) -> None:
-        """An atomic snapshot: in ``folder`` in-process; on the server (named by the step) over HTTP, with the
-        name recorded in ``folder/REMOTE``."""
+        """An atomic snapshot: in ``folder`` in-process; over --url a state saved on the server (named by the
+        step) and, in ``folder``, a snapshot that names it (``remote_state`` reads it back)."""
         if self.local:
             self.trainer.save_state(str(folder))
             return
-        name = f"step-{int(self.trainer.step):08d}"
-        self.trainer.save_state(name)
-        (folder / "REMOTE").write_text(f"{self.trainer.id}\n{name}\n")
+        step = int(self.trainer.step)
+        name = f"step-{step:08d}"
+        path = self.trainer.save_state(name)
+        record = {"api": self.api, "url": self.url, "run": self.trainer.id, "name": name, "path": path, "step": step}
+        _write_pointer(folder, step, record)
 
     def load(self, folder: Path) -> None:
-        if not self.local:
-            raise ConfigError("--resume over --url is not supported yet: the checkpoint lives on the server; start "
-                              "the run again, or resume it in-process")
-        self.trainer.load_state(str(folder))
+        """Restore the checkpoint in ``folder`` (over --url the trainer was made from it: see ``backend_for``)."""
+        if self.local:
+            self.trainer.load_state(str(folder))
+            return
+        saved = remote_checkpoint(folder)
+        self.trainer.load_state(saved["name"] if self.api == "wai" else saved["path"])
 
     def export(self, path: Path, merged: bool) -> str:
         if self.local:
             return str(self.trainer.export(str(path), merged=merged, overwrite=True))
         if path.exists():
-            import shutil
-
             shutil.rmtree(path)
         return str(self.trainer.export_lora(path, merged=merged))
 
     def close(self) -> None:
         for close in reversed(self.closers):
             close()
+
+
+def _write_pointer(folder: Path, step: int, record: dict[str, Any]) -> None:
+    """The engine's snapshot layout (``folder/LATEST`` -> ``step-N-remote/meta.json``) holding no weights, only
+    where they are: the step (what ``hooks.read_state`` reads) and ``remote``, the server's state."""
+    name = f"step-{step:08d}-remote"
+    snapshot = folder / name
+    snapshot.mkdir(parents=True, exist_ok=True)
+    temporary = snapshot / "meta.json.tmp"
+    temporary.write_text(json.dumps({"format": 1, "step": step, "remote": record}, indent=2))
+    os.replace(temporary, snapshot / "meta.json")
+    pointer = folder / f".tmp-LATEST-{name}"
+    pointer.write_text(name)
+    os.replace(pointer, folder / "LATEST")
+    for old in folder.glob("step-*"):
+        if old.name != name and old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def remote_checkpoint(folder: Path) -> dict[str, Any]:
+    """``remote_state(folder)`` of a run over --url; a checkpoint written in-process is refused."""
+    saved = remote_state(folder)
+    if saved is None:
+        raise ConfigError(f"--resume: the checkpoint in {folder} was written in-process, and the run's config trains "
+                          "over --url; it cannot continue on a server (resume it without url in its config.toml)")
+    return saved
+
+
+def remote_state(folder: Path) -> dict[str, Any] | None:
+    """The server-side state a run's checkpoint names (api, url, run, name, path, step); None for an in-process
+    snapshot or no checkpoint."""
+    pointer = folder / "LATEST"
+    if not pointer.is_file():
+        return None
+    meta = folder / pointer.read_text().strip() / "meta.json"
+    return json.loads(meta.read_text()).get("remote") if meta.is_file() else None
 
 
 def local_backend(model: str, *, lora_rank: int, device: str, seed: int, micro_batch_tokens: int,
@@ -131,23 +176,53 @@ def token_for(token: str | None) -> str:
     return found
 
 
-def remote_backend(url: str, token: str | None, model: str, *, lora_rank: int, seed: int, needs: Needs) -> Backend:
-    """A run on the server at ``url``: refused with every unmet need before the run is created."""
+def remote_backend(url: str, token: str | None, model: str, *, lora_rank: int, seed: int, needs: Needs,
+                   resume: Mapping[str, Any] | None = None) -> Backend:
+    """A run on the server at ``url``: refused with every unmet need before the run is created. ``resume``: the
+    checkpoint's record of a state saved there (``Backend.save``); the new run starts from a copy of it."""
     from whileai.service.client import Client
 
     client = Client(url, token_for(token))
+    session = None
     try:
-        problems = refusals(client.capabilities(), model, needs)
+        problems = refusals(_wai_capabilities(client), model, needs)
         if problems:
             raise ConfigError(f"the server at {url} cannot run this: " + "; ".join(problems))
         session = client.create_session()
-        run = session.create_run(model, lora_rank=lora_rank, seed=seed, reference=needs.reference or None)
+        source = {} if resume is None else {"from_state": f"{resume['run']}/{resume['name']}"}
+        try:
+            run = session.create_run(model, lora_rank=lora_rank, seed=seed, reference=needs.reference or None,
+                                     **source)
+        except ConfigError:
+            raise
+        except Exception as err:
+            if resume is None or getattr(err, "status", None) != 404:
+                raise
+            raise ConfigError(f"--resume: the checkpoint at step {resume['step']} is the state {resume['name']!r} of "
+                              f"run {resume['run']} on the server at {url}, which no longer has it ({err}); it was "
+                              "restarted without its data dir, or the run was deleted. The run cannot continue from "
+                              "there: start it again in a new --run-dir") from None
         if needs.critic is not None:
             _add_critic(run, needs.critic)
     except BaseException:
+        if session is not None:
+            session.close()
         client.close()
         raise
-    return Backend(run, f"service at {url}", False, [client.close, session.close])
+    return Backend(run, f"service at {url}", False, [client.close, session.close], api="wai", url=url)
+
+
+def _wai_capabilities(client: Any) -> dict[str, Any]:
+    """The wai serve's capabilities; a server that does not answer them is named, with --api tinker."""
+    try:
+        return dict(client.capabilities())
+    except ConfigError:
+        raise
+    except Exception as err:
+        if getattr(err, "status", None) != 404:
+            raise
+        raise ConfigError(f"--url {client.url}: no wai serve answers there (GET /v1/training/capabilities: "
+                          f"{err}); for a Tinker-API server (Tinker, SkyRL's) add --api tinker") from None
 
 
 def refusals(capabilities: Mapping[str, Any], model: str, needs: Needs) -> list[str]:
@@ -162,6 +237,13 @@ def refusals(capabilities: Mapping[str, Any], model: str, needs: Needs) -> list[
     if needs.loss not in losses:
         problems.append(f"the method runs the engine loss {needs.loss!r}, which it does not advertise (it takes "
                         f"{', '.join(losses) or 'none'}): pick a method whose run spec loss is one of those")
+    unknown = sorted(set(needs.loss_config) - set(losses.get(needs.loss, {}).get("config", {}))) \
+        if needs.loss in losses else []
+    if unknown:
+        taken = ", ".join(losses[needs.loss].get("config", {})) or "none"
+        problems.append(f"the method sends loss {needs.loss!r} the config keys {unknown}, which the server does not "
+                        f"take for it (it takes: {taken}): pick a method whose loss it takes with those keys, or "
+                        "train on a wai serve (every loss and key)")
     if needs.critic is not None and "add_critic" not in operations:
         problems.append("the method needs a value head and the server cannot attach one (no add_critic): run it "
                         "in-process (drop --url) or pick a method without a critic (grpo, flash_reinforce)")

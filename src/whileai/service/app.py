@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import json
 import re
+import shutil
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -125,6 +126,20 @@ class Service:
                                            "/v1/training/sessions/{id}/runs lists yours")
         return row
 
+    def saved_state(self, source: str | None, owner: str) -> Path | None:
+        """The folder of state ``RUN_ID/NAME`` (``CreateRun.from_state``) of one of ``owner``'s runs."""
+        if source is None:
+            return None
+        run_id, name = source.split("/", 1)
+        self.run(run_id, owner)
+        folder = self.config.data_dir / "runs" / run_id / "states" / name
+        if not (folder / "LATEST").is_file():
+            saved = [s["name"] for s in self.store.states(run_id)]
+            raise Refusal(404, "NotFound", f"from_state {source!r}: run {run_id} has no saved state {name!r} on this "
+                                           f"server (its states: {saved or 'none'}; a server restarted without its "
+                                           "data dir has lost them, and a --tinker-url server keeps them upstream)")
+        return folder
+
     def run_info(self, run: dict[str, Any]) -> dict[str, Any]:
         slot = self.runner.slots.get(run["id"])
         next_seq = slot.next_seq if slot is not None else self.store.next_seq(run["id"])
@@ -222,10 +237,13 @@ def _routes(app: FastAPI, service: Service) -> None:
         owner = service.owner(request)
         service.session(session_id, owner)
         spec = parse(schemas.CreateRun, await service.body(request)).model_dump()
+        source = service.saved_state(spec.pop("from_state"), owner)
         try:
             run_id = await runner.create_run(session_id, owner, spec)
         except WhileaiError as err:
             raise Refusal(status_of(err), type(err).__name__, str(err)) from None
+        if source is not None:  # the new run's own copy, which its load_state(NAME) reads
+            shutil.copytree(source, service.config.data_dir / "runs" / run_id / "states" / source.name)
         return reply((200, service.run_info(service.run(run_id, owner))))
 
     @app.get("/v1/training/sessions/{session_id}/runs")

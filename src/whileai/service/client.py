@@ -60,6 +60,8 @@ def _error(response: httpx.Response) -> ServiceError:
     except ValueError:
         body = {"message": response.text}
     error = body.get("error", body) if isinstance(body, dict) else {"message": str(body)}
+    if not isinstance(error, dict):  # {"error": "text"}: another server's (or the Tinker front's) shape
+        error = {"message": str(error)}
     message, kind = str(error.get("message", error)), str(error.get("type", "ServiceError"))
     cls = {"BatchError": ServiceBatchError, "ConfigError": ServiceConfigError}.get(kind, ServiceError)
     return cls(response.status_code, message, kind)

@@ -29,6 +29,9 @@ class CreateRun(Body):
     critic_learning_rate: float = Field(1e-5, gt=0, description="the value head's own AdamW rate (critic runs)")
     reward_range: tuple[float, float] | None = Field(None, description="bound the value head to [low, high]")
     reference: bool | None = Field(None, description="keep a reference policy; None = only when free (LoRA)")
+    from_state: str | None = Field(None, pattern=r"^run-[a-z0-9]+/" + STATE_NAME[1:],
+                                   description="RUN_ID/NAME: a state another run of this token saved; the new run "
+                                               "holds a copy under NAME (load_state(NAME) restores it)")
 
 
 class Op(Body):

@@ -13,42 +13,12 @@ any work is sent.
 
 from __future__ import annotations
 
-import typing
 from typing import Any
-
-import httpx
-import numpy as np
 
 from whileai.errors import ConfigError
 from whileai.service import schemas
 from whileai.service.provider import Outcome, RunOps, RunUnavailable
-
-FLOAT_INPUTS = ("weights", "logprobs", "advantages", "clip_low_threshold", "clip_high_threshold", "values",
-                "returns", "ref_logprobs")
-CLIP = {"default": None, "doc": "absolute ratio bound (not an epsilon); None: the server's default",
-        "rule": "a finite number >= 0", "source": "Tinker docs, losses (tutorial 202)"}
-# Config keys per loss as Tinker's documentation gives them (docs/tinker.md): the SDK names the losses.
-TINKER_CONFIG: dict[str, dict[str, Any]] = {
-    "ppo": {"clip_low_threshold": CLIP, "clip_high_threshold": CLIP},
-    "cispo": {"clip_low_threshold": CLIP, "clip_high_threshold": CLIP},
-    "dro": {"beta": {"default": None, "doc": "weight of the quadratic penalty; None: the server's default",
-                     "rule": "a finite number > 0", "source": "Tinker docs, DRO"}},
-}
-
-
-def tinker_losses() -> dict[str, Any]:
-    """The losses a Tinker server takes: the SDK's ``LossFnType`` names whose inputs our engine's table
-    describes (0.38 also names ``stable_reinforce`` and ``custom``, which no algorithm here sends), with only the
-    config keys Tinker documents (none documented: none advertised, so thresholds are refused, not guessed)."""
-    from tinker.types import LossFnType
-
-    from whileai.engine import capabilities
-
-    ours = capabilities()
-    return {name: {"formula": ours[name]["formula"], "inputs": ours[name]["inputs"],
-                   "optional_inputs": [i for i in ours[name].get("optional_inputs", []) if "threshold" not in i],
-                   "config": TINKER_CONFIG.get(name, {}), "source": "tinker.types.LossFnType"}
-            for name in typing.get_args(LossFnType) if name in ours}
+from whileai.service.tinker_map import outputs, sample_all, tinker_losses, to_datum, wai_capabilities
 
 
 class TinkerProvider:
@@ -63,7 +33,7 @@ class TinkerProvider:
         self.client = tinker.ServiceClient(base_url=self.url, api_key=api_key)
 
     def capabilities(self) -> dict[str, Any]:
-        remote = _wai_capabilities(self.url, self.api_key)
+        remote = wai_capabilities(self.url, self.api_key)
         losses = remote["losses"] if remote is not None else tinker_losses()
         convention = ("as the wai serve behind it takes them" if remote is not None else
                       "loss_config keys clip_low_threshold / clip_high_threshold (absolute ratios)")
@@ -84,16 +54,6 @@ class TinkerProvider:
         training = self.client.create_lora_training_client(base_model=spec["base_model"], rank=spec["lora_rank"],
                                                            seed=spec["seed"]).result()
         return TinkerRun(self.client, training)
-
-
-def _wai_capabilities(url: str, api_key: str) -> dict[str, Any] | None:
-    """A ``wai serve``'s own capabilities answer, or None for a server that is not one."""
-    try:
-        answer = httpx.get(f"{url}/v1/training/capabilities", headers={"Authorization": f"Bearer {api_key}"},
-                           timeout=30)
-    except httpx.TransportError:
-        return None
-    return answer.json() if answer.status_code == 200 and "losses" in answer.json() else None  # type: ignore[no-any-return]
 
 
 class TinkerRun(RunOps):
@@ -133,9 +93,8 @@ class TinkerRun(RunOps):
             raise ConfigError("the tinker provider scores under the policy's own distribution only: "
                               "sampling_params and reference=True need the local provider")
         call = self.training.forward if forward else self.training.forward_backward
-        out = call([_datum(d) for d in body.data], body.loss_function, body.loss_config).result()
-        outputs = [{k: v.tolist() for k, v in o.items()} for o in out.loss_fn_outputs]
-        return self._done({"loss_fn_outputs": outputs, "metrics": dict(out.metrics)})
+        out = call([to_datum(d) for d in body.data], body.loss_function, body.loss_config).result()
+        return self._done({"loss_fn_outputs": outputs(out), "metrics": dict(out.metrics)})
 
     def op_forward(self, body: schemas.Forward) -> Outcome:
         return self.op_forward_backward(body, forward=True)
@@ -154,16 +113,11 @@ class TinkerRun(RunOps):
         return self._done({"version": self.step})
 
     def op_sample(self, body: schemas.Sample) -> Outcome:
-        from tinker import types
-
         single = bool(body.prompt_tokens) and isinstance(body.prompt_tokens[0], int)
         prompts: list[Any] = [body.prompt_tokens] if single else list(body.prompt_tokens)
-        sampler = self._sampler(body.version)
-        futures = [sampler.sample(types.ModelInput.from_ints(list(p)), body.num_samples,
-                                  types.SamplingParams(**_prompt_seed(body.sampling_params, i)))
-                   for i, p in enumerate(prompts)]
+        sampled = sample_all(self._sampler(body.version), prompts, body.num_samples, body.sampling_params)
         groups = [[{"tokens": list(s.tokens), "logprobs": list(s.logprobs), "stop_reason": s.stop_reason}
-                   for s in f.result().sequences] for f in futures]
+                   for s in group] for group in sampled]
         return self._done({"sequences": groups, "single": single}, body.version)
 
     def op_logprobs(self, body: schemas.Logprobs) -> Outcome:
@@ -195,30 +149,3 @@ class TinkerRun(RunOps):
         load(path).result()
         return self._done({"name": body.name})
 
-
-def _prompt_seed(params: dict[str, Any], index: int) -> dict[str, Any]:
-    """Prompt ``index``'s sampling settings. A Tinker request carries one prompt, so each prompt of a batch
-    gets its own seed: the batch's for the first (the same draws as the local engine, whose streams are
-    seeded from (seed, prompt, sample)), one derived from (seed, index) for the others. ``ignore_eos`` is
-    Tinker's ``stop=[]`` (it has no way to say both: no EOS stop, but other stops)."""
-    params = dict(params)
-    if params.pop("ignore_eos", False):
-        if params.get("stop"):
-            raise ConfigError(f"sampling_params: ignore_eos=True with stop={params['stop']!r} cannot be sent to a "
-                              "Tinker server (its stop=[] is the only way to drop the EOS stop); drop one of them")
-        params["stop"] = []
-    if params.get("seed") is None or index == 0:
-        return params
-    return {**params, "seed": int(np.random.SeedSequence([int(params["seed"]), index]).generate_state(1)[0])}
-
-
-def _datum(datum: dict[str, Any]) -> Any:
-    """An engine datum dict as the SDK's ``Datum`` (float32 per-token values, int64 targets)."""
-    from tinker import types
-
-    inputs = {}
-    for name, value in datum["loss_fn_inputs"].items():
-        dtype = np.float32 if name in FLOAT_INPUTS else np.int64
-        inputs[name] = types.TensorData.from_numpy(np.asarray(value, dtype=dtype))
-    return types.Datum(model_input=types.ModelInput.from_ints([int(t) for t in datum["model_input"]]),
-                       loss_fn_inputs=inputs)

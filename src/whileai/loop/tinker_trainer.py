@@ -1,0 +1,207 @@
+"""The loop's ``Trainer`` on any Tinker-API server, through the official Tinker SDK (``pip install tinker``).
+
+    backend = tinker_backend(url, key, model, lora_rank=8, seed=0, needs=needs)   # wai train --url U --api tinker
+
+Tinker itself, SkyRL's Tinker-API server, or a ``wai serve`` (its Tinker front, docs/tinker.md). One SDK
+``TrainingClient`` is the run; sampling uses a ``SamplingClient`` of the current weights (saved once per
+step, when the loop first samples there). The datum, output, Adam and sampling mappings are
+``whileai.service.tinker_map``'s, which ``wai serve --tinker-url`` uses too. What a Tinker-API server cannot
+do is refused before anything is created (``whileai.loop.trainer.refusals`` over ``capabilities``): it
+scores only under the policy's own distribution (no reference, no other temperature), has no value head and
+gives no weights back (``--no-export``). A checkpoint is the server's ``save_state`` (a ``tinker://`` path);
+``--resume`` starts a new training client from it with its optimizer state.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+
+from whileai.errors import ConfigError
+from whileai.loop.trainer import Backend, Needs, refusals
+from whileai.service import tinker_map
+from whileai.service.client import ForwardResult, OptimResult, SampledSequence, load_tokenizer
+
+CONNECT_TIMEOUT_S = 10.0
+ANSWER_TIMEOUT_S = 60.0  # for the capabilities answer, before anything is created
+OPERATIONS = ("forward", "forward_backward", "optim_step", "sample", "save_state", "load_state")
+"""what the trainer can do on any Tinker-API server (no add_critic, no export_lora)"""
+
+
+def api_key_for(token: str | None) -> str:
+    found = token or os.environ.get("TINKER_API_KEY") or os.environ.get("WAI_TOKEN")
+    if not found:
+        raise ConfigError("--api tinker needs the server's API key: give --token T or set TINKER_API_KEY (a wai "
+                          "serve's token works too; the SDK wants it to start with 'tml-')")
+    return found
+
+
+def _sdk() -> Any:
+    try:
+        import tinker
+    except ImportError:
+        raise ConfigError("--api tinker needs the Tinker SDK, which is not installed: pip install whileai[tinker]") \
+            from None
+    return tinker
+
+
+def capabilities(url: str, api_key: str) -> dict[str, Any]:
+    """What the server at ``url`` offers, in the shape ``refusals`` reads (asked without opening a session)."""
+    tinker = _sdk()
+    try:  # the SDK retries a refused connection for minutes: a wrong address is named at once instead
+        httpx.get(url, timeout=CONNECT_TIMEOUT_S)
+    except httpx.TransportError as err:
+        raise ConfigError(f"--url {url}: nothing answers there ({err!r}); is the server running at that "
+                          "address?") from None
+    try:
+        rest = tinker.RestClient(base_url=url, api_key=api_key)
+        answer = rest.get_server_capabilities().result(timeout=ANSWER_TIMEOUT_S)
+    except Exception as err:  # the SDK's own errors (connection, auth) carry the server's message
+        raise ConfigError(f"--url {url} --api tinker: the server did not answer the Tinker API's "
+                          f"get_server_capabilities ({type(err).__name__}: {err}); is it a Tinker-API server, and is "
+                          "the key right? For a wai serve's own API drop --api tinker") from None
+    return {"provider": "tinker", "models": [m.model_name for m in answer.supported_models if m.model_name],
+            "operations": list(OPERATIONS), "losses": tinker_map.losses_at(url.rstrip("/"), api_key)}
+
+
+class TinkerTrainer:
+    """One SDK ``TrainingClient`` with the engine's operation names and return shapes. ``step`` counts the
+    optimizer steps taken here (the SDK keeps no step); a resumed trainer starts at its checkpoint's."""
+
+    def __init__(self, training: Any, base_model: str, *, step: int = 0, loaded_from: str | None = None) -> None:
+        self.training, self.base_model = training, base_model
+        self.step = step
+        self.loaded_from = loaded_from
+        self._sampler: tuple[int, Any] | None = None   # (step, SamplingClient of that step's weights)
+        self._tokenizer: Any = None
+
+    @property
+    def id(self) -> str:
+        return str(self.training.model_id)
+
+    @property
+    def tokenizer(self) -> Any:
+        """A built-in's byte tokenizer; any other model's, as the server names it (``get_tokenizer``)."""
+        if self._tokenizer is None:
+            builtin = self.base_model.startswith("builtin:")
+            self._tokenizer = load_tokenizer(self.base_model) if builtin else self.training.get_tokenizer()
+        return self._tokenizer
+
+    def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
+                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
+                reference: bool = False) -> ForwardResult:
+        _own_distribution(sampling_params, reference)
+        out = self.training.forward([tinker_map.to_datum(d) for d in data], loss_fn, loss_fn_config).result()
+        return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
+
+    def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
+                         *, sampling_params: Any = None) -> ForwardResult:
+        _own_distribution(sampling_params, False)
+        out = self.training.forward_backward([tinker_map.to_datum(d) for d in data], loss_fn,
+                                             loss_fn_config).result()
+        return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
+
+    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Any = None) -> Any:
+        """As the SDK does it: ``forward`` for the log-probabilities, ``loss_fn(data, logprobs)`` here, then
+        ``cross_entropy`` with weights = -dloss/dlogprob (``whileai.service.custom``, the service client's too)."""
+        from whileai.service.custom import custom_weights
+
+        scored = self.forward(data, "cross_entropy", sampling_params=sampling_params)
+        weighted, loss, metrics = custom_weights(data, scored.loss_fn_outputs, loss_fn)
+        out = self.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params)
+        return ForwardResult(out.loss_fn_outputs, {**metrics, "loss:sum": loss}, out.version)
+
+    def optim_step(self, adam_params: Any = None) -> OptimResult:
+        out = self.training.optim_step(tinker_map.adam(adam_params)).result()
+        before, self.step = self.step, self.step + 1
+        metrics = {k: float(v) for k, v in dict(out.metrics or {}).items()}
+        return OptimResult(metrics.get("grad_norm", float("nan")), metrics, before)
+
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any, *,
+               version: int | None = None) -> list[Any]:
+        """One prompt -> its sequences; a list of prompts -> one list per prompt (one SDK request each)."""
+        if version is not None and version != self.step:
+            raise ConfigError(f"sample: version {version}: a Tinker-API trainer samples the current weights only "
+                              f"(step {self.step})")
+        single = bool(prompt_tokens) and isinstance(prompt_tokens[0], int)
+        prompts: list[Any] = [prompt_tokens] if single else list(prompt_tokens)
+        params = _tinker_params(tinker_map.plain_params(sampling_params))
+        groups = [[SampledSequence(list(s.tokens), list(s.logprobs or []), s.stop_reason) for s in group]
+                  for group in tinker_map.sample_all(self._sampling_client(), prompts, num_samples, params)]
+        return groups[0] if single else groups
+
+    def _sampling_client(self) -> Any:
+        if self._sampler is None or self._sampler[0] != self.step:
+            self._sampler = (self.step, self.training.save_weights_and_get_sampling_client().result())
+        return self._sampler[1]
+
+    def save_state(self, name: str) -> str:
+        """Weights and optimizer saved on the server under ``name``; returns its ``tinker://`` path."""
+        return str(self.training.save_state(name).result().path)
+
+    def load_state(self, path: str) -> None:
+        """Restore a state this run saved (its ``tinker://`` path). A trainer made from a state by ``--resume``
+        has loaded it already."""
+        if path != self.loaded_from:
+            self.training.load_state_with_optimizer(path).result()
+            self.loaded_from = path
+
+
+def _own_distribution(sampling_params: Any, reference: bool) -> None:
+    if sampling_params is not None or reference:
+        raise ConfigError(f"{tinker_map.OWN_DISTRIBUTION_ONLY}: this call asked for "
+                          + ("the reference policy" if reference else f"sampling_params {sampling_params!r}"))
+
+
+def _tinker_params(params: dict[str, Any]) -> dict[str, Any]:
+    """The engine's sampling settings as Tinker's: no stops is None (the EOS stop only; Tinker's ``stop=[]``
+    would drop it too), single stop tokens a list of ids, stop strings a list of strings."""
+    stops = list(params.pop("stop", None) or ())
+    if not stops:
+        return params
+    if all(isinstance(s, str) for s in stops):
+        return {**params, "stop": stops}
+    ids = [s[0] if isinstance(s, (list, tuple)) and len(s) == 1 else s for s in stops]
+    if not all(isinstance(i, int) for i in ids):
+        raise ConfigError(f"sampling: stop {stops!r} mixes strings with token ids or holds a sequence of several "
+                          "ids, which the Tinker API cannot take (its stop is strings or single token ids): train "
+                          "this taskset in-process or on a wai serve's own API (drop --api tinker)")
+    return {**params, "stop": ids}
+
+
+def tinker_backend(url: str, token: str | None, model: str, *, lora_rank: int, seed: int, needs: Needs,
+                   resume: Mapping[str, Any] | None = None) -> Backend:
+    """A training client on the Tinker-API server at ``url``, refused with every unmet need before one is made.
+    ``resume``: the checkpoint's record of a state saved there (``Backend.save``), to start from."""
+    tinker = _sdk()
+    key = api_key_for(token)
+    url = url.rstrip("/")
+    problems = refusals(capabilities(url, key), model, needs)
+    if problems:
+        raise ConfigError(f"the Tinker-API server at {url} cannot run this: " + "; ".join(problems))
+    service = tinker.ServiceClient(base_url=url, api_key=key)
+    try:
+        if resume is None:
+            training = service.create_lora_training_client(base_model=model, rank=lora_rank, seed=seed).result()
+            trainer = TinkerTrainer(training, model)
+        else:
+            training = _from_state(service, url, resume)
+            trainer = TinkerTrainer(training, model, step=int(resume["step"]), loaded_from=resume["path"])
+    except BaseException:
+        service.close("errored").result()
+        raise
+    return Backend(trainer, f"Tinker API at {url}", False, [lambda: service.close("success").result()],
+                   api="tinker", url=url)
+
+
+def _from_state(service: Any, url: str, saved: Mapping[str, Any]) -> Any:
+    try:
+        return service.create_training_client_from_state_with_optimizer(saved["path"]).result()
+    except Exception as err:
+        raise ConfigError(f"--resume: the checkpoint at step {saved['step']} is the state {saved['path']} on the "
+                          f"Tinker-API server at {url}, which could not load it ({type(err).__name__}: {err}). If "
+                          "the server lost it (restarted without its data), the run cannot continue from there: "
+                          "start it again in a new --run-dir") from None
