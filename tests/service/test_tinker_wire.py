@@ -89,3 +89,12 @@ def test_each_prompt_of_a_batch_gets_its_own_seed_and_the_first_keeps_the_batch_
     assert seeds[0] == 11 and len(set(seeds)) == 4
     assert seeds == [prompt_seed(params, i)["seed"] for i in range(4)]  # a function of (seed, index)
     assert prompt_seed({"max_tokens": 4, "seed": None}, 2)["seed"] is None
+
+
+def test_an_empty_stop_list_keeps_the_servers_eos_stop_and_ignore_eos_drops_it():
+    """Tinker's stop=[] means no stop at all, EOS included: the engine's empty default must not be sent as it
+    (a chained `wai serve --tinker-url` ran every reply to its cap), while ignore_eos must."""
+    assert "stop" not in prompt_seed({"max_tokens": 4, "stop": []}, 0)
+    assert "stop" not in prompt_seed({"max_tokens": 4, "stop": None}, 0)
+    assert prompt_seed({"max_tokens": 4, "stop": [], "ignore_eos": True}, 0)["stop"] == []
+    assert prompt_seed({"max_tokens": 4, "stop": [7]}, 0)["stop"] == [7]

@@ -106,13 +106,16 @@ def prompt_seed(params: dict[str, Any], index: int) -> dict[str, Any]:
     """Prompt ``index``'s sampling settings. A Tinker request carries one prompt, so each prompt of a batch
     gets its own seed: the batch's for the first (the same draws as the local engine, whose streams are
     seeded from (seed, prompt, sample)), one derived from (seed, index) for the others. ``ignore_eos`` is
-    Tinker's ``stop=[]`` (it has no way to say both: no EOS stop, but other stops)."""
+    Tinker's ``stop=[]`` (it has no way to say both: no EOS stop, but other stops); an empty stop list
+    otherwise is no ``stop`` at all, so the server's EOS stop holds."""
     params = dict(params)
     if params.pop("ignore_eos", False):
         if params.get("stop"):
             raise ConfigError(f"sampling_params: ignore_eos=True with stop={params['stop']!r} cannot be sent to a "
                               "Tinker server (its stop=[] is the only way to drop the EOS stop); drop one of them")
         params["stop"] = []
+    elif not params.get("stop"):  # no stops of ours: Tinker's default, its EOS stop (stop=[] would drop it)
+        params.pop("stop", None)
     if params.get("seed") is None or index == 0:
         return params
     return {**params, "seed": int(np.random.SeedSequence([int(params["seed"]), index]).generate_state(1)[0])}
