@@ -19,7 +19,7 @@ from whileai.loop.evaluate import PASS
 from whileai.loop.hooks import warm_start
 from whileai.loop.plan import FILE, USER, RunPlan, make_plan
 from whileai.loop.rollouts import rollouts
-from whileai.loop.trainer import Backend
+from whileai.loop.trainer import Backend, refusals
 from whileai.methods.flash_reinforce import FlashReinforce
 from whileai.routing import route
 
@@ -58,6 +58,11 @@ def route_method(config: TrainConfig, plan: RunPlan, backend: Backend, taskset: 
     if rows is not None:  # an RL method needs a reward and behavior log-probabilities on every trace
         rows.require(method.run_spec().source == "rollouts")
     needs = needs_of(chosen, plan, method)
+    if backend.capabilities is not None:  # over --url: the chosen method's needs, as a named one's were checked
+        problems = refusals(backend.capabilities, chosen.model, needs)
+        if problems:
+            raise ConfigError(f"--method auto chose {method.name!r} ({answer.answer}), which {backend.where} cannot "
+                              "run: " + "; ".join(problems))
     if needs.reference and getattr(trainer, "reference", None) is None:
         raise ConfigError(f"--method auto chose {method.name!r}, which needs a reference policy; run it by name: "
                           f"--method {method.name}")

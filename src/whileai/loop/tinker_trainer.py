@@ -179,7 +179,8 @@ def tinker_backend(url: str, token: str | None, model: str, *, lora_rank: int, s
     tinker = _sdk()
     key = api_key_for(token)
     url = url.rstrip("/")
-    problems = refusals(capabilities(url, key), model, needs)
+    offered = capabilities(url, key)
+    problems = refusals(offered, model, needs)
     if problems:
         raise ConfigError(f"the Tinker-API server at {url} cannot run this: " + "; ".join(problems))
     service = tinker.ServiceClient(base_url=url, api_key=key)
@@ -194,7 +195,7 @@ def tinker_backend(url: str, token: str | None, model: str, *, lora_rank: int, s
         service.close("errored").result()
         raise
     return Backend(trainer, f"Tinker API at {url}", False, [lambda: service.close("success").result()],
-                   api="tinker", url=url)
+                   api="tinker", url=url, capabilities=offered)
 
 
 def _from_state(service: Any, url: str, saved: Mapping[str, Any]) -> Any:

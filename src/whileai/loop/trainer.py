@@ -80,6 +80,8 @@ class Backend:
     closers: list[Any] = field(default_factory=list)
     api: str = "local"
     url: str | None = None
+    capabilities: Mapping[str, Any] | None = None
+    """a server's capabilities answer (what ``refusals`` reads), None in-process"""
 
     def save(self, folder: Path) -> None:
         """An atomic snapshot: in ``folder`` in-process; over --url a state saved on the server (named by the
@@ -185,7 +187,8 @@ def remote_backend(url: str, token: str | None, model: str, *, lora_rank: int, s
     client = Client(url, token_for(token))
     session = None
     try:
-        problems = refusals(_wai_capabilities(client), model, needs)
+        offered = _wai_capabilities(client)
+        problems = refusals(offered, model, needs)
         if problems:
             raise ConfigError(f"the server at {url} cannot run this: " + "; ".join(problems))
         session = client.create_session()
@@ -209,7 +212,8 @@ def remote_backend(url: str, token: str | None, model: str, *, lora_rank: int, s
             session.close()
         client.close()
         raise
-    return Backend(run, f"service at {url}", False, [client.close, session.close], api="wai", url=url)
+    return Backend(run, f"service at {url}", False, [client.close, session.close], api="wai", url=url,
+                   capabilities=offered)
 
 
 def _wai_capabilities(client: Any) -> dict[str, Any]:
