@@ -11,7 +11,9 @@ from whileai.rows.stats import compare, seed_interval
 
 @pytest.mark.parametrize("noise", [dict(run_sd=0.02), dict(run_sd=0.05), dict(run_sd=0.1),
                                    dict(run_sd=0.05, seeds=10), dict(run_sd=0.05, seeds=3),
-                                   dict(run_sd=0.05, collapse=0.2)])
+                                   dict(run_sd=0.05, collapse=0.2),
+                                   dict(run_sd=0.01, task_a=1.0, task_b=2.0),  # builtin:count's regime
+                                   dict(run_sd=0.02, seeds=10, task_a=1.0, task_b=2.0)])
 def test_null_false_shown_rate_is_at_most_5_percent(noise):
     """2,000 simulated null recipes per setting (true delta 0): the share read "gain shown" or "loss shown" has a
     95% Wilson interval whose lower end is at most 0.05 (a rule whose true rate were 6.5% would fail this at 2,000
@@ -37,6 +39,13 @@ def test_power_at_the_recipes_effect_sizes():
     small5, small10 = calibrate(0.05, sims=1000, run_sd=0.05), calibrate(0.05, sims=1000, run_sd=0.05, seeds=10)
     assert small5.shown < 0.3 < small10.shown
     assert small5.loss <= 5  # the wrong direction almost never
+
+
+def test_power_at_the_count_rows_effect_size():
+    """bpco's +0.03 on builtin:count (task rates near 0.33, run noise 0.01-0.02): seen in about a quarter of the
+    recipes at 5 seeds and about half at 10 (it was unresolved at 5 seeds and shown at 10)."""
+    five, ten = (calibrate(0.03, sims=1000, run_sd=0.02, task_a=1.0, task_b=2.0, seeds=n) for n in (5, 10))
+    assert 0.1 < five.shown < 0.3 < ten.shown < 0.6
 
 
 def test_simulation_reads_the_rows_as_compare_does():

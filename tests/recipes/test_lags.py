@@ -29,7 +29,8 @@ from whileai.evidence.lags import (
 from whileai.evidence.papers import NEVER, recipe
 from whileai.evidence.runner import ArmContext, drift_reached
 
-TINY = {"steps": 4, "eval_tasks": 8, "eval_samples": 2, "rollouts_per_step": 16}
+# a tiny budget on builtin:case (14 warm-up steps, lr 1e-2), not the table's default builtin:count
+TINY = {"steps": 4, "eval_tasks": 8, "eval_samples": 2, "rollouts_per_step": 16, "taskset": "builtin:case"}
 
 
 # ----------------------------------------------------------------------------- the rows, no model needed
@@ -225,3 +226,14 @@ def test_a_stopped_run_is_resumed_a_finished_one_read_back_and_a_foreign_folder_
     (tmp_path / "run" / "summary.json").unlink()
     with pytest.raises(ConfigError, match="stopped before its first checkpoint"):
         train_or_read(settings)
+
+
+def test_the_table_defaults_to_the_paper_recipes_taskset_at_its_declared_rate():
+    """Unless given, the lag table runs builtin:count (the paper recipes' regime) at its declared 1e-3 with 60
+    warm-up steps on a built-in model; a taskset given wins."""
+    from whileai.evidence.lags import _SETTINGS
+    from whileai.evidence.runner import _pinned
+
+    shared = _pinned(_SETTINGS, {"lag": 0})
+    assert (shared["taskset"], shared["learning_rate"], shared["warm_start_steps"]) == ("builtin:count", 1e-3, 60)
+    assert _pinned(_SETTINGS, {"lag": 0, "taskset": "builtin:case"})["learning_rate"] == 1e-2

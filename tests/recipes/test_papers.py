@@ -24,7 +24,8 @@ from whileai.evidence import PAPERS, Arm, Recipe, drift_reached, recipe, run_rec
 from whileai.evidence.papers import NEVER
 from whileai.evidence.runner import ArmContext, _resolved, recipe_arms, with_knobs
 
-TINY = {"steps": 4, "eval_tasks": 8, "eval_samples": 2, "rollouts_per_step": 16}
+# a tiny budget on the loop's defaults (builtin:case, lag 2: 14 warm-up steps), not the paper recipes' REGIME
+TINY = {"steps": 4, "eval_tasks": 8, "eval_samples": 2, "rollouts_per_step": 16, "taskset": "builtin:case", "lag": 2}
 
 # a stale batch: row 1's first token moved from p = 0.5 under the sampler to 0.05 under the policy
 STALE = [
@@ -181,13 +182,32 @@ def test_arms_made_identical_by_a_knob_are_warned_about_not_refused():
 
 
 def test_cli_list_shows_each_arms_knobs_after_set(capsys):
-    assert main(["recipe", "grpo_loss_types", "--list", "--set", "dr-grpo:max_tokens=8", "--set", "recipe:beta=0.1",
+    """builtin:count's cap is max_len + 3 = 8 (the regime's taskset); --set moves dr_grpo's to 12."""
+    assert main(["recipe", "grpo_loss_types", "--list", "--set", "dr-grpo:max_tokens=12", "--set", "recipe:beta=0.1",
                  "--lag", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[1:] == ["  at lag 3, generation cap 4:",
-                       '  baseline: grpo [grpo] (grpo {"loss_type": "grpo", "max_tokens": 4})',
-                       '  recipe arm: bnpo [bnpo] (grpo {"loss_type": "bnpo", "max_tokens": 4, "beta": 0.1})',
-                       '  recipe arm: dr_grpo [dr-grpo] (grpo {"loss_type": "dr_grpo", "max_tokens": 8, "beta": 0.1})']
+    assert out[1:] == ["  at lag 3, generation cap 8:",
+                       '  baseline: grpo [grpo] (grpo {"loss_type": "grpo", "max_tokens": 8})',
+                       '  recipe arm: bnpo [bnpo] (grpo {"loss_type": "bnpo", "max_tokens": 8, "beta": 0.1})',
+                       '  recipe arm: dr_grpo [dr-grpo] (grpo {"loss_type": "dr_grpo", "max_tokens": 12, "beta": 0.1})']
+
+
+@pytest.mark.parametrize("name", [*PAPERS])
+def test_paper_recipes_default_to_the_regime_and_flags_override_it(name):
+    """Unless told otherwise a paper recipe runs builtin:count at lag 16 at the taskset's declared settings on a
+    built-in model (60 warm-up steps, RL at 1e-3); --taskset and --lag win; the controls keep the loop's
+    defaults (builtin:case, lag 2, 1e-2), where their rows were measured."""
+    from whileai.evidence.papers import REGIME
+
+    assert REGIME == {"taskset": "builtin:count", "lag": 16}
+    shared, context = _resolved(recipe(name), {})
+    assert (shared["taskset"], shared["lag"], context.lag, context.max_tokens) == ("builtin:count", 16, 16, 8)
+    assert (shared["warm_start_steps"], shared["learning_rate"]) == (60, 1e-3)
+    shared, context = _resolved(recipe(name), {"taskset": "builtin:case", "lag": 4})
+    assert (shared["taskset"], context.lag, context.max_tokens, shared["learning_rate"]) == ("builtin:case", 4, 4, 1e-2)
+    for control in ("null", "baseline", "clip"):
+        shared, context = _resolved(recipe(control), {})
+        assert (shared["taskset"], context.lag, shared["learning_rate"]) == ("builtin:case", 2, 1e-2)
 
 
 def test_cli_refuses_set_on_a_missing_arm_and_list_set_without_a_name(capsys):
@@ -345,7 +365,7 @@ def test_identical_arms_report_a_delta_of_exactly_zero(tmp_path):
 @pytest.mark.slow
 def test_cli_json_is_the_recipe_json(tmp_path, capsys):
     argv = ["recipe", "flash_reinforce", "--seeds", "2", "--steps", "3", "--eval-tasks", "4", "--eval-samples", "2",
-            "--rollouts-per-step", "8", "--lag", "1", "--run-dir", str(tmp_path / "r"), "--json",
+            "--rollouts-per-step", "8", "--lag", "1", "--taskset", "builtin:case", "--run-dir", str(tmp_path / "r"), "--json",
             "--set", "recipe:trust=0.01"]
     assert main(argv) == 0
     saved = json.loads((tmp_path / "r" / "recipe.json").read_text())

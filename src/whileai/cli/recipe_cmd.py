@@ -37,7 +37,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--repeats", type=int, default=None, help="run the recipe R times on disjoint seeds (repeat k: "
                    "seeds SEED+k*N ..) and report how often each verdict came out, with its 95%% interval (the null "
                    "control's false-shown rate, a positive control's power); default: once")
-    p.add_argument("--lag", type=int, default=None, help="sampler lag in optimizer steps (default: the loop's, 2)")
+    p.add_argument("--lag", type=int, default=None, help="sampler lag in optimizer steps (default: the paper recipes' "
+                   "16; the controls' the loop's, 2)")
     add_budget_flags(p)
     add_output_flags(p, "recipe.json", "runs/recipe-NAME-TIME", "the report")
     p.set_defaults(func=cmd_recipe)
@@ -107,8 +108,8 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
                    "(default: 1e-2 on a built-in model, else each method's own)")
     p.add_argument("--model", default="builtin:tiny", help="builtin:NAME or a local model directory "
                    "(default builtin:tiny)")
-    p.add_argument("--taskset", default="builtin:case", help="the taskset to train on and evaluate on its test "
-                   "split (default builtin:case)")
+    p.add_argument("--taskset", default=None, help="the taskset to train on and evaluate on its test split "
+                   "(default: the paper recipes' and the lag table's builtin:count; the controls' builtin:case)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="where to train (default cpu)")
     p.add_argument("--lora-rank", type=int, default=0, help="0 trains every weight; > 0 LoRA adapters (default 0)")
     p.add_argument("--rollouts-per-step", type=int, default=32, help="trajectories per step (default 32)")

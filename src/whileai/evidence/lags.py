@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import ConfigError
-from whileai.evidence.papers import BUILTIN_CRITIC_RATE, FLASH_OFF_POLICY, NEVER
+from whileai.evidence.papers import BUILTIN_CRITIC_RATE, FLASH_OFF_POLICY, NEVER, REGIME_TASKSET
 from whileai.evidence.plan import check_folder, precheck, train_or_read
 from whileai.evidence.runner import Arm, Recipe, _check_train, _fmt, _pinned, drift_reached
 from whileai.loop.controls import _pooled, _seeds
@@ -72,7 +72,8 @@ def lag_arm(name: str, lag: int, knobs: Mapping[str, Any] | None = None) -> Arm:
 
 LAG_METHODS = ("flash_reinforce", "sao", "bpco", "grpo", "reinforce")
 """the rows of the lag table, in order (``lag_arm`` names each)"""
-_SETTINGS = Recipe("lags", "the lag table", lambda run: (), {"critic_learning_rate": BUILTIN_CRITIC_RATE})
+_SETTINGS = Recipe("lags", "the lag table", lambda run: (), {"critic_learning_rate": BUILTIN_CRITIC_RATE},
+                   {"taskset": REGIME_TASKSET})
 
 
 @dataclass

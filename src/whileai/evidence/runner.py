@@ -96,6 +96,9 @@ class Recipe:
     builtin_settings: Mapping[str, Any] = field(default_factory=dict)
     """``wai.train`` settings applied on a built-in (random-init) model when not given, e.g. a critic rate the
     papers' billion-parameter values would leave frozen"""
+    regime: Mapping[str, Any] = field(default_factory=dict)
+    """``wai.train`` settings the recipe runs at on any model when not given (the paper recipes: REGIME, a task
+    with headroom at a lag where the corrections engage); empty: the loop's defaults"""
 
 
 @dataclass
@@ -366,7 +369,7 @@ def _resolved(recipe: Recipe, train: Mapping[str, Any]) -> tuple[dict[str, Any],
     from whileai.loop import config as config_io
     from whileai.loop.plan import make_plan
 
-    shared = dict(train)
+    shared = {**recipe.regime, **train}
     if str(shared.get("model", "builtin:tiny")).startswith("builtin:"):
         shared = {**recipe.builtin_settings, **shared}
     config = config_io.build(None, **shared)
