@@ -84,7 +84,7 @@ def evaluate(run_dir: Path, extra: dict[str, Any]) -> dict[str, Any]:
     plan = dry_run(**RUN, **{k: v for k, v in extra.items() if k != "sampler_url"})
     engine = TrainingEngine(plan.model, seed=plan.seed)
     engine.load_state(str(run_dir / "checkpoint"))
-    taskset = load_taskset("builtin:case")
+    taskset = load_taskset(RUN.get("taskset", "builtin:case"))
     tasks = taskset.split("test")[: plan.eval_tasks]
     return held_out(engine, taskset, tasks, prompts(engine.tokenizer, tasks), plan.eval_samples, plan.sampling(),
                     plan.seed)
@@ -95,6 +95,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of training per arm (default 60)")
     parser.add_argument("--max-tokens", type=int, help="the generation cap (default: the taskset's, 4): a longer "
                         "one makes sampling a larger share of a step")
+    parser.add_argument("--taskset", default="builtin:case", help="the taskset (default builtin:case; builtin:count "
+                        "has scratchpad replies, so sampling is a larger share of a step)")
     parser.add_argument("--arms", default=",".join(str(i) for i in range(len(ARMS))),
                         help="which arms, by index (default all: " + "; ".join(
                             f"{i} {a[0]}" for i, a in enumerate(ARMS)) + ")")
@@ -102,6 +104,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.max_tokens:
         RUN["max_tokens"] = args.max_tokens
+    RUN["taskset"] = args.taskset
     torch.set_num_threads(1)
     results = []
     with tempfile.TemporaryDirectory() as tmp, Started(["policy", "builtin:tiny", "--threads", "1"],
@@ -116,10 +119,11 @@ def main() -> None:
     report = [{k: v for k, v in r.items() if k != "rows"} for r in results]
     if args.json:
         print(json.dumps({"budget_s": args.budget, "cpus": os.cpu_count(), "max_tokens": RUN.get("max_tokens"),
+                          "taskset": args.taskset,
                           "arms": report}, indent=2))
         return
-    print(f"budget {args.budget:g} s of training per arm, {os.cpu_count()} CPUs, builtin:tiny on builtin:case, "
-          f"max_tokens {RUN.get('max_tokens', 'the taskset cap (4)')}")
+    print(f"budget {args.budget:g} s of training per arm, {os.cpu_count()} CPUs, builtin:tiny on {args.taskset}, "
+          f"max_tokens {RUN.get('max_tokens', 'the taskset cap')}")
     for r in report:
         low, high = r["ci95"]
         print(f"  {r['arm']:30s} {r['steps_per_min']:6.1f} steps/min ({r['speedup']:.2f}x)  {r['steps']:4d} steps  "
