@@ -40,7 +40,8 @@ from whileai.record.launch import Started
 RUN = dict(steps=100_000, lr_schedule="constant", progress=False, export=False, save_every=100_000, seed=0)
 ARMS = [("in-process, lag 1", {"lag": 1}, 1), ("in-process, lag 1, 2 threads", {"lag": 1}, 2),
         ("server, lag 0", {"lag": 0, "server": True}, 1), ("server, lag 1", {"lag": 1, "server": True}, 1),
-        ("server, lag 4", {"lag": 4, "server": True}, 1)]
+        ("server, lag 4", {"lag": 4, "server": True}, 1),
+        ("server, lag 4, sync every 4", {"lag": 4, "server": True, "sync_every": 4}, 1)]
 
 
 def _stop_after(metrics: Path, budget: float, done: threading.Event) -> None:
