@@ -96,6 +96,8 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=60.0, help="seconds of training per arm (default 60)")
     parser.add_argument("--max-tokens", type=int, help="the generation cap (default: the taskset's, 4): a longer "
                         "one makes sampling a larger share of a step")
+    parser.add_argument("--warm-start-steps", type=int, help="the supervised warm start (default: the taskset's); 0 "
+                        "leaves the random-init model's replies running to the cap, so sampling is most of a step")
     parser.add_argument("--taskset", default="builtin:case", help="the taskset (default builtin:case; builtin:count "
                         "has scratchpad replies, so sampling is a larger share of a step)")
     parser.add_argument("--arms", default=",".join(str(i) for i in range(len(ARMS))),
@@ -106,6 +108,8 @@ def main() -> None:
     if args.max_tokens:
         RUN["max_tokens"] = args.max_tokens
     RUN["taskset"] = args.taskset
+    if args.warm_start_steps is not None:
+        RUN["warm_start_steps"] = args.warm_start_steps
     torch.set_num_threads(1)
     results = []
     with tempfile.TemporaryDirectory() as tmp, Started(["policy", "builtin:tiny", "--threads", "1"],
