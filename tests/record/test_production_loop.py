@@ -82,6 +82,9 @@ def test_traffic_scored_late_trains_continuously_and_the_served_pass_rate_rises(
             assert STOP_AFTER <= stopped_at < STEPS
             resumed = _train(["--resume", str(run_dir)], log)
             assert resumed.wait(timeout=900) == 0, log.read_text()
+            checked = [line for line in log.read_text().splitlines() if line.startswith("preflight: ")]
+            # the traffic was capped by its server: the plan's cap (the method's 8192) is not shown as if it were
+            assert checked and checked[0].startswith("preflight: ok") and ", cap " not in checked[0], checked
         finally:
             done.set()
             users_thread.join(timeout=120)

@@ -252,7 +252,8 @@ class PreflightHook:
             encode = trainer.tokenizer.encode
             out["answer_lengths"] = rules.answer_tokens((t.answer for t in self.ctx.taskset.split("train")),
                                                         lambda text: encode(text, add_special_tokens=False))
-        return {**out, "cap": plan.max_tokens, "cap_ends_answer": plan.cap_is_answer_length,
+        sampled = self.ctx.config.rows_from is None  # recorded traffic was capped by its server, not by this plan
+        return {**out, "cap": plan.max_tokens if sampled else None, "cap_ends_answer": plan.cap_is_answer_length,
                 "warm_start_steps": plan.warm_start_steps, "random_init": plan.model.startswith("builtin:")}
 
 
