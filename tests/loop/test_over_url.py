@@ -75,20 +75,15 @@ def test_wai_serve_chained_to_a_tinker_api_server_gives_the_same_weights(tmp_pat
     on the front ends with the in-process weights. One prompt a step: a Tinker sample request carries one
     prompt, so only then does the upstream draw the same random stream (service/tinker_provider.py)."""
     pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
-    import secrets
+    from tests.service.chain import chained
 
-    upstream_token = "tml-" + secrets.token_urlsafe(24)
-    with start_server(tmp_path / "upstream", token=upstream_token) as upstream:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("TINKER_API_KEY", upstream_token)
-            front = start_server(tmp_path / "front", args=["--tinker-url", upstream.url])
-        with front:
-            with pytest.raises(wai.ConfigError, match="cannot export them \\(no export_lora\\): add --no-export"):
-                wai.train(url=front.url, token=front.token, run_dir=str(tmp_path / "refused"), progress=False)
-            one_prompt = dict(method="grpo", knobs={"generations": 8}, steps=3, rollouts_per_step=8,
-                              warm_start_steps=0, eval_tasks=0, progress=False, save_every=1000, export=False)
-            local = wai.train(**one_prompt, run_dir=str(tmp_path / "local"))
-            relayed = wai.train(**one_prompt, url=front.url, token=front.token, run_dir=str(tmp_path / "relayed"))
+    with chained(tmp_path) as (_, front):
+        with pytest.raises(wai.ConfigError, match="cannot export them \\(no export_lora\\): add --no-export"):
+            wai.train(url=front.url, token=front.token, run_dir=str(tmp_path / "refused"), progress=False)
+        one_prompt = dict(method="grpo", knobs={"generations": 8}, steps=3, rollouts_per_step=8,
+                          warm_start_steps=0, eval_tasks=0, progress=False, save_every=1000, export=False)
+        local = wai.train(**one_prompt, run_dir=str(tmp_path / "local"))
+        relayed = wai.train(**one_prompt, url=front.url, token=front.token, run_dir=str(tmp_path / "relayed"))
     assert relayed.summary["where"] == f"service at {front.url}"
     for mine, theirs in zip(relayed.metrics(), local.metrics(), strict=True):
         for key in ("reward", "loss", "grad_norm", "drift"):

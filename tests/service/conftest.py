@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -40,3 +41,19 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
 def client(service: LocalServer) -> Iterator[Client]:
     with Client(service.url, service.token) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def tml_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    """A ``wai serve`` of the module's own, its token ``tml-...`` (the Tinker SDK refuses keys without it)."""
+    with start_server(tmp_path_factory.mktemp("tinker") / "data", token="tml-" + secrets.token_urlsafe(24)) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def sdk(tml_server: LocalServer) -> Iterator[Any]:
+    """The official Tinker SDK's ``ServiceClient`` on ``tml_server``."""
+    tinker = pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
+    client = tinker.ServiceClient(base_url=tml_server.url, api_key=tml_server.token)
+    yield client
+    client.holder.close()

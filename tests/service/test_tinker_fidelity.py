@@ -5,8 +5,6 @@ Official SDK, server in its own process; every expected number comes from the se
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -17,26 +15,11 @@ tinker = pytest.importorskip("tinker", reason="the Tinker SDK is not installed: 
 from tinker import types  # noqa: E402
 
 from whileai.engine.models import byte_tokenizer  # noqa: E402
-from whileai.service.launch import LocalServer, start_server  # noqa: E402
 
 PROMPT = [1, 57, 46, 54, 64]          # bos + "6+3=" in the built-in byte tokenizer (id = 3 + byte)
 ANSWER = [60, 2]                      # "9" + eos
 ADAM = types.AdamParams(learning_rate=1e-2, beta1=0.9, beta2=0.95, eps=1e-8)
 pytestmark = pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    token = "tml-" + secrets.token_urlsafe(24)
-    with start_server(tmp_path_factory.mktemp("fidelity") / "data", token=token) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def service(server: LocalServer) -> Iterator[Any]:
-    client = tinker.ServiceClient(base_url=server.url, api_key=server.token)
-    yield client
-    client.holder.close()
 
 
 def datum(**inputs: Any) -> Any:
@@ -62,11 +45,11 @@ def printable_run(tokens: list[int], length: int) -> int:
     return next(i for i in range(len(tokens) - length) if all(35 <= t - 3 < 127 for t in tokens[i:i + length]))
 
 
-def test_string_and_token_stops_end_a_sample_where_the_decoded_text_first_holds_them(service: Any) -> None:
+def test_string_and_token_stops_end_a_sample_where_the_decoded_text_first_holds_them(sdk: Any) -> None:
     """With one seed the draws are the same with or without stops, so a stopped sample is a prefix of the free
     one: it ends at the first token after which the decoded completion contains the stop string (kept at the
     end of the tokens, as the cookbook's renderers expect), with stop_reason "stop"."""
-    training = service.create_lora_training_client(base_model="builtin:tiny", rank=4)
+    training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4)
     sampler = training.save_weights_and_get_sampling_client()
     prompt = types.ModelInput.from_ints(PROMPT)
 
@@ -89,9 +72,9 @@ def test_string_and_token_stops_end_a_sample_where_the_decoded_text_first_holds_
     assert by_id.tokens == free.tokens[:free.tokens.index(free.tokens[7]) + 1] and by_id.stop_reason == "stop"
 
 
-def trained_to_stop(service: Any) -> Any:
+def trained_to_stop(sdk: Any) -> Any:
     """A client whose model answers "9" then eos (SFT steps), and its sampler."""
-    training = service.create_lora_training_client(base_model="builtin:tiny", rank=8)
+    training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=8)
     for _ in range(20):
         training.forward_backward([datum(weights=SFT_WEIGHTS)], "cross_entropy")
         training.optim_step(ADAM)
@@ -99,8 +82,8 @@ def trained_to_stop(service: Any) -> Any:
 
 
 def test_stop_none_keeps_the_eos_stop_an_empty_list_drops_it_and_max_tokens_none_runs_to_the_context(
-        service: Any) -> None:
-    _, sampler = trained_to_stop(service)
+        sdk: Any) -> None:
+    _, sampler = trained_to_stop(sdk)
     prompt = types.ModelInput.from_ints(PROMPT)
     eos = sampler.sample(prompt, 1, types.SamplingParams(max_tokens=8, seed=0, temperature=0.0)).result().sequences[0]
     assert (eos.tokens, eos.stop_reason) == (ANSWER, "stop")
@@ -112,8 +95,8 @@ def test_stop_none_keeps_the_eos_stop_an_empty_list_drops_it_and_max_tokens_none
     assert len(to_context.tokens) == 256 - len(PROMPT) and to_context.stop_reason == "length"
 
 
-def test_bad_sampling_params_are_refused_with_a_readable_message(service: Any) -> None:
-    sampler = service.create_lora_training_client(base_model="builtin:tiny", rank=4) \
+def test_bad_sampling_params_are_refused_with_a_readable_message(sdk: Any) -> None:
+    sampler = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4) \
         .save_weights_and_get_sampling_client()
     with pytest.raises(tinker.RequestFailedError) as err:
         sampler.sample(types.ModelInput.from_ints(PROMPT), 1,
@@ -124,8 +107,8 @@ def test_bad_sampling_params_are_refused_with_a_readable_message(service: Any) -
     assert "__init__()" not in message and "holds text" not in message
 
 
-def test_cross_entropy_without_weights_counts_every_position(service: Any) -> None:
-    training = service.create_lora_training_client(base_model="builtin:tiny", rank=4)
+def test_cross_entropy_without_weights_counts_every_position(sdk: Any) -> None:
+    training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4)
     ones = training.forward([datum(weights=[1.0] * (len(PROMPT) + 1))], "cross_entropy").result()
     bare = training.forward([datum()], "cross_entropy").result()  # as the SDK's own forward example sends it
     logprobs = bare.loss_fn_outputs[0]["logprobs"].tolist()
@@ -140,20 +123,20 @@ def test_cross_entropy_without_weights_counts_every_position(service: Any) -> No
     ("cispo", {"logprobs": [-1.0] * 6, "advantages": [0.0] * 5 + [2.0]}),
 ])
 def test_forward_backward_returns_the_logprob_of_every_position_whatever_the_loss_reads(
-        service: Any, loss_fn: str, inputs: dict[str, Any]) -> None:
+        sdk: Any, loss_fn: str, inputs: dict[str, Any]) -> None:
     """The cookbook's kl_sample_train metrics read forward_backward's logprobs at every action token, also where
     the advantage is 0: they must equal forward's (the same weights), not 0."""
-    training = service.create_lora_training_client(base_model="builtin:tiny", rank=4)
+    training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4)
     scored = training.forward([datum(weights=[1.0] * 6)], "cross_entropy").result().loss_fn_outputs[0]["logprobs"]
     out = training.forward_backward([datum(**inputs)], loss_fn).result().loss_fn_outputs[0]["logprobs"]
     assert all(v < 0 for v in scored.tolist())
     np.testing.assert_allclose(out.tolist(), scored.tolist(), rtol=1e-5, atol=1e-6)
 
 
-def test_a_gradient_pending_when_a_state_is_loaded_is_dropped(service: Any) -> None:
+def test_a_gradient_pending_when_a_state_is_loaded_is_dropped(sdk: Any) -> None:
     """save_state, forward_backward (no optim_step), load_state: the next optim_step has no gradient to apply,
     so the weights stay the saved ones."""
-    training = service.create_lora_training_client(base_model="builtin:tiny", rank=4)
+    training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4)
     training.forward_backward([datum(weights=SFT_WEIGHTS)], "cross_entropy")
     training.optim_step(ADAM).result()
     saved = training.save_state("before").result().path
@@ -167,30 +150,30 @@ def test_a_gradient_pending_when_a_state_is_loaded_is_dropped(service: Any) -> N
     np.testing.assert_allclose(after, before, rtol=0, atol=1e-6)
 
 
-def one_step_loss(service: Any, seed: int) -> float:
-    training = service.create_lora_training_client(base_model="builtin:mini", rank=4, seed=seed)
+def one_step_loss(sdk: Any, seed: int) -> float:
+    training = sdk.create_lora_training_client(base_model="builtin:mini", rank=4, seed=seed)
     training.forward_backward([datum(weights=SFT_WEIGHTS)], "cross_entropy")
     training.optim_step(ADAM)
     return float(training.forward([datum(weights=SFT_WEIGHTS)], "cross_entropy").result().metrics["loss:sum"])
 
 
-def test_runs_created_at_once_with_one_seed_start_from_the_same_weights(service: Any) -> None:
+def test_runs_created_at_once_with_one_seed_start_from_the_same_weights(sdk: Any) -> None:
     """The loss after one step depends on the base weights and the LoRA initialisation: four runs created
     concurrently with seed 3 must give the one a run created alone gives; seed 4 another."""
-    alone = one_step_loss(service, 3)
+    alone = one_step_loss(sdk, 3)
     with ThreadPoolExecutor(4) as pool:
-        together = list(pool.map(lambda _: one_step_loss(service, 3), range(4)))
+        together = list(pool.map(lambda _: one_step_loss(sdk, 3), range(4)))
     assert together == [alone] * 4
-    assert one_step_loss(service, 4) != alone
+    assert one_step_loss(sdk, 4) != alone
 
 
-def test_the_rest_client_reads_a_training_run_by_its_tinker_path(service: Any) -> None:
+def test_the_rest_client_reads_a_training_run_by_its_tinker_path(sdk: Any) -> None:
     """What tinker-cookbook reads on resume: the run behind a checkpoint path, with the user_metadata it was
     created with (the renderer name) and its latest saved state."""
-    training = service.create_lora_training_client(base_model="builtin:tiny", rank=4,
+    training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4,
                                                    user_metadata={"renderer_name": "role_colon"})
     path = training.save_state("ckpt-1").result().path
-    rest = service.create_rest_client()
+    rest = sdk.create_rest_client()
     run = rest.get_training_run_by_tinker_path(path).result(timeout=60)
     assert (run.training_run_id, run.base_model, run.is_lora, run.lora_rank) == (training.model_id, "builtin:tiny",
                                                                                   True, 4)

@@ -7,7 +7,6 @@ equals the in-process run (tests/loop/test_over_url.py).
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 
 import pytest
@@ -15,20 +14,15 @@ import pytest
 pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
 pytestmark = pytest.mark.slow  # two servers and an SDK session: about 20 s before the first test
 
+from tests.service.chain import chained  # noqa: E402
 from whileai.service import Client  # noqa: E402
-from whileai.service.launch import LocalServer, start_server  # noqa: E402
+from whileai.service.launch import LocalServer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServer, LocalServer]]:
-    data = tmp_path_factory.mktemp("providers")
-    upstream_token = "tml-" + secrets.token_urlsafe(24)
-    with start_server(data / "upstream", token=upstream_token) as upstream:
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("TINKER_API_KEY", upstream_token)
-            front = start_server(data / "front", args=["--tinker-url", upstream.url])
-        with front:
-            yield upstream, front
+    with chained(tmp_path_factory.mktemp("providers")) as pair:
+        yield pair
 
 
 def test_the_tinker_provider_advertises_the_upstream_losses(servers: tuple[LocalServer, LocalServer]) -> None:

@@ -8,8 +8,6 @@ compute_logprobs on the same tokens, and a reloaded state repeats the step it wa
 from __future__ import annotations
 
 import math
-import secrets
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,26 +16,12 @@ import pytest
 tinker = pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
 from tinker import types  # noqa: E402
 
-from whileai.service.launch import LocalServer, start_server  # noqa: E402
+from whileai.service.launch import LocalServer  # noqa: E402
 
 PROMPT = [1, 57, 46, 54, 64]          # bos + "6+3=" in the built-in byte tokenizer (id = 3 + byte)
 ANSWER = [60, 2]                      # "9" + eos
 pytestmark = pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")  # the SDK's load_state notice
 ADAM = types.AdamParams(learning_rate=1e-2, beta1=0.9, beta2=0.95, eps=1e-8)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    token = "tml-" + secrets.token_urlsafe(24)  # the SDK refuses keys without the tml- prefix
-    with start_server(tmp_path_factory.mktemp("tinker") / "data", token=token) as running:
-        yield running
-
-
-@pytest.fixture(scope="module")
-def service(server: LocalServer) -> Iterator[Any]:
-    client = tinker.ServiceClient(base_url=server.url, api_key=server.token)
-    yield client
-    client.holder.close()
 
 
 def sft_datum(weights: list[float] | None = None) -> Any:
@@ -55,15 +39,15 @@ def rl_datum(sampler_logprobs: list[float], advantages: list[float]) -> Any:
     return types.Datum(model_input=types.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs=inputs)
 
 
-def training_client(service: Any) -> Any:
-    return service.create_lora_training_client(base_model="builtin:tiny", rank=8).result()
+def training_client(sdk: Any) -> Any:
+    return sdk.create_lora_training_client(base_model="builtin:tiny", rank=8).result()
 
 
 @pytest.mark.slow  # about 9 s: an in-process engine beside the server
-def test_supervised_steps_lower_the_loss_and_equal_the_engine_in_process(service: Any) -> None:
+def test_supervised_steps_lower_the_loss_and_equal_the_engine_in_process(sdk: Any) -> None:
     from whileai.engine import AdamParams, TrainingEngine
 
-    remote = training_client(service)
+    remote = training_client(sdk)
     local = TrainingEngine("builtin:tiny", lora_rank=8, seed=0)
     datum = sft_datum()
     plain = {"model_input": PROMPT + ANSWER[:-1],
@@ -89,12 +73,12 @@ def test_supervised_steps_lower_the_loss_and_equal_the_engine_in_process(service
     assert remote.get_tokenizer().encode("6+3=") == PROMPT  # the tokenizer adds BOS, as training does
 
 
-def test_importance_sampling_ppo_and_cispo_losses_follow_their_formulas(service: Any) -> None:
+def test_importance_sampling_ppo_and_cispo_losses_follow_their_formulas(sdk: Any) -> None:
     """Sampler log-probs q = p - log 1.5 make every ratio r = p/q = 1.5 exactly. With advantages A = (0, 0, 0, 0,
     2, -1): importance_sampling = -sum r A = -1.5 * (2 - 1) = -1.5; ppo clips r to [0.8, 1.2] and takes the
     pessimistic term: token A=2 gives min(3.0, 2.4) = 2.4, token A=-1 gives min(-1.5, -1.2) = -1.5, so the loss
     is -(2.4 - 1.5) = -0.9. A forward pass must not move the weights, so both see the same p."""
-    remote = training_client(service)
+    remote = training_client(sdk)
     p = remote.forward([sft_datum()], "cross_entropy").result().loss_fn_outputs[0]["logprobs"].tolist()
     advantages = [0.0] * (len(PROMPT) - 1) + [2.0, -1.0]
     q = [lp - math.log(1.5) for lp in p]
@@ -112,8 +96,8 @@ def test_importance_sampling_ppo_and_cispo_losses_follow_their_formulas(service:
     assert step.metrics["grad_norm"] > 0
 
 
-def test_a_sampling_client_is_a_snapshot_whose_logprobs_equal_compute_logprobs(service: Any) -> None:
-    remote = training_client(service)
+def test_a_sampling_client_is_a_snapshot_whose_logprobs_equal_compute_logprobs(sdk: Any) -> None:
+    remote = training_client(sdk)
     remote.forward_backward([sft_datum()], "cross_entropy").result()
     remote.optim_step(ADAM).result()
     sampler = remote.save_weights_and_get_sampling_client().result()
@@ -140,10 +124,10 @@ def test_a_sampling_client_is_a_snapshot_whose_logprobs_equal_compute_logprobs(s
         assert len(row) == 4 and values == sorted(values, reverse=True) and values[0] >= moved[i] - 1e-5
 
 
-def test_save_and_load_state_with_and_without_the_optimizer(service: Any) -> None:
+def test_save_and_load_state_with_and_without_the_optimizer(sdk: Any) -> None:
     """After loading with the optimizer, the next step repeats the step taken after the save exactly; loading
     weights only restarts Adam from zero moments, so the same step lands elsewhere."""
-    remote = training_client(service)
+    remote = training_client(sdk)
     probe = types.ModelInput.from_ints(PROMPT + ANSWER)
 
     def step_then_score() -> list[float]:
@@ -163,15 +147,15 @@ def test_save_and_load_state_with_and_without_the_optimizer(service: Any) -> Non
     assert max(abs(a - b) for a, b in zip(fresh_adam, expected)) > 1e-4
     assert probe.length == len(PROMPT + ANSWER)
     # the SDK's recommended way: a new training client from the saved state, with and without the optimizer
-    remote = service.create_training_client_from_state_with_optimizer(saved.path).result()
+    remote = sdk.create_training_client_from_state_with_optimizer(saved.path).result()
     assert remote.get_info().model_data.model_name == "builtin:tiny"
     assert step_then_score() == pytest.approx(expected, abs=1e-6)
-    remote = service.create_training_client_from_state(saved.path).result()
+    remote = sdk.create_training_client_from_state(saved.path).result()
     assert step_then_score() == pytest.approx(fresh_adam, abs=1e-6)
 
 
-def test_requests_we_do_not_serve_fail_with_the_route_and_what_is_missing(service: Any, server: LocalServer) -> None:
-    remote = training_client(service)
+def test_requests_we_do_not_serve_fail_with_the_route_and_what_is_missing(sdk: Any, tml_server: LocalServer) -> None:
+    remote = training_client(sdk)
     with pytest.raises(tinker.RequestFailedError, match=r"/api/v1/forward_backward.*unknown loss 'ppo2'.*cispo"):
         remote.forward_backward([sft_datum()], "ppo2").result(timeout=60)
     with pytest.raises(tinker.BadRequestError, match="load_weights.*for another run's state use ServiceClient.create_training_client_from_state"):
@@ -181,20 +165,20 @@ def test_requests_we_do_not_serve_fail_with_the_route_and_what_is_missing(servic
         sampler.sample(types.ModelInput.from_ints(PROMPT), 1, types.SamplingParams(max_tokens=1),
                        topk_sample_logprobs=2).result(timeout=60)
     with pytest.raises(tinker.NotFoundError, match="/api/v1/training_runs.* is not supported by wai serve"):
-        service.create_rest_client().list_training_runs().result(timeout=60)
+        sdk.create_rest_client().list_training_runs().result(timeout=60)
     remote.forward_backward([sft_datum()], "cross_entropy").result(timeout=60)  # the run still works
 
 
 def test_a_retried_request_gets_the_recorded_answer_and_a_changed_one_a_conflict(
-        service: Any, server: LocalServer) -> None:
+        sdk: Any, tml_server: LocalServer) -> None:
     """The SDK's retry of one request (same model, same seq_id, same bytes) reaches the run's same sequence
     number, so runs.py answers it from its record without stepping again; other bytes under that seq_id are a
     409 the SDK would raise. Raw HTTP with the SDK's own request types, as the SDK's retry loop sends them."""
     import httpx
 
-    remote = training_client(service)
+    remote = training_client(sdk)
     remote.forward_backward([sft_datum()], "cross_entropy").result()
-    http = httpx.Client(base_url=server.url, headers={"X-API-Key": server.token}, timeout=60)
+    http = httpx.Client(base_url=tml_server.url, headers={"X-API-Key": tml_server.token}, timeout=60)
     step = types.OptimStepRequest(optim_params=ADAM, model_id=remote.model_id, seq_id=500)
     first = http.post("/api/v1/optim_step", json=step.model_dump(mode="json")).json()
     again = http.post("/api/v1/optim_step", json=step.model_dump(mode="json")).json()
@@ -207,7 +191,7 @@ def test_a_retried_request_gets_the_recorded_answer_and_a_changed_one_a_conflict
     assert clash["request_id"].startswith(first["request_id"] + ".refused-")
     refused = http.post("/api/v1/retrieve_future", json={"request_id": clash["request_id"]}).json()
     assert "Conflict" in refused["error"] and "different body" in refused["error"]
-    history = httpx.get(f"{server.url}/v1/training/runs/{remote.model_id}/operations",
-                        headers={"Authorization": f"Bearer {server.token}"}).json()
+    history = httpx.get(f"{tml_server.url}/v1/training/runs/{remote.model_id}/operations",
+                        headers={"Authorization": f"Bearer {tml_server.token}"}).json()
     assert [h["op"] for h in history] == ["forward_backward", "optim_step"]  # stepped once, not twice
     assert remote.optim_step(ADAM).result().metrics["step"] == 2.0  # the SDK's own numbering carries on
