@@ -32,8 +32,8 @@ import torch
 from whileai.engine import TrainingEngine
 from whileai.envs import load_taskset
 from whileai.loop.core import prompts
-from whileai.loop.evaluate import before_after, held_out
-from whileai.loop.hooks import Interrupted
+from whileai.loop.hooks.held_out import before_after, held_out
+from whileai.loop.hooks.warm_start import Interrupted
 from whileai.loop.run import dry_run, train
 from whileai.record.launch import Started
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_spine_pin import close, fingerprint
 
 import whileai as wai
 from whileai.loop import dry_run
-from test_spine_pin import close, fingerprint
 
 GOLDEN = Path(__file__).with_name("layout_pin.json")
 DEFAULT = dict(steps=3, warm_start_steps=2, eval_tasks=4, progress=False)

@@ -7,16 +7,16 @@
     run = train(method="grpo", url="http://127.0.0.1:8321")   # over a running `wai serve`
 
 The loop itself is ``whileai.loop.core.run_loop``; the settings it runs with are one ``RunPlan``
-(``whileai.loop.plan``). See docs/train.md. The loop reads a method only through ``run_spec()`` and ``update()``.
+(``whileai.loop.plan.run_plan``). See docs/train.md. The loop reads a method only through ``run_spec()`` and ``update()``.
 """
 
-from whileai.loop.config import TrainConfig
-from whileai.loop.hooks import Interrupted
+from whileai.loop.hooks.warm_start import Interrupted
 from whileai.loop.judge import Judge, reward_model
-from whileai.loop.plan import RunPlan
+from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.run import Run, dry_run, train
 from whileai.loop.step import StepResult, policy_step, train_step
-from whileai.loop.trainer import Trainer
+from whileai.loop.trainers.backends import Trainer
 
 __all__ = ["Interrupted", "Judge", "Run", "RunPlan", "StepResult", "TrainConfig", "Trainer", "dry_run",
            "policy_step", "reward_model", "train", "train_step"]

@@ -4,14 +4,14 @@ checkpoints).
 
     run_loop(trainer, method, plan, batches, state, hooks, teacher)
 
-``trainer`` is anything with the ``whileai.loop.trainer.Trainer`` operations (the in-process engine, the
+``trainer`` is anything with the ``whileai.loop.trainers.backends.Trainer`` operations (the in-process engine, the
 service's ``RunClient``); ``plan`` is the run's resolved ``RunPlan``; ``batches`` hands out the batch of
 each step (``Rollouts``: sampled from the taskset and graded; ``Pushed``: rows read from a file). The loop
 reads the method only through ``run_spec()`` and ``update()`` and never branches on its name. A hook is any
 object with some of ``before(loop)``, ``before_update(loop)`` (the step's batch is in ``loop.batch``),
 ``after_step(loop, record, result)`` and ``failed(loop, error)`` (a step raised; the hook may stop the run its own
 way). Where rollouts come from is the ``Batches``: ``Rollouts`` samples in process with the trainer; the
-server sampler's (``whileai.loop.sampler.AheadRollouts``) samples ahead from an inference server.
+server sampler's (``whileai.loop.sources.sampler.AheadRollouts``) samples ahead from an inference server.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from whileai.envs import render_prompt
 from whileai.errors import WhileaiError
-from whileai.loop.plan import RunPlan
-from whileai.loop.rollouts import LagQueue, sample_batch, step_tasks
+from whileai.loop.plan.run_plan import RunPlan
+from whileai.loop.sources.rollouts import LagQueue, sample_batch, step_tasks
 from whileai.loop.step import train_step
 
 
@@ -40,9 +40,9 @@ class LoopState:
     warm_start_steps_done: int = 0
     engine_step: int = 0
     preflight: dict[str, Any] | None = None
-    """the preflight's report on the first rollouts (whileai.loop.preflight), once measured"""
+    """the preflight's report on the first rollouts (whileai.loop.hooks.preflight), once measured"""
     source: dict[str, Any] | None = None
-    """what the batches source resumes from (a recorder's cursor: whileai.loop.recorded)"""
+    """what the batches source resumes from (a recorder's cursor: whileai.loop.sources.recorder)"""
 
 
 class Batches(Protocol):
@@ -104,7 +104,7 @@ class Rollouts:
 
 @dataclass
 class Pushed:
-    """Each step's rows read from a file (``whileai.loop.traces.RowsFile``), whole groups together where the
+    """Each step's rows read from a file (``whileai.loop.sources.traces.RowsFile``), whole groups together where the
     method takes them, in a seeded order; always scored (the file's log-probabilities are not the policy's)."""
 
     rows: Any

@@ -1,7 +1,7 @@
 """``wai.train``: a training run from a config, start to finish, resumable.
 
-    config -> checks -> the run plan (whileai.loop.plan) -> a backend (in-process or --url) -> the loop
-    (whileai.loop.core.run_loop, with the hooks of whileai.loop.hooks) -> the summary
+    config -> checks -> the run plan (whileai.loop.plan.run_plan) -> a backend (in-process or --url) -> the loop
+    (whileai.loop.core.run_loop, with the hooks of whileai.loop.hooks.warm_start) -> the summary
 
 The run reads the method only through ``run_spec()`` and ``update()``; it never branches on a method's
 name. It writes RUN_DIR/{config.toml, metrics.jsonl, tensorboard/, checkpoint/, final/, summary.json,
@@ -22,13 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError
-from whileai.loop import config as config_io
-from whileai.loop import recorded, trace_run
 from whileai.loop.auto import route_method
-from whileai.loop.checks import PYTHON_ROWS, _knobs_of, _load_taskset, check, needs_of, resolve_method
-from whileai.loop.config import TrainConfig
 from whileai.loop.core import LoopState, Pushed, Rollouts, run_loop
-from whileai.loop.hooks import (
+from whileai.loop.hooks.metrics import Metrics, Progress
+from whileai.loop.hooks.summary import finish
+from whileai.loop.hooks.warm_start import (
     Checkpoints,
     Context,
     HeldOut,
@@ -40,13 +38,16 @@ from whileai.loop.hooks import (
     WarmStart,
     read_state,
 )
-from whileai.loop.plan import FILE, USER, RunPlan, make_plan, saved_plan, with_cap
-from whileai.loop.record import Metrics, Progress
-from whileai.loop.sampler import IN_PROCESS, server_rollouts
-from whileai.loop.summary import finish
-from whileai.loop.tinker_trainer import tinker_backend
-from whileai.loop.traces import RowsFile, open_rows
-from whileai.loop.trainer import Backend, local_backend, remote_backend, remote_checkpoint
+from whileai.loop.plan import config as config_io
+from whileai.loop.plan.checks import PYTHON_ROWS, _knobs_of, _load_taskset, check, needs_of, resolve_method
+from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.run_plan import FILE, USER, RunPlan, make_plan, saved_plan, with_cap
+from whileai.loop.sources import recorder as recorded
+from whileai.loop.sources import trace_run
+from whileai.loop.sources.sampler import IN_PROCESS, server_rollouts
+from whileai.loop.sources.traces import RowsFile, open_rows
+from whileai.loop.trainers.backends import Backend, local_backend, remote_backend, remote_checkpoint
+from whileai.loop.trainers.tinker import tinker_backend
 
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
 PYTHON_TASKSET = "<taskset passed in Python>"

@@ -7,13 +7,14 @@ from typing import Any
 
 from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
-from whileai.loop import config as config_io
-from whileai.loop import recorded, trace_run
-from whileai.loop import teacher as teacher_io
-from whileai.loop.config import TrainConfig
-from whileai.loop.plan import RunPlan, make_plan
-from whileai.loop.sampler import problems as server_sampler_problems
-from whileai.loop.trainer import Needs
+from whileai.loop.hooks import teacher as teacher_io
+from whileai.loop.plan import config as config_io
+from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.run_plan import RunPlan, make_plan
+from whileai.loop.sources import recorder as recorded
+from whileai.loop.sources import trace_run
+from whileai.loop.sources.sampler import problems as server_sampler_problems
+from whileai.loop.trainers.backends import Needs
 from whileai.methods import method as method_named
 
 PYTHON_ROWS = "<rows passed in Python>"

@@ -2,7 +2,7 @@
 
 A pushed row gives them as token ids (``prompt_tokens`` + ``tokens``) or as text (``prompt``: a string or
 chat messages, ``completion``: a string). Rows read from a file for ``wai train --rows`` go through
-``whileai.loop.traces`` instead (streamed, every line checked, whole groups per batch).
+``whileai.loop.sources.traces`` instead (streamed, every line checked, whole groups per batch).
 """
 
 from __future__ import annotations

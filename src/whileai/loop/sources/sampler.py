@@ -29,16 +29,16 @@ from typing import Any, Protocol
 
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop.core import Loop, prompts
-from whileai.loop.rollouts import LagQueue, sample_batch, step_tasks
-from whileai.loop.server_sampler import SamplerError, ServerSampler
-from whileai.loop.sync import PushWeights
+from whileai.loop.sources.rollouts import LagQueue, sample_batch, step_tasks
+from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
+from whileai.loop.sources.sync import PushWeights
 
 IN_PROCESS = "in-process"
 """The plan's ``sampler`` when the trainer samples its own rollouts."""
 
 
 class Sampler(Protocol):
-    """What rollouts are sampled with (``whileai.loop.rollouts.rollouts`` calls only this)."""
+    """What rollouts are sampled with (``whileai.loop.sources.rollouts.rollouts`` calls only this)."""
 
     @property
     def tokenizer(self) -> Any: ...

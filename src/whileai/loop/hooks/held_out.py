@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from whileai.loop.rollouts import Sampling, rollouts
+from whileai.loop.sources.rollouts import Sampling, rollouts
 from whileai.rows.stats import compare, pass_at
 
 EVAL_SEED = 1_000_003  # the same sampler seeds before and after: the two arms differ only in the weights

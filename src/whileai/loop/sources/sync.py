@@ -13,7 +13,7 @@ vLLM's OpenAI server has no route that reloads full weights, so ``check_server``
 before the first step with the reason.
 
 As a loop hook: ``before`` pushes the weights the run starts from (after the warm start; a resumed run's),
-``after_step`` pushes after every ``every``-th step. A ``gate`` (``whileai.loop.sampler.Gate``) is told of
+``after_step`` pushes after every ``every``-th step. A ``gate`` (``whileai.loop.sources.sampler.Gate``) is told of
 each push and may hold it until the sampler has finished the draws the older weights are meant for.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from whileai.errors import ConfigError
-from whileai.loop.server_sampler import SamplerError, ServerSampler, write_weights
+from whileai.loop.sources.server_sampler import SamplerError, ServerSampler, write_weights
 
 
 class PushGate(Protocol):

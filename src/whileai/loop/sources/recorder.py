@@ -10,7 +10,7 @@ checkpoint and stops with the resume line. The cursor lives in the loop state (`
 is part of every checkpoint: a resumed run reads on from where its checkpoint trained up to.
 
 After each ``sync_every``-th step the weights go back to the server the traffic goes to (``PushWeights``,
-``whileai.loop.sync``): under LoRA always as the adapter ``ADAPTER`` (loaded in place, so the clients'
+``whileai.loop.sources.sync``): under LoRA always as the adapter ``ADAPTER`` (loaded in place, so the clients'
 ``model`` stays the same), under full fine-tuning as a reload of every weight. Each exported row names
 the weights that served it (``weights_version``); the run maps it to the step that pushed those weights
 (``sampler_step``) and writes the version gaps per step.
@@ -28,9 +28,9 @@ import httpx
 
 from whileai.errors import BatchError, WhileaiError
 from whileai.loop.core import LoopState
-from whileai.loop.rollouts import LagQueue
-from whileai.loop.trace_formats import Vocab, read_line
-from whileai.loop.traces import TRACE_FIELDS, lacking
+from whileai.loop.sources.rollouts import LagQueue
+from whileai.loop.sources.trace_formats import Vocab, read_line
+from whileai.loop.sources.traces import TRACE_FIELDS, lacking
 
 POLL_S = 1.0  # seconds between polls of the recorder while too few scored traces are new
 ADAPTER = "policy"  # the adapter name the trained LoRA weights are served under (clients ask for model="policy")
@@ -223,10 +223,10 @@ def problems(config: Any, method: Any) -> list[str]:
 def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> tuple[Recorded, list[Any]]:
     """The batches source and the hooks of a run from a recorder: the push, ``FeedHook``, and the stop with a
     checkpoint when the server stops answering (``StopOnServerError``; the recorder's: ``FeedHook.failed``)."""
-    from whileai.loop.sampler import StopOnServerError
-    from whileai.loop.server_sampler import ServerSampler
-    from whileai.loop.sync import PushWeights
-    from whileai.loop.traces import load_vocab
+    from whileai.loop.sources.sampler import StopOnServerError
+    from whileai.loop.sources.server_sampler import ServerSampler
+    from whileai.loop.sources.sync import PushWeights
+    from whileai.loop.sources.traces import load_vocab
 
     config, plan = ctx.config, ctx.plan
     server = ServerSampler(config.sampler_url, model=config.model)

@@ -20,16 +20,17 @@ import numpy as np
 
 from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError, WhileaiError
-from whileai.loop import rules, trace_run
-from whileai.loop import teacher as teacher_io
-from whileai.loop.config import TrainConfig
 from whileai.loop.core import Loop, LoopState, prompts
-from whileai.loop.evaluate import held_out
-from whileai.loop.plan import RunPlan
-from whileai.loop.preflight import preflight
-from whileai.loop.record import Metrics, Progress, write_json
-from whileai.loop.rollouts import step_tasks
-from whileai.loop.traces import contamination
+from whileai.loop.hooks import teacher as teacher_io
+from whileai.loop.hooks.held_out import held_out
+from whileai.loop.hooks.metrics import Metrics, Progress, write_json
+from whileai.loop.hooks.preflight import preflight
+from whileai.loop.plan import rules
+from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.run_plan import RunPlan
+from whileai.loop.sources import trace_run
+from whileai.loop.sources.rollouts import step_tasks
+from whileai.loop.sources.traces import contamination
 
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
@@ -216,7 +217,7 @@ class TraceHook:
 class PreflightHook:
     """Before the first update: is there any signal in the first batch (the first rollouts, or the file's first
     traces)? Printed, kept for summary.json; a run that would learn nothing stops here, before the RL budget is
-    spent, with the reasons and the fixes, unless ``--force`` (whileai.loop.preflight). It reads the batch the
+    spent, with the reasons and the fixes, unless ``--force`` (whileai.loop.hooks.preflight). It reads the batch the
     first step trains on, so it samples and grades nothing of its own."""
 
     ctx: Context
