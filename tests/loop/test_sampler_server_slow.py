@@ -16,7 +16,7 @@ import pytest
 from safetensors.numpy import load_file
 
 import whileai as wai
-from whileai.loop.hooks.warm_start import read_state
+from whileai.loop.hooks.context import read_state
 from whileai.loop.sources.sampler import ServerStopped
 from whileai.record.launch import Started
 

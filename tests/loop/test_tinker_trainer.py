@@ -128,7 +128,7 @@ def test_sampling_settings_become_tinkers():
 def test_a_remote_checkpoint_is_a_snapshot_that_names_the_servers_state(tmp_path: Path):
     """Written as the engine writes one (LATEST -> step folder -> meta.json with the step), so the loop reads its
     step as it does an in-process one; the older pointer goes."""
-    from whileai.loop.hooks.warm_start import read_state
+    from whileai.loop.hooks.context import read_state
 
     folder = tmp_path / "run" / "checkpoint"
     for step in (2, 4):

@@ -12,10 +12,9 @@ import httpx
 import pytest
 
 from whileai.engine.models import byte_tokenizer
-from whileai.loop.core import LoopState
 from whileai.loop.sources.recorder import Recorded, RecorderError, RecorderFeed
-from whileai.loop.sources.rollouts import LagQueue
 from whileai.loop.sources.trace_formats import Vocab
+from whileai.loop.types import LagQueue, LoopState
 from whileai.record.launch import Started
 from whileai.record.store import RecordStore
 from whileai.service.launch import free_port

@@ -33,7 +33,7 @@ from typing import Any
 from whileai.errors import ConfigError, WhileaiError
 from whileai.evidence.plan import check_folder, precheck, train_or_read
 from whileai.loop.controls import _held_out_rows, _seeds
-from whileai.loop.hooks.held_out import PASS
+from whileai.loop.types import PASS
 from whileai.methods.registry import method as build_method
 from whileai.methods.run_spec import RunSpec
 from whileai.rows.stats import compare

@@ -11,8 +11,7 @@ from whileai.loop.hooks import teacher as teacher_io
 from whileai.loop.plan import config as config_io
 from whileai.loop.plan.config import TrainConfig
 from whileai.loop.plan.run_plan import RunPlan, make_plan
-from whileai.loop.sources import recorder as recorded
-from whileai.loop.sources import trace_run
+from whileai.loop.sources import recorder, trace_run
 from whileai.loop.sources.sampler import problems as server_sampler_problems
 from whileai.loop.trainers.backends import Needs
 from whileai.methods import method as method_named
@@ -36,7 +35,7 @@ def resolve_method(config: TrainConfig, method: Any = None) -> tuple[Any, list[s
 def check(config: TrainConfig, method: Any, taskset: Any = None, plan: RunPlan | None = None) -> list[str]:
     """Every impossible combination of the config and the method's run spec, each with a fix."""
     problems = config_io.check_ranges(config) + trace_run.rows_problems(config, method, config.rows == PYTHON_ROWS) \
-        + recorded.problems(config, method)
+        + recorder.problems(config, method)
     if method is None:
         return problems
     plan = plan or make_plan(config, {}, method, taskset)
