@@ -1,7 +1,7 @@
 """``wai.train``: a training run from a config, start to finish, resumable.
 
     config -> checks -> the run plan (whileai.loop.plan.run_plan) -> a backend (in-process or --url) -> the loop
-    (whileai.loop.core.run_loop, with the hooks of whileai.loop.hooks.warm_start) -> the summary
+    (whileai.loop.core.run_loop, with the hooks of whileai.loop.hooks) -> the summary
 
 The run reads the method only through ``run_spec()`` and ``update()``; it never branches on a method's
 name. It writes RUN_DIR/{config.toml, metrics.jsonl, tensorboard/, checkpoint/, final/, summary.json,
