@@ -31,10 +31,10 @@ import torch
 
 from whileai.engine import TrainingEngine
 from whileai.envs import load_taskset
-from whileai.loop.core import prompts
-from whileai.loop.evaluate import before_after, held_out
-from whileai.loop.hooks import Interrupted
+from whileai.loop.hooks.context import Interrupted
+from whileai.loop.hooks.held_out import before_after, held_out
 from whileai.loop.run import dry_run, train
+from whileai.loop.types import prompts
 from whileai.record.launch import Started
 
 RUN = dict(steps=100_000, lr_schedule="constant", progress=False, export=False, save_every=100_000, seed=0)

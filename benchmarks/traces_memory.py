@@ -57,7 +57,7 @@ def _measure(mode: str, path: str) -> dict[str, float]:
     """Run in a child process: import what the mode needs, reset the peak, do the work, report."""
     from pathlib import Path
 
-    from whileai.loop.traces import load_vocab, scan
+    from whileai.loop.sources.traces import load_vocab, scan
 
     vocab = load_vocab("builtin:tiny")
     base = _reset_peak()

@@ -27,7 +27,7 @@ import httpx
 import openai
 
 from whileai.envs import load_taskset, render_prompt
-from whileai.loop.traces import load_vocab
+from whileai.loop.sources.traces import load_vocab
 from whileai.record.rewards import score
 
 

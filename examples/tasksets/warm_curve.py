@@ -1,6 +1,6 @@
 """The warm start's learning curve on a taskset, step by step, exactly as `wai train` runs it (same engine seed,
 same task order, same loss): the per-token loss, the pass estimate exp(-loss x answer tokens) that
-`whileai.loop.rules.warm_start_reached` reads, and every `--every` steps the sampled pass rate on 64 train
+`whileai.loop.plan.rules.warm_start_reached` reads, and every `--every` steps the sampled pass rate on 64 train
 tasks, to check the estimate against. docs/tasksets.md ("Your own taskset") quotes its output.
 
     python examples/tasksets/warm_curve.py examples/tasksets/parity.jsonl --steps 2000 --seed 0
@@ -16,8 +16,8 @@ from whileai.engine import TrainingEngine
 from whileai.engine.datums import make_datum
 from whileai.envs import load_taskset, render_prompt
 from whileai.envs.episode import reference_episode
-from whileai.loop.rollouts import Sampling, rollouts, step_tasks
-from whileai.loop.rules import WARM_START_LEARNING_RATE, warm_start_reached
+from whileai.loop.plan.rules import WARM_START_LEARNING_RATE, warm_start_reached
+from whileai.loop.sources.rollouts import Sampling, rollouts, step_tasks
 
 
 def main() -> None:

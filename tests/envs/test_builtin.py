@@ -157,8 +157,8 @@ def test_copy_declares_its_measured_settings_and_the_others_the_short_warm_start
     """builtin:copy learns only with a longer warm start and a 10x lower RL rate (docs/tasksets.md, 4 of 5 seeds);
     the others keep the 14-step warm start and the loop's rates; resolve reads them for a built-in model."""
     from whileai.envs import Recommended
-    from whileai.loop import config as config_io
-    from whileai.loop.plan import make_plan
+    from whileai.loop.plan import config as config_io
+    from whileai.loop.plan.run_plan import make_plan
 
     assert load_taskset("builtin:copy").recommended == Recommended(warm_start_steps=60, learning_rate=1e-3)
     for name in ("case", "reverse", "add"):

@@ -311,7 +311,7 @@ def test_real_model_episodes_are_valid_rows():
     are exactly what the environment wrote, and nothing exceeds the cap."""
     from whileai.engine import TrainingEngine
     from whileai.envs import render_prompt
-    from whileai.loop.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import Sampling, rollouts
 
     engine = TrainingEngine("builtin:tiny", seed=0)
     tasks = load_taskset("builtin:lookup", test_size=8, train_size=8)

@@ -8,7 +8,7 @@ import pytest
 
 import whileai as wai
 from whileai.cli import main
-from whileai.loop.config import TrainConfig, build, field_docs
+from whileai.loop.plan.config import TrainConfig, build, field_docs
 from whileai.methods.run_spec import RunSpec
 
 
@@ -96,7 +96,7 @@ def test_the_learning_rate_rule_is_one_function_with_its_source():
     """The method's declared rate first; a built-in model: the taskset's recommendation, else 1e-2 (random init);
     a loaded model: 2e-4 under LoRA, 1e-5 for full fine-tuning. The rule says where its value came from."""
     from whileai.envs import Recommended
-    from whileai.loop.plan import learning_rate_rule
+    from whileai.loop.plan.run_plan import learning_rate_rule
 
     class Declares:
         def __init__(self, rate):
@@ -128,7 +128,7 @@ def test_a_tasksets_recommendation_fills_only_the_fields_left_empty():
     """builtin:lookup on a built-in model gets its measured settings; each value the user gives wins alone; a
     loaded model, or a run on rows, gets the loop's rules; builtin:case keeps the embedded default run's."""
     from whileai.envs import load_taskset
-    from whileai.loop.plan import make_plan
+    from whileai.loop.plan.run_plan import make_plan
 
     def resolve(config, taskset, declared_learning_rate=None):
         class Declares:

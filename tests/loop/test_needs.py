@@ -15,8 +15,8 @@ from whileai.engine import SamplingParams, TrainingEngine
 from whileai.engine.models import load_model
 from whileai.engine.teacher import model_teacher, policy_teacher
 from whileai.envs import load_taskset, render_prompt
+from whileai.loop.hooks.teacher import PRIVILEGED, RunTeacher, teacher_prompt
 from whileai.loop.step import policy_step
-from whileai.loop.teacher import PRIVILEGED, RunTeacher, teacher_prompt
 from whileai.methods.run_spec import TeacherSpec
 
 SAMPLING = {"max_tokens": 4, "temperature": 1.0}

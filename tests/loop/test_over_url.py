@@ -18,7 +18,7 @@ from test_spine_pin import close, train_case
 
 import whileai as wai
 from whileai.cli import main
-from whileai.loop.trainer import Needs, refusals
+from whileai.loop.trainers.backends import Needs, refusals
 from whileai.service import Client
 from whileai.service.launch import LocalServer, start_server
 

@@ -9,7 +9,7 @@ import pytest
 
 import whileai as wai
 from whileai.cli import main
-from whileai.loop.plan import saved_plan
+from whileai.loop.plan.run_plan import saved_plan
 
 QUICK = dict(rollouts_per_step=8, warm_start_steps=0, eval_tasks=0, export=False, progress=False, save_every=1)
 
@@ -118,8 +118,8 @@ def test_dr_grpo_divides_by_the_plans_cap_unless_the_knob_is_set():
     1024/4 times the uncapped ones; a user's --set max_tokens stays theirs; a wrapped method's inner one too."""
     from tests.methods.test_grouped import HAND_ROWS
     from whileai.envs import load_taskset
-    from whileai.loop.config import build
-    from whileai.loop.plan import make_plan, with_cap
+    from whileai.loop.plan.config import build
+    from whileai.loop.plan.run_plan import make_plan, with_cap
 
     taskset = load_taskset("builtin:case")
     for method, knobs, expected in ((wai.DrGRPO(), {}, 4), (wai.GRPO(loss_type="dr_grpo"), {}, 4),

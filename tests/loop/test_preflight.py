@@ -1,4 +1,4 @@
-"""The preflight (whileai.loop.preflight): the signal numbers of a probe, hand-worked, and `fatal` with its
+"""The preflight (whileai.loop.hooks.preflight): the signal numbers of a probe, hand-worked, and `fatal` with its
 reason and fixes exactly when the update would be empty; `no_gain_reason` on finished runs' metrics."""
 
 import json
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from whileai.loop import rules
-from whileai.loop.preflight import Preflight, no_gain_reason, preflight
+from whileai.loop.hooks.preflight import Preflight, no_gain_reason, preflight
+from whileai.loop.plan import rules
 from whileai.methods.registry import method
 
 ONE = method("flash_reinforce").run_spec()    # one rollout per prompt, a batch baseline
@@ -130,7 +130,7 @@ def test_a_user_taskset_with_no_signal_stops_at_the_preflight(tmp_path):
     the rules' cap (6 + 2 + EOS = 9) with no warm start (as today's default gives a JSONL taskset)."""
     from whileai.engine import TrainingEngine
     from whileai.envs import load_taskset, render_prompt
-    from whileai.loop.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import Sampling, rollouts
 
     taskset = load_taskset(str(no_signal_taskset(tmp_path / "secret.jsonl")))
     engine = TrainingEngine("builtin:tiny", seed=0, keep_sampler_versions=1)

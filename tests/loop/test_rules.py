@@ -1,11 +1,11 @@
-"""The run's default rules (whileai.loop.rules), each with hand-worked values."""
+"""The run's default rules (whileai.loop.plan.rules), each with hand-worked values."""
 
 import json
 import math
 
 import pytest
 
-from whileai.loop import rules
+from whileai.loop.plan import rules
 
 
 # ------------------------------------------------------------------------------------- warm start
@@ -128,7 +128,7 @@ def test_the_warm_start_stops_where_the_model_passes_the_target():
     from whileai.engine.datums import make_datum
     from whileai.envs import load_taskset, render_prompt
     from whileai.envs.episode import reference_episode
-    from whileai.loop.rollouts import Sampling, rollouts, step_tasks
+    from whileai.loop.sources.rollouts import Sampling, rollouts, step_tasks
 
     taskset = load_taskset(str(Path(__file__).resolve().parents[2] / "examples" / "tasksets" / "parity.jsonl"))
     engine = TrainingEngine("builtin:tiny", seed=1, keep_sampler_versions=1)

@@ -257,10 +257,10 @@ def test_method_auto_over_a_server_refuses_a_chosen_method_the_server_cannot_run
     from whileai.envs import load_taskset
     from whileai.errors import ConfigError
     from whileai.loop.auto import route_method
-    from whileai.loop.config import build
-    from whileai.loop.core import LoopState
-    from whileai.loop.plan import make_plan
-    from whileai.loop.trainer import Backend
+    from whileai.loop.plan.config import build
+    from whileai.loop.plan.run_plan import make_plan
+    from whileai.loop.trainers.backends import Backend
+    from whileai.loop.types import LoopState
 
     config = build(None, method="auto", steps=1, lag=0, warm_start_steps=12, rollouts_per_step=8, eval_tasks=0,
                    progress=False)

@@ -20,9 +20,9 @@ from whileai.engine import TrainingEngine
 from whileai.envs import load_taskset
 from whileai.errors import ConfigError
 from whileai.loop.run import dry_run
-from whileai.loop.sampler import AheadRollouts, HTTPSampler
-from whileai.loop.server_sampler import SamplerError, ServerSampler
-from whileai.loop.sync import PushWeights
+from whileai.loop.sources.sampler import AheadRollouts, HTTPSampler
+from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
+from whileai.loop.sources.sync import PushWeights
 from whileai.record.launch import Started
 from whileai.service.launch import free_port
 

@@ -16,8 +16,8 @@ import pytest
 from safetensors.numpy import load_file
 
 import whileai as wai
-from whileai.loop.hooks import read_state
-from whileai.loop.sampler import ServerStopped
+from whileai.loop.hooks.context import read_state
+from whileai.loop.sources.sampler import ServerStopped
 from whileai.record.launch import Started
 
 pytestmark = pytest.mark.slow

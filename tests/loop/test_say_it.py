@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import whileai as wai
-from whileai.loop.traces import load_vocab, reward_outliers, scan
+from whileai.loop.sources.traces import load_vocab, reward_outliers, scan
 
 
 def _traces(path: Path, rewards: list[float]) -> Path:
@@ -71,7 +71,7 @@ def test_held_out_tasks_the_log_also_trains_on_are_counted_and_named(tmp_path: P
 def test_a_log_apart_from_the_held_out_tasks_gets_no_warning(tmp_path: Path):
     from whileai.engine.models import byte_tokenizer
     from whileai.envs import load_taskset, render_prompt
-    from whileai.loop.traces import contamination
+    from whileai.loop.sources.traces import contamination
 
     taskset, tok = load_taskset("builtin:case"), byte_tokenizer()
     lines = [{"prompt_tokens": render_prompt(tok, t), "tokens": [101, 2], "behavior_logprobs": [-5.5, -5.6],

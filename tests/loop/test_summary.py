@@ -10,7 +10,7 @@ import pytest
 
 import whileai as wai
 from whileai.errors import ConfigError
-from whileai.loop.summary import as_run
+from whileai.loop.hooks.summary import as_run
 from whileai.methods import method, method_names
 
 PARITY = Path(__file__).resolve().parents[2] / "examples" / "tasksets" / "parity.jsonl"

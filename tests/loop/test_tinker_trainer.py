@@ -21,8 +21,8 @@ import pytest
 from safetensors.numpy import load_file
 
 import whileai as wai
-from whileai.loop.tinker_trainer import _tinker_params
-from whileai.loop.trainer import Needs, _write_pointer, refusals, remote_state
+from whileai.loop.trainers.backends import Needs, _write_pointer, refusals, remote_state
+from whileai.loop.trainers.tinker import _tinker_params
 from whileai.service import Client
 from whileai.service.launch import LocalServer, start_server
 
@@ -89,7 +89,7 @@ def assert_same_metrics(mine: list[dict], theirs: list[dict]) -> None:
 # ----------------------------------------------------------------------------- no server
 def test_refusals_name_what_a_tinker_api_server_cannot_do():
     """A Tinker server's capabilities: its loss names, no add_critic / export_lora, its own distribution only."""
-    from whileai.loop.tinker_trainer import OPERATIONS
+    from whileai.loop.trainers.tinker import OPERATIONS
     from whileai.service.tinker_map import tinker_losses
 
     caps = {"provider": "tinker", "models": ["builtin:tiny"], "operations": list(OPERATIONS),
@@ -109,8 +109,8 @@ def test_refusals_name_what_a_tinker_api_server_cannot_do():
 
 
 def test_the_sdk_trainer_has_the_operations_the_loop_calls():
-    from whileai.loop.tinker_trainer import TinkerTrainer
-    from whileai.loop.trainer import Trainer
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.loop.trainers.tinker import TinkerTrainer
 
     assert isinstance(TinkerTrainer(None, "builtin:tiny"), Trainer)
 
@@ -128,7 +128,7 @@ def test_sampling_settings_become_tinkers():
 def test_a_remote_checkpoint_is_a_snapshot_that_names_the_servers_state(tmp_path: Path):
     """Written as the engine writes one (LATEST -> step folder -> meta.json with the step), so the loop reads its
     step as it does an in-process one; the older pointer goes."""
-    from whileai.loop.hooks import read_state
+    from whileai.loop.hooks.context import read_state
 
     folder = tmp_path / "run" / "checkpoint"
     for step in (2, 4):
@@ -142,7 +142,7 @@ def test_a_remote_checkpoint_is_a_snapshot_that_names_the_servers_state(tmp_path
 
 def test_an_api_without_a_url_and_an_in_process_checkpoint_over_url_are_refused(tmp_path: Path):
     from whileai.loop import dry_run
-    from whileai.loop.trainer import remote_checkpoint
+    from whileai.loop.trainers.backends import remote_checkpoint
 
     with pytest.raises(wai.ConfigError, match="api = 'tinker' names the API of a server, and no --url is given"):
         dry_run(api="tinker")
@@ -178,7 +178,7 @@ def test_each_need_a_tinker_api_server_cannot_meet_is_refused_before_a_session_o
 
 def test_a_wrong_address_or_key_is_named_at_once(server: LocalServer):
     """Before the SDK (which retries a refused connection for minutes) is asked anything."""
-    from whileai.loop.tinker_trainer import capabilities
+    from whileai.loop.trainers.tinker import capabilities
 
     with pytest.raises(wai.ConfigError, match="nothing answers there.*is the server running"):
         capabilities("http://127.0.0.1:9", server.token)

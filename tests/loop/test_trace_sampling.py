@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 import whileai as wai
-from whileai.loop.rollouts import Sampling
+from whileai.loop.sources.rollouts import Sampling
+from whileai.loop.sources.trace_run import sampling_lines
+from whileai.loop.sources.traces import load_vocab, scan
 from whileai.loop.step import datum, policy_step, score
-from whileai.loop.trace_run import sampling_lines
-from whileai.loop.traces import load_vocab, scan
 
 PEAKED = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
 FLAT = {"temperature": 1.3, "top_p": 0.8}  # top_k not stated: the method's (none)

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from whileai.loop.sources.traces import load_vocab, scan
 from whileai.loop.step import _drift
-from whileai.loop.traces import load_vocab, scan
 
 
 @lru_cache(maxsize=1)

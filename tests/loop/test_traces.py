@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import whileai as wai
-from whileai.loop.trace_formats import Vocab
-from whileai.loop.traces import load_vocab, scan
+from whileai.loop.sources.trace_formats import Vocab
+from whileai.loop.sources.traces import load_vocab, scan
 
 FIELDS = ("task_id", "prompt_tokens", "tokens", "behavior_logprobs", "reward")
 QUICK = dict(steps=1, rollouts_per_step=16, export=False, progress=False, save_every=1, lr_schedule="constant",
@@ -107,7 +107,7 @@ def _taught() -> tuple[Any, str]:
 
 def _sampled_by(engine: Any, n: int) -> list[dict[str, Any]]:
     from whileai.envs import load_taskset, render_prompt
-    from whileai.loop.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import Sampling, rollouts
 
     taskset = load_taskset("builtin:case")
     tasks = taskset.split("train")[:n]
@@ -155,7 +155,7 @@ def test_a_response_with_several_choices_is_one_group_and_its_temperature_is_not
     batch, read_lines = source.batch(0, 3, seed=0, grouped=True)
     assert len(batch) == 4 and read_lines[0::2] == read_lines[1::2]  # both choices of two lines
     assert [r["tokens"] for r in source.read([0, 1])] == [traces[0]["tokens"], traces[1]["tokens"]]
-    from whileai.loop.trace_run import announce
+    from whileai.loop.sources.trace_run import announce
 
     announce(source, wai.FlashReinforce(), wai.TrainConfig(rows="n2.jsonl", taskset=None), tmp_path, print)
     out = capsys.readouterr().out
@@ -384,7 +384,7 @@ def test_traces_written_by_a_policy_and_scored_by_a_program_raise_its_live_pass_
     sampled live before and after, rises with a paired interval above zero."""
     from whileai.engine import TrainingEngine
     from whileai.envs import load_taskset, render_prompt
-    from whileai.loop.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import Sampling, rollouts
 
     warm = wai.train(method="flash_reinforce", taskset="builtin:case", steps=1, warm_start_steps=14, eval_tasks=0,
                      rollouts_per_step=8, progress=False, run_dir=str(tmp_path / "warm"))

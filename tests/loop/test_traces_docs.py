@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from whileai.loop.traces import load_vocab, scan
+from whileai.loop.sources.traces import load_vocab, scan
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "traces.md"
 

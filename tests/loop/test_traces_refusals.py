@@ -28,7 +28,7 @@ def test_a_group_method_on_one_trace_per_task_is_refused_and_leaves_no_run(tmp_p
 
 
 def test_a_group_method_on_groups_is_accepted_by_the_check(tmp_path: Path) -> None:
-    from whileai.loop.traces import _check_groups, load_vocab, scan
+    from whileai.loop.sources.traces import _check_groups, load_vocab, scan
 
     rows = _traces(tmp_path / "two.jsonl", per_task=2)
     _check_groups(scan(rows, load_vocab("builtin:tiny"), True), wai.GRPO(generations=2))  # no error

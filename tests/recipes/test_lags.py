@@ -189,7 +189,7 @@ def test_a_local_model_directory_goes_to_every_run_unchanged(tmp_path):
     tokenizer.save_pretrained(tmp_path / "model")
     table = run_lag_table(methods=["grpo"], lags=[0, 2], seeds=1, model=str(tmp_path / "model"),
                           run_dir=str(tmp_path / "t"), **{**TINY, "steps": 2})
-    # the loop's rule for a small loaded model (an exported built-in, under 100M parameters): 1e-3 (loop.rules)
+    # the loop's rule for a small loaded model (an exported built-in, under 100M parameters): 1e-3 (loop.plan.rules)
     assert table.settings["model"] == str(tmp_path / "model") and table.settings["learning_rate"] == 1e-3
     assert "critic_learning_rate" not in table.settings
     for lag in (0, 2):

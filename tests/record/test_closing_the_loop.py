@@ -11,7 +11,7 @@ import pytest
 
 import whileai as wai
 from whileai.envs import load_taskset, render_prompt
-from whileai.loop.evaluate import PASS
+from whileai.loop.types import PASS
 from whileai.record.export import export
 from whileai.record.launch import Started
 from whileai.record.rewards import score

@@ -33,7 +33,7 @@ def test_a_completions_text_prompt_gets_the_training_context_on_a_built_in_and_o
 def test_chat_messages_read_the_same_in_wai_policy_a_taskset_and_a_chat_log_without_ids(tmp_path):
     import json
 
-    from whileai.loop.traces import load_vocab, scan
+    from whileai.loop.sources.traces import load_vocab, scan
 
     policy = Policy(load("builtin:tiny"))
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "abq"}]

@@ -21,9 +21,9 @@ import pytest
 
 import whileai as wai
 from whileai.envs import load_taskset
-from whileai.loop.evaluate import PASS
-from whileai.loop.recorded import ADAPTER, RecorderFeed
-from whileai.loop.traces import load_vocab
+from whileai.loop.sources.recorder import ADAPTER, RecorderFeed
+from whileai.loop.sources.traces import load_vocab
+from whileai.loop.types import PASS
 from whileai.record.launch import Started
 
 pytestmark = pytest.mark.slow

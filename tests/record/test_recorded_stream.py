@@ -12,10 +12,9 @@ import httpx
 import pytest
 
 from whileai.engine.models import byte_tokenizer
-from whileai.loop.core import LoopState
-from whileai.loop.recorded import Recorded, RecorderError, RecorderFeed
-from whileai.loop.rollouts import LagQueue
-from whileai.loop.trace_formats import Vocab
+from whileai.loop.sources.recorder import Recorded, RecorderError, RecorderFeed
+from whileai.loop.sources.trace_formats import Vocab
+from whileai.loop.types import LagQueue, LoopState
 from whileai.record.launch import Started
 from whileai.record.store import RecordStore
 from whileai.service.launch import free_port
@@ -181,7 +180,7 @@ def test_an_adapter_replaced_in_place_keeps_answering_requests_for_its_name(tmp_
     versions, and the last push's from then on."""
     from whileai.engine import TrainingEngine
     from whileai.engine.datums import make_datum
-    from whileai.loop.server_sampler import ServerSampler, write_weights
+    from whileai.loop.sources.server_sampler import ServerSampler, write_weights
 
     engine = TrainingEngine("builtin:tiny", lora_rank=4)
     with Started(["policy", "builtin:tiny", "--threads", "1"], tmp_path) as policy:

@@ -12,7 +12,7 @@ import pytest
 
 from whileai.engine import TrainingEngine
 from whileai.engine.datums import make_datum
-from whileai.loop.server_sampler import SamplerError, ServerSampler, write_weights
+from whileai.loop.sources.server_sampler import SamplerError, ServerSampler, write_weights
 from whileai.record.launch import Started
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from whileai.engine import TrainingEngine
-from whileai.loop.server_sampler import SamplerError, ServerSampler, write_weights
+from whileai.loop.sources.server_sampler import SamplerError, ServerSampler, write_weights
 from whileai.record import weights
 from whileai.record.policy import Policy, load, use_adapter
 from whileai.record.requests import RequestError, parse_ask

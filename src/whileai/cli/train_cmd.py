@@ -55,7 +55,7 @@ def register(subparsers: Any) -> None:
 
 
 def _add(subparsers: Any, name: str, summary: str) -> None:
-    from whileai.loop.config import TrainConfig, field_docs
+    from whileai.loop.plan.config import TrainConfig, field_docs
 
     p = subparsers.add_parser(name, help=summary, description=__doc__, epilog=EXAMPLES,
                               formatter_class=argparse.RawDescriptionHelpFormatter)

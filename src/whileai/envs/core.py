@@ -46,7 +46,7 @@ class Task:
 class Recommended:
     """Training settings measured for a built-in (random-init) model on one taskset. `wai train` on a built-in
     model reads each one for a setting the config leaves empty (None); a value the user gives always wins, and
-    a field left None here falls to the loop's own rule (whileai.loop.config)."""
+    a field left None here falls to the loop's own rule (whileai.loop.plan.config)."""
 
     warm_start_steps: int = 0
     """supervised steps on the reference answers before RL (0: none)"""

@@ -16,7 +16,7 @@ every method gives a masked token c = 0 and leaves it out of its statistics). A 
 one-turn case: ``OneTurn`` ends after the first turn and its reward is the taskset's grade.
 
 ``play`` runs many episodes at once: every turn is one batched call of a sampler for all live episodes.
-Nothing here imports torch; the sampler is passed in (``whileai.loop.rollouts`` builds it from an engine).
+Nothing here imports torch; the sampler is passed in (``whileai.loop.sources.rollouts`` builds it from an engine).
 """
 
 from __future__ import annotations

@@ -281,7 +281,7 @@ def _cell(key: tuple[str, int], runs: Mapping[tuple[str, int], Sequence[Any]], l
     shares = {s: v / base[s] for s, v in scores.items() if base.get(s, 0.0) > 0.0}
     comparison = None
     if lag != 0 and lags[0] == 0:
-        from whileai.loop.evaluate import PASS
+        from whileai.loop.types import PASS
         from whileai.rows.stats import compare
 
         comparison = compare(_pooled(runs[method, 0]), _pooled(runs[key]), threshold=PASS, name=f"{method} lag {lag}",

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from whileai.errors import ConfigError
-from whileai.loop.evaluate import PASS
+from whileai.loop.types import PASS
 from whileai.rows.stats import mean_interval
 
 

@@ -29,8 +29,8 @@ def precheck(plans: Sequence[Mapping[str, Any]], label: Any = None) -> None:
     """The loop's checks of every run's settings (its method and knobs, the lag bound, the steps a critic's
     warm-up leaves), each distinct problem once with the runs it concerns, before anything trains.
     ``label(settings)`` names a run in the listing (default: its method and knobs)."""
-    from whileai.loop import config as config_io
-    from whileai.loop.checks import _load_taskset, check, resolve_method
+    from whileai.loop.plan import config as config_io
+    from whileai.loop.plan.checks import _load_taskset, check, resolve_method
 
     found: dict[str, list[str]] = {}
     for settings in plans:
@@ -73,7 +73,7 @@ def train_or_read(settings: Mapping[str, Any]) -> tuple[Any, bool]:
         return train(**settings), True
     _same_settings(run_dir, settings)
     if (run_dir / "summary.json").is_file() and (run_dir / "heldout.jsonl").is_file():
-        from whileai.loop import config as config_io
+        from whileai.loop.plan import config as config_io
 
         saved = config_io.build(str(run_dir / "config.toml"))
         return Run(run_dir, saved, json.loads((run_dir / "summary.json").read_text())), False
@@ -84,7 +84,7 @@ def train_or_read(settings: Mapping[str, Any]) -> tuple[Any, bool]:
 
 
 def _same_settings(run_dir: Path, settings: Mapping[str, Any]) -> None:
-    from whileai.loop import config as config_io
+    from whileai.loop.plan import config as config_io
 
     saved = config_io.build(str(run_dir / "config.toml"))
     wanted = config_io.build(None, **{k: v for k, v in settings.items() if k not in _NOT_CONFIG})

@@ -33,7 +33,7 @@ from typing import Any
 from whileai.errors import ConfigError, WhileaiError
 from whileai.evidence.plan import check_folder, precheck, train_or_read
 from whileai.loop.controls import _held_out_rows, _seeds
-from whileai.loop.evaluate import PASS
+from whileai.loop.types import PASS
 from whileai.methods.registry import method as build_method
 from whileai.methods.run_spec import RunSpec
 from whileai.rows.stats import compare
@@ -366,8 +366,8 @@ def _resolved(recipe: Recipe, train: Mapping[str, Any]) -> tuple[dict[str, Any],
     warm start, lag, and the learning rate without any method's declared rate; and what the arms follow: the
     lag and the generation cap (the config's max_tokens, else the taskset's, as the loop samples)."""
     from whileai.envs import load_taskset
-    from whileai.loop import config as config_io
-    from whileai.loop.plan import make_plan
+    from whileai.loop.plan import config as config_io
+    from whileai.loop.plan.run_plan import make_plan
 
     shared = {**recipe.regime, **train}
     if str(shared.get("model", "builtin:tiny")).startswith("builtin:"):

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError
-from whileai.loop import config as config_io
-from whileai.loop.checks import _knobs_of, check, needs_of
-from whileai.loop.config import TrainConfig
-from whileai.loop.core import LoopState, prompts
-from whileai.loop.evaluate import PASS
-from whileai.loop.hooks import warm_start
-from whileai.loop.plan import FILE, USER, RunPlan, make_plan
-from whileai.loop.rollouts import rollouts
-from whileai.loop.trainer import Backend, refusals
+from whileai.loop.hooks.warm_start import warm_start
+from whileai.loop.plan import config as config_io
+from whileai.loop.plan.checks import _knobs_of, check, needs_of
+from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.run_plan import FILE, USER, RunPlan, make_plan
+from whileai.loop.sources.rollouts import rollouts
+from whileai.loop.trainers.backends import Backend, refusals
+from whileai.loop.types import PASS, LoopState, prompts
 from whileai.methods.flash_reinforce import FlashReinforce
 from whileai.routing import route
 

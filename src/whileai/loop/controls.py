@@ -29,9 +29,9 @@ from typing import Any
 
 from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
-from whileai.loop import config as config_io
-from whileai.loop.evaluate import PASS
+from whileai.loop.plan import config as config_io
 from whileai.loop.run import train as train_run
+from whileai.loop.types import PASS
 from whileai.rows.io import load_rows
 from whileai.rows.stats import GAIN, LOSS, TABLE_HEADER, compare, format_table
 

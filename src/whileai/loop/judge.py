@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError
-from whileai.loop.checks import resolve_method
-from whileai.loop.config import build
-from whileai.loop.pushed import tokenised
+from whileai.loop.plan.checks import resolve_method
+from whileai.loop.plan.config import build
+from whileai.loop.sources.pushed import tokenised
 from whileai.loop.step import critic_values
 
 

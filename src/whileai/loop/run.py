@@ -1,6 +1,6 @@
 """``wai.train``: a training run from a config, start to finish, resumable.
 
-    config -> checks -> the run plan (whileai.loop.plan) -> a backend (in-process or --url) -> the loop
+    config -> checks -> the run plan (whileai.loop.plan.run_plan) -> a backend (in-process or --url) -> the loop
     (whileai.loop.core.run_loop, with the hooks of whileai.loop.hooks) -> the summary
 
 The run reads the method only through ``run_spec()`` and ``update()``; it never branches on a method's
@@ -22,31 +22,29 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError
-from whileai.loop import config as config_io
-from whileai.loop import recorded, trace_run
 from whileai.loop.auto import route_method
-from whileai.loop.checks import PYTHON_ROWS, _knobs_of, _load_taskset, check, needs_of, resolve_method
-from whileai.loop.config import TrainConfig
-from whileai.loop.core import LoopState, Pushed, Rollouts, run_loop
-from whileai.loop.hooks import (
-    Checkpoints,
-    Context,
-    HeldOut,
-    Interrupted,
-    PreflightHook,
-    Record,
-    TeacherHook,
-    TraceHook,
-    WarmStart,
-    read_state,
-)
-from whileai.loop.plan import FILE, USER, RunPlan, make_plan, saved_plan, with_cap
-from whileai.loop.record import Metrics, Progress
-from whileai.loop.sampler import IN_PROCESS, server_rollouts
-from whileai.loop.summary import finish
-from whileai.loop.tinker_trainer import tinker_backend
-from whileai.loop.traces import RowsFile, open_rows
-from whileai.loop.trainer import Backend, local_backend, remote_backend, remote_checkpoint
+from whileai.loop.core import run_loop
+from whileai.loop.hooks.checkpoints import Checkpoints
+from whileai.loop.hooks.context import Context, Interrupted, read_state
+from whileai.loop.hooks.held_out import HeldOut
+from whileai.loop.hooks.metrics import Metrics, Progress, Record
+from whileai.loop.hooks.preflight import PreflightHook
+from whileai.loop.hooks.summary import finish
+from whileai.loop.hooks.teacher import TeacherHook
+from whileai.loop.hooks.traces import TraceHook
+from whileai.loop.hooks.warm_start import WarmStart
+from whileai.loop.plan import config as config_io
+from whileai.loop.plan.checks import PYTHON_ROWS, _knobs_of, _load_taskset, check, needs_of, resolve_method
+from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.run_plan import FILE, USER, RunPlan, make_plan, saved_plan, with_cap
+from whileai.loop.sources import recorder, trace_run
+from whileai.loop.sources.pushed import Pushed
+from whileai.loop.sources.rollouts import Rollouts
+from whileai.loop.sources.sampler import IN_PROCESS, server_rollouts
+from whileai.loop.sources.traces import RowsFile, open_rows
+from whileai.loop.trainers.backends import Backend, local_backend, remote_backend, remote_checkpoint
+from whileai.loop.trainers.tinker import tinker_backend
+from whileai.loop.types import LoopState, Source
 
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
 PYTHON_TASKSET = "<taskset passed in Python>"
@@ -296,18 +294,11 @@ def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows
                                   resumed is not None)
                     if resumed is None:
                         announce(ctx)
-                    batches: Any = Pushed(rows, trace_run.grouped(method), plan) if rows is not None else \
-                        Rollouts(backend.trainer, taskset, method, plan)
-                    feed: list[Any] = [TraceHook(ctx, batches)] if rows is not None else []
-                    pushing: list[Any] = []  # --sampler-url: rollouts from a server, the weights pushed to it
-                    if config.rows_from is not None:  # a recorder's traces as they are scored (loop.recorded)
-                        batches, feed = recorded.source(ctx, state, log.write)
-                    elif plan.sampler != IN_PROCESS and rows is None:
-                        batches, pushing = server_rollouts(ctx, backend.trainer, taskset, method, plan)
-                        backend.closers.append(batches.close)
-                    hooks = [WarmStart(ctx), HeldOut(ctx), *feed, PreflightHook(ctx), TeacherHook(ctx), Record(ctx),
-                             *pushing, Checkpoints(ctx)]
-                    run_loop(backend.trainer, method, plan, batches, state, hooks)
+                    source = source_for(ctx, state)
+                    backend.closers.extend(source.closers)
+                    hooks = [WarmStart(ctx), HeldOut(ctx), *source.feed, PreflightHook(ctx), TeacherHook(ctx),
+                             Record(ctx), *source.pushing, Checkpoints(ctx)]
+                    run_loop(backend.trainer, method, plan, source.batches, state, hooks)
                 log.close()
                 summary, weights = finish(ctx, state, time.perf_counter() - started)
             finally:
@@ -316,6 +307,20 @@ def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows
         finally:
             backend.close()
     return Run(run_dir, config, summary, weights)
+
+
+def source_for(ctx: Context, state: LoopState) -> Source:
+    """Where the run's rows come from, chosen once: a recorder's traces as they are scored (``--rows-from``), a
+    rows file, an inference server sampling ahead (``--sampler-url``), or rollouts in process."""
+    plan, method = ctx.plan, ctx.method
+    if ctx.config.rows_from is not None:
+        return recorder.source(ctx, state, ctx.log.write)
+    if ctx.rows is not None:
+        pushed = Pushed(ctx.rows, trace_run.grouped(method), plan)
+        return Source(pushed, feed=[TraceHook(ctx, pushed)])
+    if plan.sampler != IN_PROCESS:
+        return server_rollouts(ctx, ctx.backend.trainer, ctx.taskset, method, plan)
+    return Source(Rollouts(ctx.backend.trainer, ctx.taskset, method, plan))
 
 
 def announce(ctx: Context) -> None:

@@ -1,4 +1,4 @@
-"""The one training step, written only with the trainer's public operations (``whileai.loop.trainer``).
+"""The one training step, written only with the trainer's public operations (``whileai.loop.trainers.backends``).
 
     score rows (forward, no grad) -> method.update(whole batch) -> forward_backward -> optim_step
                                                          (+ the critic's own steps where the method has one)
@@ -24,7 +24,7 @@ from whileai.errors import BatchError, ConfigError
 from whileai.knobs import SCORED_FIELDS
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
-# logged trace was sampled with (``whileai.loop.trace_formats``), the distribution its tokens are scored under.
+# logged trace was sampled with (``whileai.loop.sources.trace_formats``), the distribution its tokens are scored under.
 BOOKKEEPING = ("prompt_tokens", "prompt", "completion", "sampler_step", "weights_version", "sampling")
 SCORED = SCORED_FIELDS  # the settings that shape the distribution a token is scored under (one declaration)
 # A logged token that a trace's top-k / top-p no longer keeps under the current weights has probability 0 (log
@@ -204,7 +204,7 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     ``train_policy=False`` (a critic warm-up) computes the update and trains only the critic.
     ``single_pass_tokens``: when the padded batch fits in this many tokens, score and train in one forward
     (``forward_backward_custom``); otherwise score, then ``forward_backward`` in micro-batches.
-    ``teacher``: fills the teacher's fields on the rows first (``whileai.loop.teacher.RunTeacher``).
+    ``teacher``: fills the teacher's fields on the rows first (``whileai.loop.hooks.teacher.RunTeacher``).
     Rows with their own ``sampling`` (logged traces) are scored and trained under it, one trainer call per
     distribution (``by_distribution``); the single pass needs them all under one.
     """

@@ -14,7 +14,7 @@ which was trained on the old one); its version is the folder's digest, or the ``
 
 Before the model is touched, an adapter is checked against the base: its folder and PEFT config exist, every
 LoRA matrix fits the layer it names (shapes), and, where the trainer wrote ``whileai_base.json`` (see
-``loop.server_sampler.write_weights``), the base it was trained on has this server's base version.
+``loop.sources.server_sampler.write_weights``), the base it was trained on has this server's base version.
 """
 
 from __future__ import annotations

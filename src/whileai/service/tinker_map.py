@@ -1,7 +1,7 @@
 """The engine's shapes <-> the Tinker SDK's types, shared by both sides that speak the SDK.
 
     wai serve --tinker-url URL     whileai.service.tinker_provider: the service's runs on a Tinker-API server
-    wai train --url URL --api tinker   whileai.loop.tinker_trainer: the loop's trainer on a Tinker-API server
+    wai train --url URL --api tinker   whileai.loop.trainers.tinker: the loop's trainer on a Tinker-API server
 
 Datums (engine dicts -> ``tinker.types.Datum``), outputs (``TensorData`` -> lists), Adam settings, one prompt's
 sampling settings and seed, the losses a Tinker server takes (its ``LossFnType`` names with the config keys

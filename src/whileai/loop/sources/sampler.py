@@ -28,17 +28,17 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from whileai.errors import ConfigError, WhileaiError
-from whileai.loop.core import Loop, prompts
-from whileai.loop.rollouts import LagQueue, sample_batch, step_tasks
-from whileai.loop.server_sampler import SamplerError, ServerSampler
-from whileai.loop.sync import PushWeights
+from whileai.loop.sources.rollouts import sample_batch, step_tasks
+from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
+from whileai.loop.sources.sync import PushWeights
+from whileai.loop.types import Hook, LagQueue, Loop, Source, prompts
 
 IN_PROCESS = "in-process"
 """The plan's ``sampler`` when the trainer samples its own rollouts."""
 
 
 class Sampler(Protocol):
-    """What rollouts are sampled with (``whileai.loop.rollouts.rollouts`` calls only this)."""
+    """What rollouts are sampled with (``whileai.loop.sources.rollouts.rollouts`` calls only this)."""
 
     @property
     def tokenizer(self) -> Any: ...
@@ -204,7 +204,7 @@ class ServerStopped(WhileaiError):
 
 
 @dataclass
-class StopOnServerError:
+class StopOnServerError(Hook):
     """A loop hook: on a ``SamplerError`` during the steps, checkpoint and stop with ``ServerStopped``."""
 
     ctx: Any
@@ -216,14 +216,15 @@ class StopOnServerError:
             raise ServerStopped(self.url, self.ctx.run_dir, loop.state.step, error) from None
 
 
-def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any) -> tuple[AheadRollouts, list[Any]]:
+def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any) -> Source:
     """The batches of a run sampled from ``plan.sampler`` and the hooks that push its weights there and stop the run
     cleanly when the server dies."""
     name, kind = ServerSampler(plan.sampler, "").served()
     server = ServerSampler(plan.sampler, name, concurrency=8, batch_prompts=kind == "whileai")
     push = PushWeights(server, ctx.run_dir / "sync", every=plan.sync_every)
     sampler = HTTPSampler(server, trainer.tokenizer, getattr(trainer, "max_context", None))
-    return AheadRollouts(sampler, push, taskset, method, plan), [push, StopOnServerError(ctx, plan.sampler)]
+    batches = AheadRollouts(sampler, push, taskset, method, plan)
+    return Source(batches, pushing=[push, StopOnServerError(ctx, plan.sampler)], closers=[batches.close])
 
 
 def problems(config: Any, method: Any, plan: Any) -> list[str]:

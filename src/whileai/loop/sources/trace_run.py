@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import WhileaiError
-from whileai.loop.evaluate import PASS
+from whileai.loop.sources.traces import RowsFile
 from whileai.loop.step import BOOKKEEPING, fill, plain, score, step_stats
-from whileai.loop.traces import RowsFile
+from whileai.loop.types import PASS
 from whileai.routing import route
 from whileai.rows.io import plural
 

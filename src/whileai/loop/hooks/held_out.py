@@ -4,16 +4,20 @@ taskset's episodes are played by ``rollouts``, so pass@1 is on whole episodes)."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from whileai.loop.rollouts import Sampling, rollouts
+from whileai.loop.sources.rollouts import Sampling, rollouts
+from whileai.loop.types import PASS, Hook, Loop
 from whileai.rows.stats import compare, pass_at
 
+if TYPE_CHECKING:  # the context evaluates with held_out, so the hook names it as a type only
+    from whileai.loop.hooks.context import Context
+
 EVAL_SEED = 1_000_003  # the same sampler seeds before and after: the two arms differ only in the weights
-PASS = 1.0  # a pass is reward >= 1.0 (the taskset contract)
 
 
 def held_out(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], rollouts_per_prompt: int,
@@ -38,3 +42,28 @@ def before_after(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
             "ci95": [low, high], "excludes_zero": bool(low > 0 or high < 0), "tasks": int(result.n_tasks),
             "text": f"held-out pass@1 {result.baseline:.3f} -> {result.treatment:.3f}, paired delta "
                     f"{result.delta:+.3f} [{low:+.3f}, {high:+.3f}] over {result.n_tasks} tasks"}
+
+
+def eval_line(result: Mapping[str, Any]) -> str:
+    low, high = result["ci95"]
+    return f"{result['pass_at_1']:.3f} [{low:.3f}, {high:.3f}] over {result['tasks']} tasks x {result['samples']}"
+
+
+@dataclass
+class HeldOut(Hook):
+    """Held-out pass@1 before training (once) and every ``eval_every`` steps (the last one is the summary's)."""
+
+    ctx: Context
+
+    def before(self, loop: Loop) -> None:
+        if self.ctx.can_eval() and not loop.state.evals:
+            loop.state.evals.append({"step": 0, **self.ctx.evaluate()})
+            self.ctx.metrics.scalar("eval/pass_at_1", loop.state.evals[-1]["pass_at_1"], 0)
+            self.ctx.log.write(f"held-out pass@1 before: {eval_line(loop.state.evals[-1])}")
+            self.ctx.stop_if_asked(loop.state)
+
+    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+        step, every = record["step"], self.ctx.plan.eval_every
+        if every and step % every == 0 and step < self.ctx.plan.steps and self.ctx.can_eval():
+            loop.state.evals.append({"step": step, **self.ctx.evaluate()})
+            record["eval/pass_at_1"] = loop.state.evals[-1]["pass_at_1"]

@@ -5,8 +5,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from whileai.loop.types import Hook, Loop
+
+if TYPE_CHECKING:  # the context holds the metrics, so the hook names it as a type only
+    from whileai.loop.hooks.context import Context
 
 # What the progress bar shows, and under which short name.
 LIVE = (("reward", "reward"), ("pass_rate", "pass"), ("drift", "drift"), ("admitted_share", "admit"),
@@ -122,3 +128,16 @@ def plot(records: Iterable[Mapping[str, Any]], evals: Iterable[Mapping[str, Any]
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
+
+
+@dataclass
+class Record(Hook):
+    """metrics.jsonl, TensorBoard, the progress bar, and the method's notes every tenth step."""
+
+    ctx: Context
+
+    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+        self.ctx.metrics.write(record)
+        self.ctx.log.update(record)
+        for note in result.update.notes[:2] if record["step"] % 10 == 0 else ():
+            self.ctx.log.write(f"step {record['step']} note: {note}")

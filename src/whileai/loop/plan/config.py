@@ -64,7 +64,7 @@ class TrainConfig:
     learning_rate: float | None = None
     """policy learning rate; None: the method's declared one, else on a built-in model (random init) the
     taskset's recommendation or the built-in rate, else the LoRA or the full fine-tuning rate (the run plan's
-    rule: whileai.loop.plan; the table at start says which)"""
+    rule: whileai.loop.plan.run_plan; the table at start says which)"""
     lr_schedule: str = "linear"
     """'linear': the learning rate falls linearly to 0 at the last step (TRL's default); 'constant': it stays"""
     critic_learning_rate: float | None = None

@@ -7,7 +7,7 @@ The pass keeps about 50 bytes a trace (where its line starts, its task, reward, 
 and a few flags), never the token lists, so a file of any length trains in the memory of one batch
 (benchmarks/traces_memory.py).
 A ``trace`` scan (an RL method) also demands a reward and the sampler's log-probabilities on every trace;
-without them there is no advantage and no ratio. The formats are in ``whileai.loop.trace_formats``.
+without them there is no advantage and no ratio. The formats are in ``whileai.loop.sources.trace_formats``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
-from whileai.loop.trace_formats import (
+from whileai.loop.sources.trace_formats import (
     FORMATS,
     PER_TOKEN,
     READ,

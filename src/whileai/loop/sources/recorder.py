@@ -10,7 +10,7 @@ checkpoint and stops with the resume line. The cursor lives in the loop state (`
 is part of every checkpoint: a resumed run reads on from where its checkpoint trained up to.
 
 After each ``sync_every``-th step the weights go back to the server the traffic goes to (``PushWeights``,
-``whileai.loop.sync``): under LoRA always as the adapter ``ADAPTER`` (loaded in place, so the clients'
+``whileai.loop.sources.sync``): under LoRA always as the adapter ``ADAPTER`` (loaded in place, so the clients'
 ``model`` stays the same), under full fine-tuning as a reload of every weight. Each exported row names
 the weights that served it (``weights_version``); the run maps it to the step that pushed those weights
 (``sampler_step``) and writes the version gaps per step.
@@ -27,10 +27,9 @@ from typing import Any
 import httpx
 
 from whileai.errors import BatchError, WhileaiError
-from whileai.loop.core import LoopState
-from whileai.loop.rollouts import LagQueue
-from whileai.loop.trace_formats import Vocab, read_line
-from whileai.loop.traces import TRACE_FIELDS, lacking
+from whileai.loop.sources.trace_formats import Vocab, read_line
+from whileai.loop.sources.traces import TRACE_FIELDS, lacking
+from whileai.loop.types import Hook, LagQueue, Loop, LoopState, Source
 
 POLL_S = 1.0  # seconds between polls of the recorder while too few scored traces are new
 ADAPTER = "policy"  # the adapter name the trained LoRA weights are served under (clients ask for model="policy")
@@ -155,7 +154,7 @@ class Recorded:
 
 # ----------------------------------------------------------------------------- the run's hook
 @dataclass
-class FeedHook:
+class FeedHook(Hook):
     """What the run says about the stream (``before``) and writes per step: the traces' ``scored_seq`` (each
     trained once), the traces refused, the wait, and the gap between the step that trained a trace and the
     step whose weights served it. Keeps the pushed versions in the loop state for a resumed run."""
@@ -165,14 +164,14 @@ class FeedHook:
     write: Callable[[str], None]
     ctx: Any = None
 
-    def before(self, loop: Any) -> None:
+    def before(self, loop: Loop) -> None:
         source = loop.state.source or {}
         self.push.versions.update(source.get("versions", {}))
         where = f"after cursor {self.batches.cursor} (resumed)" if source else "from the first scored trace"
         self.write(f"rows: the traces scored at {self.batches.feed.url}, {self.batches.size} a step, {where}; each "
                    f"new weights go to {self.push.sampler.url} after every {self.push.every} step(s)")
 
-    def after_step(self, loop: Any, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
         gaps = [record["step"] - 1 - int(r["sampler_step"]) for r in loop.batch if "sampler_step" in r]
         record.update({"recorded/scored_seqs": list(self.batches.seqs), "recorded/cursor": self.batches.cursor,
                        "recorded/refused": len(self.batches.refused), "time/wait_s": self.batches.waited,
@@ -185,7 +184,7 @@ class FeedHook:
                        f"{refused['scored_seq']}), which cannot train: {refused['reason']}")
         loop.state.source = {**(loop.state.source or {}), "versions": dict(self.push.versions)}
 
-    def failed(self, loop: Any, error: BaseException) -> None:
+    def failed(self, loop: Loop, error: BaseException) -> None:
         """A recorder that stops answering stops the run with a checkpoint (the cursor where its steps ended)."""
         if isinstance(error, RecorderError) and self.ctx is not None:
             self.ctx.checkpoint(loop.state, loop.teacher)
@@ -220,13 +219,13 @@ def problems(config: Any, method: Any) -> list[str]:
     return out
 
 
-def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> tuple[Recorded, list[Any]]:
+def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> Source:
     """The batches source and the hooks of a run from a recorder: the push, ``FeedHook``, and the stop with a
     checkpoint when the server stops answering (``StopOnServerError``; the recorder's: ``FeedHook.failed``)."""
-    from whileai.loop.sampler import StopOnServerError
-    from whileai.loop.server_sampler import ServerSampler
-    from whileai.loop.sync import PushWeights
-    from whileai.loop.traces import load_vocab
+    from whileai.loop.sources.sampler import StopOnServerError
+    from whileai.loop.sources.server_sampler import ServerSampler
+    from whileai.loop.sources.sync import PushWeights
+    from whileai.loop.sources.traces import load_vocab
 
     config, plan = ctx.config, ctx.plan
     server = ServerSampler(config.sampler_url, model=config.model)
@@ -234,4 +233,4 @@ def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> tuple[Re
                        versioned=not config.lora_rank)
     batches = Recorded(RecorderFeed(config.rows_from), plan.rollouts_per_step, load_vocab(config.model), state,
                        write, lambda: ctx.stop_if_asked(state), push.versions.get)
-    return batches, [push, FeedHook(batches, push, write, ctx), StopOnServerError(ctx, config.sampler_url)]
+    return Source(batches, feed=[push, FeedHook(batches, push, write, ctx), StopOnServerError(ctx, config.sampler_url)])

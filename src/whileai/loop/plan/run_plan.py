@@ -7,7 +7,7 @@ A ``RunPlan`` is frozen. The loop, the hooks and the summary read their settings
 downstream resolves a setting again; RUN_DIR/config.toml holds it whole (``[plan]`` and ``[sources]``) and a
 resume reads it back from there (only ``steps`` may change). Each rule for a setting the config leaves empty
 is one function below (``RULES``), each the precedence of one setting: the user's value, the method's declared
-one, a built-in taskset's measured ``Recommended``, then the rule of ``whileai.loop.rules`` (a warm start from
+one, a built-in taskset's measured ``Recommended``, then the rule of ``whileai.loop.plan.rules`` (a warm start from
 the taskset's reference answers, a cap from their lengths, a rate by model kind and size), whose constants are
 the declared defaults; the loop's few own defaults are ``DEFAULTS``. A rule returns ``(value, source)``.
 """
@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from whileai.knobs import Knob, integer, number
-from whileai.loop import rules
-from whileai.loop.config import TrainConfig, tomllib
-from whileai.loop.rollouts import Sampling
+from whileai.loop.plan import rules
+from whileai.loop.plan.config import TrainConfig, tomllib
+from whileai.loop.sources.rollouts import Sampling
 from whileai.methods.run_spec import RunSpec
 
 # Where a value came from, as the plan's table prints it.
 USER, FILE, TASKSET, METHOD, MODEL_RULE, DEFAULT, RESUME, RULE = ("user", "config file", "taskset", "method",
                                                                   "model rule", "default", "resume", "rule")
-LOOP = "loop defaults (whileai.loop.plan)"
+LOOP = "loop defaults (whileai.loop.plan.run_plan)"
 
 # The loop's own defaults for the settings a config may leave empty: each declared here, once.
 DEFAULTS: dict[str, Knob] = {
@@ -182,7 +182,7 @@ def warm_start_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any
 
 def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """The method's declared rate; else, on a built-in model, a built-in taskset's recommendation or the
-    random-init rate; else the rule by model kind and size (whileai.loop.rules.learning_rate)."""
+    random-init rate; else the rule by model kind and size (whileai.loop.plan.rules.learning_rate)."""
     declared = method.run_spec().learning_rate if method is not None else None
     if declared is not None:
         return declared, METHOD

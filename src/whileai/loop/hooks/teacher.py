@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from whileai.envs import render_prompt
 from whileai.errors import ConfigError
+from whileai.loop.hooks.context import Context
+from whileai.loop.types import Hook, Loop
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
 PRIVILEGED: dict[str, str] = {
@@ -197,3 +200,19 @@ def build(spec: Any, config: Any, engine: Any, taskset: Any) -> RunTeacher:
     else:
         scorer = policy_teacher(engine, spec.weights, spec.ema_rate, **options)
     return RunTeacher(spec, scorer, engine.tokenizer, taskset.split("train") if taskset is not None else [])
+
+
+@dataclass
+class TeacherHook(Hook):
+    """The run spec's teacher, built once the weights RL starts from are in place (an EMA starts from them);
+    a resume restores an EMA teacher's average from the checkpoint."""
+
+    ctx: Context
+
+    def before(self, loop: Loop) -> None:
+        spec = self.ctx.method.run_spec().teacher
+        if spec is None:
+            return
+        loop.teacher = build(spec, self.ctx.config, loop.trainer, self.ctx.taskset)
+        if self.ctx.resuming and loop.state.step > 0:
+            loop.teacher.load(self.ctx.run_dir / "checkpoint" / f"teacher-{int(loop.trainer.step):08d}.pt")

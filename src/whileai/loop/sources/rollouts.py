@@ -1,5 +1,5 @@
 """Rollouts: play episodes for tasks (one completion each for a plain taskset), grade them, hand back rows;
-the lag queue.
+``Rollouts``, the in-process source (each step's batch sampled with the trainer, ``lag`` steps ahead).
 
 A row here is the library's row (``reward``, ``behavior_logprobs``, ``tokens``, ``task_id``, ``truncated``, and
 ``action_mask`` when an environment wrote tokens) plus the loop's bookkeeping (``prompt_tokens``,
@@ -9,15 +9,18 @@ prompt, temperature, max tokens, and an adaptive plan if it has one.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from whileai.envs.episode import is_episodic, play
-from whileai.errors import BatchError
+from whileai.errors import BatchError, WhileaiError
+from whileai.loop.types import LagQueue, prompts
+
+if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
+    from whileai.loop.plan.run_plan import RunPlan
 
 
 @dataclass(frozen=True)
@@ -93,21 +96,33 @@ def step_tasks(train: Sequence[Any], n: int, seed: int, step: int) -> list[Any]:
     return [train[i] for i in rng.choice(len(train), size=n, replace=False)]
 
 
-class LagQueue:
-    """Batches in flight: the batch trained at step t was sampled ``lag`` steps earlier with that step's weights.
+@dataclass
+class Rollouts:
+    """Each step's batch sampled from the taskset with the current weights and graded; the queue holds
+    ``plan.lag`` batches, so the batch trained at step t was sampled with the weights of step t - lag."""
 
-    Holding the rows (not weight snapshots) keeps one set of weights in memory whatever the lag: this is
-    how an asynchronous system is stale, a queue of ``lag`` batches between sampler and trainer.
-    """
+    trainer: Any
+    taskset: Any
+    method: Any
+    plan: RunPlan
 
-    def __init__(self, lag: int, batches: Sequence[list[dict[str, Any]]] = ()) -> None:
-        self.lag = lag
-        self.batches: deque[list[dict[str, Any]]] = deque(batches)
+    def next(self, step: int, queue: LagQueue) -> list[dict[str, Any]]:
+        while len(queue.batches) < self.plan.lag:  # fill the pipeline with the starting weights
+            queue.push(self.sample(len(queue.batches), step))
+        batch = queue.push(self.sample(step + self.plan.lag, step))
+        if batch is None:  # cannot happen: the queue holds lag batches, so a push returns the oldest
+            raise WhileaiError(f"the lag queue returned no batch at step {step}")
+        return batch
 
-    def push(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        """Add a fresh batch; return the one to train on now (None while the queue fills)."""
-        self.batches.append(rows)
-        return self.batches.popleft() if len(self.batches) > self.lag else None
+    def sample(self, draw: int, sampler_step: int) -> list[dict[str, Any]]:
+        """The ``draw``-th batch of the run, sampled now with the current weights."""
+        spec = self.method.run_spec()
+        tasks = step_tasks(self.taskset.split("train"), self.plan.rollouts_per_step // self.plan.rollouts_per_prompt,
+                           self.plan.seed, draw)
+        return sample_batch(self.trainer, self.taskset, tasks, prompts(self.trainer.tokenizer, tasks), spec,
+                            self.plan.sampling(), self.plan.seed * 1_000_003 + draw * 101, sampler_step)
 
-    def state(self) -> list[list[dict[str, Any]]]:
-        return [list(b) for b in self.batches]
+    def rescore(self, batch: Sequence[dict[str, Any]], step: int) -> bool:
+        """Skip the scoring forward when the sampler's log-probabilities are the policy's: sampled by the
+        current weights (lag 0, in this step) at the temperature the trainer scores with."""
+        return any(r.get("sampler_step") != step for r in batch)

@@ -9,12 +9,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from whileai.loop import trace_run
-from whileai.loop.core import LoopState
-from whileai.loop.evaluate import before_after
-from whileai.loop.hooks import Context, eval_line
-from whileai.loop.preflight import no_gain_reason
-from whileai.loop.record import plot, write_json
+from whileai.loop.hooks.context import Context
+from whileai.loop.hooks.held_out import before_after, eval_line
+from whileai.loop.hooks.metrics import plot, write_json
+from whileai.loop.hooks.preflight import no_gain_reason
+from whileai.loop.sources import trace_run
+from whileai.loop.types import LoopState
 from whileai.methods import Method
 
 

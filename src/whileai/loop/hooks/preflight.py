@@ -20,6 +20,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
+
+from whileai.errors import ConfigError
+from whileai.loop.hooks.context import Context
+from whileai.loop.plan import rules
+from whileai.loop.sources import trace_run
+from whileai.loop.types import Hook, Loop
+
 PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""
 TIE = 1e-9
@@ -314,3 +322,48 @@ def _reward_trend(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | 
         return (f"training reward stayed at {first:.3f} -> {last:.3f} (first to last fifth){rate}: the updates "
                 "did not move the policy (more steps, or a higher --learning-rate)")
     return None
+
+
+@dataclass
+class PreflightHook(Hook):
+    """Before the first update: is there any signal in the first batch (the first rollouts, or the file's first
+    traces)? Printed, kept for summary.json; a run that would learn nothing stops here, before the RL budget is
+    spent, with the reasons and the fixes, unless ``--force`` (whileai.loop.hooks.preflight). It reads the batch the
+    first step trains on, so it samples and grades nothing of its own."""
+
+    ctx: Context
+
+    def before_update(self, loop: Loop) -> None:
+        if loop.state.step > 0 or loop.state.preflight is not None or self.ctx.method.run_spec().source != "rollouts":
+            return
+        report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(), **self.measured(loop.trainer))
+        self.ctx.log.write(str(report))
+        loop.state.preflight = report.to_dict()
+        if not report.ok and not self.ctx.config.force:
+            raise ConfigError(report.stop_message())
+
+    def signal_rows(self, loop: Loop) -> list[dict[str, Any]]:
+        """The rows the signal is read from: the first batch of rollouts; from a log, every trace it trains on
+        (the whole file is at hand, and its first batch is only a sample of it)."""
+        source = self.ctx.rows
+        if source is None:
+            return list(loop.batch)
+        return [{"reward": float(source.reward_T[i]), "task_id": source.task_ids[source.task_T[i]]}
+                for i in np.flatnonzero(~source.heldout_T & np.isfinite(source.reward_T))]
+
+    def measured(self, trainer: Any) -> dict[str, Any]:
+        """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
+        (a run from a file), the cap and the reference answers' lengths, the warm start."""
+        plan = self.ctx.plan
+        out: dict[str, Any] = {}
+        heldout = trace_run.heldout_summary(self.ctx.run_dir) if self.ctx.rows is not None else {}
+        before = heldout.get("heldout_traces", {}).get("before") or {}
+        if before:
+            out.update(admitted_share=before.get("admitted_share"), drift=before.get("drift"))
+        if self.ctx.taskset is not None and self.ctx.rows is None:
+            encode = trainer.tokenizer.encode
+            out["answer_lengths"] = rules.answer_tokens((t.answer for t in self.ctx.taskset.split("train")),
+                                                        lambda text: encode(text, add_special_tokens=False))
+        sampled = self.ctx.config.rows_from is None  # recorded traffic was capped by its server, not by this plan
+        return {**out, "cap": plan.max_tokens if sampled else None, "cap_ends_answer": plan.cap_is_answer_length,
+                "warm_start_steps": plan.warm_start_steps, "random_init": plan.model.startswith("builtin:")}

@@ -6,7 +6,7 @@ Tinker itself, SkyRL's Tinker-API server, or a ``wai serve`` (its Tinker front, 
 ``TrainingClient`` is the run; sampling uses a ``SamplingClient`` of the current weights (saved once per
 step, when the loop first samples there). The datum, output, Adam and sampling mappings are
 ``whileai.service.tinker_map``'s, which ``wai serve --tinker-url`` uses too. What a Tinker-API server cannot
-do is refused before anything is created (``whileai.loop.trainer.refusals`` over ``capabilities``): it
+do is refused before anything is created (``whileai.loop.trainers.backends.refusals`` over ``capabilities``): it
 scores only under the policy's own distribution (no reference, no other temperature), has no value head and
 gives no weights back (``--no-export``). A checkpoint is the server's ``save_state`` (a ``tinker://`` path);
 ``--resume`` starts a new training client from it with its optimizer state.
@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from whileai.errors import ConfigError
-from whileai.loop.trainer import Backend, Needs, refusals
+from whileai.loop.trainers.backends import Backend, Needs, refusals
 from whileai.service import tinker_map
 from whileai.service.client import ForwardResult, OptimResult, SampledSequence, load_tokenizer
 

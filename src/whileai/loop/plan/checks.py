@@ -7,13 +7,13 @@ from typing import Any
 
 from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
-from whileai.loop import config as config_io
-from whileai.loop import recorded, trace_run
-from whileai.loop import teacher as teacher_io
-from whileai.loop.config import TrainConfig
-from whileai.loop.plan import RunPlan, make_plan
-from whileai.loop.sampler import problems as server_sampler_problems
-from whileai.loop.trainer import Needs
+from whileai.loop.hooks import teacher as teacher_io
+from whileai.loop.plan import config as config_io
+from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.run_plan import RunPlan, make_plan
+from whileai.loop.sources import recorder, trace_run
+from whileai.loop.sources.sampler import problems as server_sampler_problems
+from whileai.loop.trainers.backends import Needs
 from whileai.methods import method as method_named
 
 PYTHON_ROWS = "<rows passed in Python>"
@@ -35,7 +35,7 @@ def resolve_method(config: TrainConfig, method: Any = None) -> tuple[Any, list[s
 def check(config: TrainConfig, method: Any, taskset: Any = None, plan: RunPlan | None = None) -> list[str]:
     """Every impossible combination of the config and the method's run spec, each with a fix."""
     problems = config_io.check_ranges(config) + trace_run.rows_problems(config, method, config.rows == PYTHON_ROWS) \
-        + recorded.problems(config, method)
+        + recorder.problems(config, method)
     if method is None:
         return problems
     plan = plan or make_plan(config, {}, method, taskset)

@@ -13,7 +13,7 @@ vLLM's OpenAI server has no route that reloads full weights, so ``check_server``
 before the first step with the reason.
 
 As a loop hook: ``before`` pushes the weights the run starts from (after the warm start; a resumed run's),
-``after_step`` pushes after every ``every``-th step. A ``gate`` (``whileai.loop.sampler.Gate``) is told of
+``after_step`` pushes after every ``every``-th step. A ``gate`` (``whileai.loop.sources.sampler.Gate``) is told of
 each push and may hold it until the sampler has finished the draws the older weights are meant for.
 """
 
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from whileai.errors import ConfigError
-from whileai.loop.server_sampler import SamplerError, ServerSampler, write_weights
+from whileai.loop.sources.server_sampler import SamplerError, ServerSampler, write_weights
+from whileai.loop.types import Hook, Loop
 
 
 class PushGate(Protocol):
@@ -41,7 +42,7 @@ VLLM_FULL = ("vLLM's OpenAI-compatible server has no route that reloads full wei
              "NCCL or CUDA IPC from a trainer process on the GPUs, which this trainer does not send")
 
 
-class PushWeights:
+class PushWeights(Hook):
     """Push a trainer's weights to one server: ``push(trainer, step)``; a loop hook (``before``, ``after_step``)."""
 
     def __init__(self, sampler: ServerSampler, folder: str | Path, *, every: int = 1, name: str = "policy",
@@ -100,10 +101,10 @@ class PushWeights:
                               "(/update_weights_from_disk)")
 
     # ------------------------------------------------------------------ as a loop hook
-    def before(self, loop: Any) -> None:
+    def before(self, loop: Loop) -> None:
         self.check_server(loop.trainer.loaded.lora is not None)
         self.push(loop.trainer, loop.state.step)
 
-    def after_step(self, loop: Any, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
         if record["step"] % self.every == 0:
             self.push(loop.trainer, record["step"])

@@ -1,0 +1,87 @@
+"""One run's surroundings (``Context``: its directory, config, plan, taskset, backend, log and Ctrl-C flag),
+shared by the hooks; the checkpoint it writes and reads back (``read_state``); ``Interrupted``, the stop after a
+Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whileai.errors import ConfigError, WhileaiError
+from whileai.loop.hooks.held_out import held_out
+from whileai.loop.hooks.metrics import Metrics, Progress, write_json
+from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.run_plan import RunPlan
+from whileai.loop.types import LoopState, prompts
+
+
+class Interrupted(WhileaiError):
+    """The run was stopped by Ctrl-C after writing a checkpoint."""
+
+    def __init__(self, run_dir: Path, step: int) -> None:
+        super().__init__(f"interrupted after step {step}; checkpoint written. Resume with: wai train --resume {run_dir}")
+        self.run_dir, self.step = run_dir, step
+
+
+@dataclass
+class Context:
+    """One run's surroundings, shared by its hooks."""
+
+    run_dir: Path
+    config: TrainConfig
+    plan: RunPlan
+    method: Any
+    taskset: Any
+    rows: Any
+    backend: Any
+    log: Progress
+    metrics: Metrics
+    stop: Mapping[str, bool]
+    resuming: bool
+
+    def can_eval(self) -> bool:
+        return self.taskset is not None and self.plan.eval_tasks > 0
+
+    def evaluate(self) -> dict[str, Any]:
+        trainer = self.backend.trainer
+        tasks = self.taskset.split("test")[: self.plan.eval_tasks]
+        return held_out(trainer, self.taskset, tasks, prompts(trainer.tokenizer, tasks), self.plan.eval_samples,
+                        self.plan.sampling(), self.plan.seed)
+
+    def checkpoint(self, state: LoopState, teacher: Any = None) -> None:
+        """Loop state first (named by the trainer step it belongs to), then the trainer's atomic snapshot."""
+        folder = self.run_dir / "checkpoint"
+        folder.mkdir(exist_ok=True)
+        step = int(self.backend.trainer.step)
+        state.engine_step = step
+        write_json(folder / f"loop-{step:08d}.json", state.__dict__)
+        if teacher is not None:
+            teacher.save(folder / f"teacher-{step:08d}.pt")
+        self.backend.save(folder)
+        for pattern, keep in (("loop-*.json", f"loop-{step:08d}.json"), ("teacher-*.pt", f"teacher-{step:08d}.pt")):
+            for old in folder.glob(pattern):
+                if old.name != keep:
+                    old.unlink()
+
+    def stop_if_asked(self, state: LoopState, teacher: Any = None) -> None:
+        if self.stop["stop"]:
+            state.warm_start_done = True
+            self.checkpoint(state, teacher)
+            raise Interrupted(self.run_dir, state.step)
+
+
+def read_state(run_dir: Path) -> LoopState:
+    """The loop state of a run's last complete checkpoint."""
+    from whileai.engine.state import snapshot_dir
+
+    folder = snapshot_dir(run_dir / "checkpoint")
+    step = json.loads((folder / "meta.json").read_text())["step"]
+    path = run_dir / "checkpoint" / f"loop-{step:08d}.json"
+    if not path.is_file():
+        raise ConfigError(f"the checkpoint in {run_dir / 'checkpoint'} has no loop state {path.name}: it was cut off "
+                          "while being written; there is nothing consistent to resume from")
+    return LoopState(**json.loads(path.read_text()))

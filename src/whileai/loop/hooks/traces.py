@@ -1,0 +1,33 @@
+"""The hook of a run from a rows file (``wai train --rows``): what the file holds and its held-out traces before
+the first step; which lines each step's method dropped, and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from whileai.loop.hooks.context import Context
+from whileai.loop.sources import trace_run
+from whileai.loop.sources.traces import contamination
+from whileai.loop.types import Hook, Loop
+
+
+@dataclass
+class TraceHook(Hook):
+    """A run from a rows file: what the file holds and the held-out traces before; which lines each step's
+    method dropped, and its notes saying why."""
+
+    ctx: Context
+    batches: Any
+
+    def before(self, loop: Loop) -> None:
+        if not self.ctx.resuming and self.ctx.can_eval() and (warning := contamination(
+                self.ctx.rows, self.ctx.taskset.split("test")[: self.ctx.plan.eval_tasks])) is not None:
+            self.ctx.log.write(warning)
+        trace_run.start(self.ctx.rows, self.ctx.method, self.ctx.config, self.ctx.run_dir, loop.trainer,
+                        self.ctx.plan.sampling().scoring(), loop.state.method_state, self.ctx.log.write)
+
+    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+        record.update(trace_run.step_record(result.update, self.batches.lines))
+        if record["step"] % 10 == 0 and trace_run.dropped_note(record):
+            self.ctx.log.write(str(trace_run.dropped_note(record)))
