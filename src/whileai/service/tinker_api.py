@@ -224,7 +224,7 @@ class TinkerFront:
             return Response(forward_backward_output(result), media_type=PROTO)
         if kind == "sample":
             from whileai.service.tinker_wire import sample_output
-            return Response(sample_output(result), media_type=PROTO)
+            return Response(sample_output(result, shape.get("last_n"), shape.get("sparse")), media_type=PROTO)
         if kind == "optim_step":
             return _json({"metrics": result["metrics"]})
         if kind in ("save_weights", "load_weights"):
@@ -318,7 +318,9 @@ def mount(app: FastAPI, service: Any) -> None:
 
     _session_routes(app, front)
     _training_routes(app, front)
-    _sampling_routes(app, front)
+    from whileai.service.tinker_sample import mount_sampling
+
+    mount_sampling(app, front, _json)
     from whileai.service.tinker_futures import mount_futures
     from whileai.service.tinker_rest import Checkpoints, Records, mount_rest, refusal
 
@@ -470,60 +472,3 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
     async def retrieve_future(request: Request) -> Response:
         body, _, owner = await front.parsed(request, T.FutureRetrieveRequest, "/api/v1/retrieve_future")
         return await front.retrieve(body.request_id, owner)
-
-
-def _sampling_routes(app: FastAPI, front: TinkerFront) -> None:
-    from tinker import types as T
-
-    from whileai.service import tinker_wire
-
-    @app.post("/api/v1/create_sampling_session")
-    async def create_sampling_session(request: Request) -> Response:
-        body, _, owner = await front.parsed(request, T.CreateSamplingSessionRequest, "/api/v1/create_sampling_session")
-        front.session(body.session_id, owner, "/api/v1/create_sampling_session")
-        sampler = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
-        if sampler not in front.samplers:
-            if body.model_path is not None:
-                if body.model_path not in front.paths:
-                    raise TinkerError(404, f"/api/v1/create_sampling_session: no sampler weights at "
-                                           f"{body.model_path!r}; save them with save_weights_for_sampler(name) "
-                                           f"on this server first (saved: {sorted(front.paths)})")
-                run_id, version = front.paths[body.model_path]
-                front.samplers[sampler] = (run_id, version, body.model_path)
-            else:
-                run_id = await front.open_run(body.session_id, owner, body.base_model or "", 0, 0)
-                front.samplers[sampler] = (run_id, None, None)
-        return _json({"sampling_session_id": sampler, "type": "create_sampling_session"})
-
-    @app.get("/api/v1/samplers/{sampler}")
-    async def sampler_info(sampler: str, request: Request) -> Response:
-        owner = front.owner(request)
-        run_id, _, path = _sampler(front, sampler, "/api/v1/samplers")
-        spec = front.run(run_id, owner, "/api/v1/samplers")["spec"]
-        return _json({"sampler_id": sampler, "base_model": spec["base_model"], "model_path": path})
-
-    @app.post("/api/v1/asample")
-    async def asample(request: Request) -> Response:
-        body, raw, owner = await front.parsed(request, T.SampleRequest, "/api/v1/asample")
-        if body.sampling_session_id is None:
-            raise TinkerError(400, "/api/v1/asample: sampling by base_model / model_path without a sampling "
-                                   "session is not supported; create the client with create_sampling_client")
-        run_id, version, _ = _sampler(front, body.sampling_session_id, "/api/v1/asample")
-        run = front.run(run_id, owner, "/api/v1/asample")
-        try:
-            fields = {**tinker_wire.sample_body(body), "version": version}
-        except WhileaiError as err:
-            raise TinkerError(400, str(err)) from None
-        sampler = body.sampling_session_id
-        request_id = front.submit(run, ("sample", sampler, body.seq_id), "sample", fields, raw,
-                                  {"kind": "sample", "route": "/api/v1/asample"},
-                                  lambda rid, future: front.futures.watch(sampler, body.seq_id, rid, future))
-        return _json({"request_id": request_id, "model_id": run_id,
-                      "sample_sequence_ids": [f"{request_id}.{i}" for i in range(body.num_samples)]})
-
-
-def _sampler(front: TinkerFront, sampler: str, route: str) -> tuple[str, int | None, str | None]:
-    if sampler not in front.samplers:
-        raise TinkerError(404, f"{route}: no sampling session {sampler!r} (sampling sessions live in memory and "
-                               "end when the server restarts): create the sampling client again")
-    return front.samplers[sampler]
