@@ -91,6 +91,7 @@ class TinkerFront:
         self.metadata: dict[str, dict[str, Any]] = {}    # run -> create_model's user_metadata (RestClient reads it)
         self.records: Any = None                         # tinker_rest.Records / Checkpoints, set by mount()
         self.checkpoints: Any = None
+        self.external: Any = None                        # tinker_external.External, set by mount()
         from whileai.service.tinker_futures import Futures
 
         self.futures = Futures()
@@ -227,6 +228,11 @@ class TinkerFront:
             return Response(sample_output(result, shape.get("last_n"), shape.get("sparse")), media_type=PROTO)
         if kind == "optim_step":
             return _json({"metrics": result["metrics"]})
+        if kind == "external":
+            if self.external.unpack(run_id, result["archive"], shape["name"]) and shape["ttl"] is not None:
+                self.records.set_ttl(run_id, f"external_weights/{shape['name']}", shape["ttl"])
+            return _json({"path": f"tinker://{run_id}/external_weights/{shape['name']}",
+                          "type": "save_weights_external"})
         if kind in ("save_weights", "load_weights"):
             return _json({"path": f"tinker://{run_id}/weights/{shape['name']}", "type": kind})
         return _json(self.sampler_saved(run_id, result["version"], shape))
@@ -328,6 +334,9 @@ def mount(app: FastAPI, service: Any) -> None:
     front.checkpoints = Checkpoints(front, front.records)
     mount_rest(app, front, _json)
     mount_futures(app, front, _json)
+    from whileai.service.tinker_external import mount_external
+
+    mount_external(app, front, _json)
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def unsupported(rest: str, request: Request) -> Response:

@@ -160,7 +160,7 @@ class Checkpoints:
         for path, (run_id, _) in self.front.paths.items():
             if run_id == run["id"]:
                 out.append(self.row(run, alias, "sampler_weights", path.rsplit("/", 1)[1], None, None))
-        for folder in sorted((self.runs_dir / run["id"] / "external").glob("*")):
+        for folder in sorted((self.runs_dir / run["id"] / "external").glob("[!.]*")):
             out.append(self.row(run, alias, "external_weights", folder.name, folder.stat().st_mtime, _size(folder)))
         return out
 
