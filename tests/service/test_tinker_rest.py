@@ -186,3 +186,31 @@ def test_external_weights_are_files_behind_expiring_signed_urls(sdk: Any, tml_se
     assert listed[path].expires_at is not None
     rest.delete_checkpoint_from_tinker_path(path).result(timeout=30)
     assert not folder.exists()
+
+
+def test_save_options_are_honoured_or_refused_never_ignored(sdk: Any, tml_server: LocalServer) -> None:
+    """ttl_seconds and user_metadata on a save show in the listing; a name already saved needs overwrite=True;
+    another account's weights_access_token and an 'inflight' sampler are refused by name."""
+    training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4).result()
+    http = http_of(tml_server)
+
+    def save(**fields: Any) -> Any:
+        body = types.SaveWeightsRequest(model_id=training.model_id, seq_id=fields.pop("seq_id"), **fields)
+        return http.post("/api/v1/save_weights", json=body.model_dump(mode="json", exclude_none=True))
+
+    first = save(seq_id=100, path="t", ttl_seconds=3600, user_metadata={"step": "1"})
+    assert first.status_code == 200, first.text
+    http.post("/api/v1/retrieve_future", json={"request_id": first.json()["request_id"]})
+    listed = {c.checkpoint_id: c for c in rest_of(tml_server).list_checkpoints(training.model_id).result(30).checkpoints}
+    assert listed["weights/t"].user_metadata == {"step": "1"}
+    assert 3590 < listed["weights/t"].expires_at.timestamp() - time.time() <= 3600
+    assert save(seq_id=100, path="t", ttl_seconds=3600, user_metadata={"step": "1"}).json() == first.json()  # retry
+    again = save(seq_id=101, path="t")
+    assert again.status_code == 400 and "already has a state 't'; pick another name or pass overwrite=True" in again.text
+    assert save(seq_id=101, path="t", overwrite=True).status_code == 200
+    path = f"tinker://{training.model_id}/weights/t"
+    with pytest.raises(tinker.BadRequestError, match="weights_access_token .reading another account's weights. is"):
+        sdk.create_training_client_from_state(path, weights_access_token="tok").result(timeout=30)
+    inflight = types.SaveWeightsForSamplerRequest(model_id=training.model_id, seq_id=102, path="live", kind="inflight")
+    refused = http.post("/api/v1/save_weights_for_sampler", json=inflight.model_dump(mode="json"))
+    assert refused.status_code == 400 and "kind='inflight'" in refused.text and "not available" in refused.text

@@ -92,6 +92,7 @@ class TinkerFront:
         self.records: Any = None                         # tinker_rest.Records / Checkpoints, set by mount()
         self.checkpoints: Any = None
         self.external: Any = None                        # tinker_external.External, set by mount()
+        self.checkpoint_metadata: dict[tuple[str, str], dict[str, str]] = {}  # (run, checkpoint id) -> user_metadata
         from whileai.service.tinker_futures import Futures
 
         self.futures = Futures()
@@ -234,6 +235,7 @@ class TinkerFront:
             return _json({"path": f"tinker://{run_id}/external_weights/{shape['name']}",
                           "type": "save_weights_external"})
         if kind in ("save_weights", "load_weights"):
+            self.start_ttl(run_id, f"weights/{shape['name']}", shape.get("ttl"))
             return _json({"path": f"tinker://{run_id}/weights/{shape['name']}", "type": kind})
         return _json(self.sampler_saved(run_id, result["version"], shape))
 
@@ -241,9 +243,23 @@ class TinkerFront:
         if shape["name"] is not None:
             path = f"tinker://{run_id}/sampler_weights/{shape['name']}"
             self.paths[path] = (run_id, version)
+            self.start_ttl(run_id, f"sampler_weights/{shape['name']}", shape.get("ttl"))
             return {"path": path, "type": "save_weights_for_sampler"}
         self.samplers[shape["sampler"]] = (run_id, version, None)
         return {"sampling_session_id": shape["sampler"], "type": "save_weights_for_sampler"}
+
+    def check_saving(self, route: str, ttl: int | None) -> None:
+        if ttl is not None and ttl < 1:
+            raise TinkerError(400, f"{route}: ttl_seconds={ttl} must be >= 1 (None: never expires)")
+
+    def start_ttl(self, run_id: str, checkpoint: str, ttl: int | None) -> None:
+        """A checkpoint's ``ttl_seconds``, counted from its first answer (an SDK retry does not extend it)."""
+        if ttl is not None and self.records.expiry(run_id, checkpoint) is None:
+            self.records.set_ttl(run_id, checkpoint, ttl)
+
+    def keep_checkpoint_metadata(self, run_id: str, checkpoint: str, metadata: dict[str, str] | None) -> None:
+        if metadata:
+            self.checkpoint_metadata[(run_id, checkpoint)] = {str(k): str(v) for k, v in metadata.items()}
 
     # ------------------------------------------------------------------ models
     async def open_run(self, session_id: str, owner: str, base_model: str, rank: int, seed: int) -> str:
@@ -450,14 +466,28 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
 
     @app.post("/api/v1/save_weights")
     async def save_weights(request: Request) -> Response:
-        body, raw, run = await front.on_model(request, T.SaveWeightsRequest, "/api/v1/save_weights")
+        route = "/api/v1/save_weights"
+        body, raw, run = await front.on_model(request, T.SaveWeightsRequest, route)
         name = body.path or f"state-{body.seq_id}"
+        front.check_saving(route, body.ttl_seconds)
+        first = (run["id"], "train", body.seq_id) not in front.seqs  # not the SDK's retry of a save that ran
+        if first and not body.overwrite and name in {s["name"] for s in front.service.store.states(run["id"])}:
+            raise TinkerError(400, f"{route}: run {body.model_id} already has a state {name!r}; pick another name "
+                                   "or pass overwrite=True")
+        front.keep_checkpoint_metadata(run["id"], f"weights/{name}", body.user_metadata)
         return front.queued(run, body, "save_state", {"name": name}, raw,
-                            {"kind": "save_weights", "route": "/api/v1/save_weights", "name": name})
+                            {"kind": "save_weights", "route": route, "name": name, "ttl": body.ttl_seconds})
 
     @app.post("/api/v1/load_weights")
     async def load_weights(request: Request) -> Response:
         body, raw, owner = await front.parsed(request, T.LoadWeightsRequest, "/api/v1/load_weights")
+        if body.weights_access_token is not None:
+            raise TinkerError(400, "/api/v1/load_weights: weights_access_token (reading another account's weights) "
+                                   "is not available on wai serve: a client loads the states of its own api_key")
+        if body.optimizer_config is not None and body.optimizer_config.type != "adamw":
+            raise TinkerError(400, f"/api/v1/load_weights: optimizer {body.optimizer_config.type!r} is not "
+                                   "supported; wai serve trains with AdamW")
+        front.checkpoints.sweep()  # a state whose TTL passed is gone before anyone loads it
         if body.model_id is None:
             return await front.from_state(body, owner, raw)
         run = front.run(body.model_id, owner, "/api/v1/load_weights")
@@ -471,10 +501,18 @@ def _training_routes(app: FastAPI, front: TinkerFront) -> None:
 
     @app.post("/api/v1/save_weights_for_sampler")
     async def save_for_sampler(request: Request) -> Response:
-        body, raw, run = await front.on_model(request, T.SaveWeightsForSamplerRequest,
-                                              "/api/v1/save_weights_for_sampler")
+        route = "/api/v1/save_weights_for_sampler"
+        body, raw, run = await front.on_model(request, T.SaveWeightsForSamplerRequest, route)
+        front.check_saving(route, body.ttl_seconds)
+        if body.kind != "snapshot":
+            raise TinkerError(400, f"{route}: kind={body.kind!r} (a sampler that follows the weights as they train) "
+                                   "is not available on wai serve: its samplers are snapshots (kind='snapshot')")
+        if body.path is not None and not re.match(schemas.STATE_NAME, body.path):
+            raise TinkerError(400, f"{route}: name {body.path!r}: {PATH_RULE}")
+        if body.path is not None:
+            front.keep_checkpoint_metadata(run["id"], f"sampler_weights/{body.path}", body.user_metadata)
         sampler = f"{run['session_id']}:sample:{body.sampling_session_seq_id}"
-        shape = {"kind": "sampler", "route": "/api/v1/save_weights_for_sampler", "name": body.path, "sampler": sampler}
+        shape = {"kind": "sampler", "route": route, "name": body.path, "sampler": sampler, "ttl": body.ttl_seconds}
         return front.queued(run, body, "save_weights_for_sampler", {}, raw, shape)
 
     @app.post("/api/v1/retrieve_future")

@@ -170,7 +170,8 @@ class Checkpoints:
         return {"checkpoint_id": f"{kind}/{name}", "checkpoint_type": KINDS[kind],
                 "time": _time(created if created is not None else run["created"]),
                 "tinker_path": f"tinker://{alias}/{kind}/{name}", "size_bytes": size, "public": False,
-                "expires_at": None if expires is None else _time(expires)}
+                "expires_at": None if expires is None else _time(expires),
+                "user_metadata": self.front.checkpoint_metadata.get((run["id"], f"{kind}/{name}"))}
 
     def delete(self, run_id: str, checkpoint: str) -> bool:
         """Delete one checkpoint; False when there is none of that id."""

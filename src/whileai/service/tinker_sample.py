@@ -59,6 +59,7 @@ def _weights(front: Any, model_path: str, route: str) -> tuple[str, int]:
     from whileai.service.tinker_api import TinkerError
 
     found = front.parse_path(model_path, route)
+    front.checkpoints.sweep()  # sampler weights whose TTL passed are gone
     if model_path not in front.paths:
         hint = (" (a training state: sampling takes sampler weights, save_weights_for_sampler(name))"
                 if found["kind"] == "weights" else "")
