@@ -356,7 +356,6 @@ def mount(app: FastAPI, service: Any) -> None:
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def unsupported(rest: str, request: Request) -> Response:
-        front.owner(request)
         refused = refusal(request.method, rest)
         if refused is not None:
             return _json({"error": refused}, 400)
