@@ -12,8 +12,14 @@ model and ``seq_id``, or same sampling session and ``seq_id``) reaches the same 
 it from its record, or a 409 if the bytes differ. The SDK submits one client's requests in turn, so arrival
 order is the SDK's order. ``request_id`` is ``<run>.<seq>``; ``retrieve_future`` long-polls the run's answer
 and shapes it into the SDK's type (protobuf for ``forward_backward`` and ``sample``). A failed operation comes
-back as ``{"error", "category"}``, which the SDK raises as ``RequestFailedError`` with the message. A route we
-do not serve is a 404 that names it.
+back as ``{"error", "category"}``, which the SDK raises as ``RequestFailedError`` with the message.
+Everything that can refuse a request (its body through the service's one body reader, the service's limits,
+names and paths, the context) is checked before it takes a sequence number or makes a run, so a refused
+request leaves the run as it was.
+
+The routes live by topic: sessions and training here, sampling in ``tinker_sample.py``, the RestClient's routes
+(and those refused by name) in ``tinker_rest.py``, the futures poller and clones in ``tinker_futures.py``, external
+weights in ``tinker_external.py``. docs/tinker.md's conformance table lists every SDK call and its route.
 
 What lives only in memory (lost on restart, as the engine's sampler weights are): the map from SDK request
 to sequence number, sampling sessions, named sampler-weight paths, and the SDK-made model ids of clients
