@@ -94,9 +94,12 @@ def test_a_checkpoint_whose_ttl_passed_is_deleted(sdk: Any, tml_server: LocalSer
 
 
 def test_finishing_a_session_is_first_wins_with_its_reason_checked(tml_server: LocalServer) -> None:
-    client = tinker.ServiceClient(base_url=tml_server.url, api_key=tml_server.token)
+    client = tinker.ServiceClient(base_url=tml_server.url, api_key=tml_server.token, project_id="p1",
+                                  display_name="nightly sweep", user_metadata={"team": "rl"})
     client.create_lora_training_client(base_model="builtin:tiny", rank=4).result()
     session_id = client.holder.get_session_id()
+    session = rest_of(tml_server).get_session(session_id).result(timeout=30)
+    assert (session.display_name, session.user_metadata) == ("nightly sweep", {"team": "rl"})
     http = http_of(tml_server)
     finish = f"/api/v1/sessions/{session_id}/finish"
     wrong = http.post(finish, json={"reason": {"type": "cancelled"}})
@@ -111,7 +114,11 @@ def test_finishing_a_session_is_first_wins_with_its_reason_checked(tml_server: L
     found = rest_of(tml_server).search_sessions(types.SessionSearchRequest(
         session_id=session_id, statuses=[types.ClientFinishedSessionStatusQuery(reasons=["success"])])).result(30)
     assert [s.session_id for s in found.sessions] == [session_id]
-    assert found.sessions[0].status.reason.type == "success"
+    assert found.sessions[0].status.reason.type == "success" and found.sessions[0].project_id == "p1"
+    search = rest_of(tml_server).search_sessions
+    assert [s.session_id for s in search(types.SessionSearchRequest(display_name="SWEEP night", user_metadata={
+        "team": "rl"})).result(30).sessions] == [session_id]
+    assert search(types.SessionSearchRequest(session_id=session_id, project_ids=["other"])).result(30).sessions == []
 
 
 def test_the_futures_poller_and_joined_clones_are_served(sdk: Any, tml_server: LocalServer) -> None:

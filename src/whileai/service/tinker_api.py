@@ -402,7 +402,7 @@ def _session_routes(app: FastAPI, front: TinkerFront) -> None:
         body, _, owner = await front.parsed(request, T.CreateSessionRequest, "/api/v1/create_session")
         session_id = f"session-{uuid.uuid4().hex[:12]}"
         store.add_session(session_id, owner)
-        front.records.add_session(session_id, body.display_name, body.user_metadata)
+        front.records.add_session(session_id, body.display_name, body.user_metadata, body.project_id)
         return _json({"session_id": session_id, "type": "create_session"})
 
     @app.post("/api/v1/session_heartbeat")
