@@ -30,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    args = ["--max-samples", "8", "--max-body-mb", "1", "--order-timeout", "3"]
+    args = ["--max-samples", "8", "--max-datums", "4", "--max-body-mb", "1", "--order-timeout", "3"]
     with start_server(tmp_path_factory.mktemp("limited") / "data", token="tml-" + secrets.token_urlsafe(24),
                       args=args) as server:
         yield server
@@ -50,8 +50,8 @@ def sft_datum() -> Any:
 
 
 def test_a_refused_request_leaves_the_run_exactly_as_it_was(sdk: Any) -> None:
-    """num_samples=0, a state name that is not a file name and 9 samples over --max-samples 8 are refused at
-    submit; the run's next training and sampling calls then run at once (before the fix each waited for the
+    """num_samples=0, a state name that is not a file name, 9 samples over --max-samples 8 and 5 datums over
+    --max-datums 4 are refused at submit; the run's next training and sampling calls then run at once (before the fix each waited for the
     number the refused request had taken and failed with OrderTimeout)."""
     training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4).result()
     sampler = training.save_weights_and_get_sampling_client().result()
@@ -62,6 +62,8 @@ def test_a_refused_request_leaves_the_run_exactly_as_it_was(sdk: Any) -> None:
         training.save_state("bad name").result(timeout=30)
     with pytest.raises(tinker.APIStatusError, match=r"9 samples = 9 sequences; the limit is 8 \(--max-samples\)"):
         sampler.sample(prompt, 9, types.SamplingParams(max_tokens=2)).result(timeout=30)
+    with pytest.raises(tinker.APIStatusError, match=r"5 datums in one request; the limit is 4 \(--max-datums\)"):
+        training.forward_backward([sft_datum()] * 5, "cross_entropy").result(timeout=30)
     started = time.monotonic()
     loss = training.forward_backward([sft_datum()], "cross_entropy").result(timeout=30).metrics["loss:sum"]
     assert training.optim_step(types.AdamParams(learning_rate=1e-2)).result(timeout=30).metrics["step"] == 1.0
