@@ -139,3 +139,40 @@ def test_a_full_fine_tune_reports_lora_rank_none(limited: LocalServer) -> None:
     assert (info.is_lora, info.lora_rank) == (False, None)
     rest = tinker.RestClient(base_url=limited.url, api_key=limited.token)
     assert rest.get_training_run(model_id).result(timeout=30).lora_rank is None
+
+
+def test_bad_input_on_tinker_routes_is_a_4xx_naming_the_field_never_a_500(limited: LocalServer) -> None:
+    """Cases a fuzzer found answering 500 (rank 1e9 tried to allocate 256 GB; a target tensor of the wrong size or
+    dtype; a request id past SQLite's integers), and their neighbours."""
+    http = httpx.Client(base_url=limited.url, headers={"X-API-Key": limited.token}, timeout=60)
+    session = http.post("/api/v1/create_session", json=types.CreateSessionRequest(
+        tags=[], user_metadata=None, sdk_version="0.38.0").model_dump(mode="json")).json()["session_id"]
+
+    def model(seq: int, **lora: Any) -> dict[str, Any]:
+        return {"session_id": session, "model_seq_id": seq, "base_model": "builtin:tiny", "lora_config": lora}
+
+    def sample(**fields: Any) -> dict[str, Any]:
+        return {"prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]}, "base_model": "builtin:tiny",
+                "sampling_params": {"max_tokens": 1}, **fields}
+
+    run = http.post("/api/v1/create_model", json=model(0, rank=4)).json()["model_id"]
+    cases = [
+        ("/api/v1/create_model", model(1, rank=-3), "lora_rank=-3: Input should be greater than or equal to 0"),
+        ("/api/v1/create_model", model(2, rank=10**9), "lora_rank=1000000000: Input should be less than or equal"),
+        ("/api/v1/create_model", model(3, rank=4, seed=1e30), "lora_config.seed"),
+        ("/api/v1/asample", sample(target_prompt_logprobs={"data": [1.5, 2.0], "dtype": "float32", "shape": [2, 1]}),
+         "target_prompt_logprobs has dtype float32; it holds token ids: int64"),
+        ("/api/v1/asample", sample(target_prompt_logprobs={"data": [1, 2, 3], "dtype": "int64", "shape": [2, 1]}),
+         "target_prompt_logprobs has 3 values for the shape [2, 1]"),
+        ("/api/v1/asample", sample(target_prompt_logprobs={"data": [1], "dtype": "int64", "shape": [2, 1],
+                                                           "sparse_crow_indices": [0, 5, 2],
+                                                           "sparse_col_indices": [0]}),
+         "the sparse CSR indices do not describe a [2, 1] tensor"),
+        ("/api/v1/asample", sample(prompt_alt_tokens_k=10**6), "prompt_alt_tokens_k: Input should be less than"),
+        ("/api/v1/retrieve_future", {"request_id": f"{run}.999999999999999999999"}, "is unknown here"),
+        (f"/api/v1/sessions/{session}/finish", {"reason": "success"}, "reason: Input should be an object"),
+    ]
+    for route, body, message in cases:
+        answer = http.post(route, json=body)
+        assert 400 <= answer.status_code < 500 and message in answer.json()["error"], (route, answer.text)
+    assert http.get("/healthz").status_code == 200

@@ -206,7 +206,7 @@ class TinkerFront:
             return self.shaped(request_id, *self.refused[request_id])
         run_id, _, seq = request_id.rpartition(".")
         self.run(run_id, owner, "/api/v1/retrieve_future")
-        found = self.service.runner.answer_of(run_id, int(seq)) if seq.isdigit() else None
+        found = self.service.runner.answer_of(run_id, int(seq)) if seq.isdigit() and len(seq) < 19 else None
         if found is None or request_id not in self.shapes:
             raise TinkerError(410, f"/api/v1/retrieve_future: request {request_id!r} is unknown here (the server "
                                    "may have restarted); the SDK sends it again")
@@ -269,7 +269,12 @@ class TinkerFront:
 
     # ------------------------------------------------------------------ models
     async def open_run(self, session_id: str, owner: str, base_model: str, rank: int, seed: int) -> str:
-        spec = schemas.CreateRun.model_validate({"base_model": base_model, "lora_rank": rank, "seed": seed}).model_dump()
+        try:
+            spec = schemas.CreateRun.model_validate({"base_model": base_model, "lora_rank": rank,
+                                                     "seed": seed}).model_dump()
+        except ValidationError as err:
+            problems = [f"{'.'.join(str(p) for p in e['loc'])}={e['input']!r}: {e['msg']}" for e in err.errors()]
+            raise TinkerError(400, f"/api/v1/create_model: {'; '.join(problems)}") from None
         try:
             return await self.service.runner.create_run(session_id, owner, spec)  # type: ignore[no-any-return]
         except WhileaiError as err:
