@@ -35,6 +35,7 @@ from pydantic import BaseModel, ValidationError
 from whileai.errors import WhileaiError
 from whileai.service import schemas
 from whileai.service.auth import Tokens
+from whileai.service.guard import BodyTooLarge, read_body
 from whileai.service.provider import LocalProvider, Provider
 from whileai.service.runs import Answer, Runner, error_answer, status_of
 from whileai.service.store import Store
@@ -103,14 +104,11 @@ class Service:
         return owner
 
     async def body(self, request: Request) -> bytes:
-        limit = self.config.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _too_large(int(declared), limit)
-        raw = await request.body()
-        if len(raw) > limit:
-            raise _too_large(len(raw), limit)
-        return raw
+        """The body, refused (413) past --max-body-mb while it is read (guard.read_body)."""
+        try:
+            return await read_body(request, self.config.max_body_bytes)
+        except BodyTooLarge as err:
+            raise Refusal(413, "TooLarge", str(err)) from None
 
     def session(self, session_id: str, owner: str) -> dict[str, Any]:
         row = self.store.session(session_id)
@@ -166,11 +164,6 @@ class Service:
                 raise Refusal(413, "TooLarge", f"{prompts} prompts x {body.num_samples} samples = "
                                                f"{prompts * body.num_samples} sequences; the limit is "
                                                f"{self.config.max_samples} (--max-samples): split the request")
-
-
-def _too_large(size: int, limit: int) -> Refusal:
-    return Refusal(413, "TooLarge", f"the body is {size} bytes; the limit is {limit} (--max-body-mb): "
-                                    "split the batch into several requests")
 
 
 def create_app(config: ServeConfig, provider: Provider | None = None) -> FastAPI:
