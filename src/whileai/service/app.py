@@ -183,6 +183,12 @@ def create_app(config: ServeConfig, provider: Provider | None = None) -> FastAPI
     async def refused(request: Request, err: Refusal) -> Response:
         return reply(err.answer)
 
+    @app.exception_handler(Exception)
+    async def failed(request: Request, err: Exception) -> Response:  # a bug: still the documented error shape
+        return reply(error_answer(500, "InternalError", f"wai serve failed on this request ({type(err).__name__}: "
+                                                        f"{str(err)[:200]}); the server is still up. Please report "
+                                                        "it with the request"))
+
     _routes(app, service)
     from whileai.service.tinker_api import mount
 

@@ -107,3 +107,21 @@ class TokenCheck:
         why = "no bearer token" if not authorization else "the bearer token is not this server's"
         return (f"{why}: send 'Authorization: Bearer <token>' with the token `wai {server}` printed at start, or "
                 f"the one it was given (--token or ${TOKEN_ENV}); the OpenAI client sends it as api_key")
+
+
+class RequireToken:
+    """ASGI middleware: every HTTP request but ``open_paths`` (readiness) carries the server's token, else it
+    gets ``refuse(message)`` (a 401 in the server's error shape) before any route reads its body."""
+
+    def __init__(self, app: Any, check: TokenCheck, server: str, refuse: Any,
+                 open_paths: tuple[str, ...] = ("/healthz",)) -> None:
+        self.app, self.check, self.server, self.refuse, self.open_paths = app, check, server, refuse, open_paths
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and self.check.required and scope["path"] not in self.open_paths:
+            header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+            problem = self.check.problem(header, self.server)
+            if problem is not None:
+                await self.refuse(problem)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
