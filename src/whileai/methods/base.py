@@ -23,6 +23,8 @@ from whileai.methods.defaults import DEFAULTS
 from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch, as_batch
 
+CAP = "max_tokens"
+"""the standard field of a method's generation cap per trajectory (what ``run_spec().max_tokens`` reports)"""
 # name -> method class; filled by subclasses that set ``name`` (see Method.__init_subclass__)
 REGISTRY: dict[str, type[Method]] = {}
 
@@ -45,8 +47,19 @@ def _bind_own_row(cls: type) -> None:
             setattr(cls, f.name, knob(cls.name, f.name))  # type: ignore[attr-defined]
 
 
+class _Built(type):
+    """Records which fields a method object was given (``Method.set_fields``): a knob left out keeps its declared
+    default and its source says so, so a run can still fill it (the plan's generation cap into Dr. GRPO's L_max)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        made = super().__call__(*args, **kwargs)
+        names = [f.name for f in dataclasses.fields(made) if f.init]
+        object.__setattr__(made, "_set", frozenset(names[:len(args)]) | frozenset(kwargs))
+        return made
+
+
 @dataclass(frozen=True)
-class Method:
+class Method(metaclass=_Built):
     """Base class of every method. Subclasses set ``name`` and implement ``_update``."""
 
     name: ClassVar[str] = ""
@@ -85,7 +98,34 @@ class Method:
         unknown = sorted(set(changes) - set(names))
         if unknown:
             raise ConfigError(f"{type(self).__name__} has no field {unknown[0]!r}; its fields are {', '.join(names)}")
-        return dataclasses.replace(self, **changes)
+        return self._replaced(changes)
+
+    def _replaced(self, changes: Mapping[str, Any]) -> Method:
+        made = dataclasses.replace(self, **changes)
+        object.__setattr__(made, "_set", self.set_fields() | frozenset(changes))
+        return made
+
+    def set_fields(self) -> frozenset[str]:
+        """The fields this object was given (at construction or by ``replace``); every other field holds its
+        declared default."""
+        return getattr(self, "_set", frozenset())
+
+    def with_cap(self, cap: int) -> Method:
+        """This method with ``cap`` (the run's generation budget) as its generation cap where the cap was left at
+        its declared default, in a wrapped method too: an update that reads the cap (Dr. GRPO's L_max) then
+        divides by the budget the replies really had. A cap the user set stays theirs."""
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == CAP and f.name not in self.set_fields() and value != cap:
+                changes[f.name] = cap
+            elif isinstance(value, Method) and (inner := value.with_cap(cap)) is not value:
+                changes[f.name] = inner
+        if not changes:
+            return self
+        made = dataclasses.replace(self, **changes)
+        object.__setattr__(made, "_set", self.set_fields())  # the filled cap is still the run's, not the user's
+        return made
 
     def update(self, batch: Batch | Iterable[Mapping[str, Any]], *, state: Mapping[str, Any] | None = None) -> Update:
         """Coefficients for every token of ``batch`` (a list of row dicts or a ``Batch``).

@@ -126,9 +126,13 @@ def needs_of(config: TrainConfig, plan: RunPlan, method: Any) -> Needs:
 
 
 def _knobs_of(method: Any) -> dict[str, Any]:
-    """A method's knob values that a TOML file can hold (what rebuilds it with wai.method(name, **knobs))."""
+    """The knobs the user set on a method object that a TOML file can hold (what rebuilds it with
+    wai.method(name, **knobs)); a knob left at its declared default stays the method's, so the run may still
+    fill it (the plan's generation cap)."""
     out: dict[str, Any] = {}
     for name in method.knobs():
+        if name not in method.set_fields():
+            continue
         value = getattr(method, name)
         if value is None or isinstance(value, (bool, int, float, str)):
             if value is not None:
