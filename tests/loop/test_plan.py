@@ -152,3 +152,22 @@ def test_a_dr_grpo_object_divides_by_the_runs_cap_as_its_name_does(tmp_path: Pat
     assert losses["object"] == pytest.approx(losses["name"], rel=1e-9)
     assert "max_tokens" not in texts["object"].split("[plan]")[0]  # the knob was not the user's
     assert "(--set)" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "opd", "opsd", "dapo"])
+def test_the_loops_rollouts_message_names_a_knob_the_method_has(name):
+    """A group method at one rollout per prompt is refused with `--set rollouts_per_prompt=2`; that --set builds
+    every sampling method (OPD's count was once `samples`, and the message said `generations`)."""
+    import re
+    import warnings
+
+    from whileai.loop.plan.checks import check
+    from whileai.loop.plan.config import build
+
+    config = build(None, method="grpo", knobs={"rollouts_per_prompt": 1})
+    problems = check(config, wai.method("grpo", rollouts_per_prompt=1))
+    key, value = re.search(r"--set (\w+)=(\d+)", " ".join(problems)).groups()
+    assert (key, value) == ("rollouts_per_prompt", "2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert wai.method(name, **{key: int(value)}).run_spec().rollouts_per_prompt == 2

@@ -43,7 +43,7 @@ def test_at_lag_0_the_sampler_logprobs_are_the_policys_and_after_a_step_they_are
         scored = score(engine, rows, sampling_params={"max_tokens": 5, "temperature": temperature})
         for row, logprobs in zip(rows, scored):
             np.testing.assert_allclose(logprobs, row["behavior_logprobs"], atol=1e-4)
-    result = policy_step(engine, wai.GRPO(generations=2), rows, adam={"learning_rate": 0.05},
+    result = policy_step(engine, wai.GRPO(rollouts_per_prompt=2), rows, adam={"learning_rate": 0.05},
                          sampling_params={"max_tokens": 5, "temperature": 0.7}, rescore=False)
     assert result.metrics["drift"] == 0.0  # the same numbers stood in for the policy's
     rescored = score(engine, rows, sampling_params={"max_tokens": 5, "temperature": 0.7})
@@ -71,9 +71,9 @@ def test_the_single_pass_equals_score_then_train():
     rows = _rows(one, 0.8)
     stale = [{**r, "behavior_logprobs": [x - 0.05 for x in r["behavior_logprobs"]]} for r in rows]  # lag > 0
     params = {"max_tokens": 5, "temperature": 0.8}
-    a = policy_step(one, wai.GRPO(generations=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
+    a = policy_step(one, wai.GRPO(rollouts_per_prompt=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
                     single_pass_tokens=10_000)
-    b = policy_step(two, wai.GRPO(generations=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
+    b = policy_step(two, wai.GRPO(rollouts_per_prompt=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
                     single_pass_tokens=0)
     assert a.metrics["loss"] == pytest.approx(b.metrics["loss"], rel=1e-6, abs=1e-9)
     for c1, c2 in zip(a.update.coefficients, b.update.coefficients):
@@ -144,6 +144,6 @@ def test_the_drift_metric_is_the_methods_own_kl_where_it_measures_one_else_the_k
     r = 0.5 / 0.9
     k3 = (r - 1 - np.log(r)) / 2
     assert bernoulli == pytest.approx(0.184032, abs=1e-6) and k3 == pytest.approx(0.071671, abs=1e-6)
-    for method, want in ((wai.FlashReinforce(trust=10.0), bernoulli), (wai.GRPO(generations=2), k3)):
+    for method, want in ((wai.FlashReinforce(trust=10.0), bernoulli), (wai.GRPO(rollouts_per_prompt=2), k3)):
         update = method.update([{k: v for k, v in row.items() if k != "prompt_tokens"} for row in rows])
         assert step_stats(update, rows)["drift"] == pytest.approx(want, rel=1e-9)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -22,6 +23,25 @@ from whileai.knobs import Knob
 from whileai.methods.defaults import DEFAULTS
 from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch, as_batch
+
+# Old knob names, each accepted for one more release with a one-line DeprecationWarning (wai.method, the
+# classes, replace, --set, a config file's [knobs]): rollouts per prompt has one name across the package.
+DEPRECATED: dict[str, str] = {"generations": "rollouts_per_prompt", "samples": "rollouts_per_prompt"}
+
+
+def renamed(cls: type, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``changes`` with each deprecated knob name ``cls`` does not have put under its one name, warned once."""
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    out = dict(changes)
+    for old, new in DEPRECATED.items():
+        if old in out and old not in fields and new in fields:
+            if new in out:
+                raise ConfigError(f"{cls.__name__}: give {new}= only ({old}= is its deprecated name)")
+            warnings.warn(f"{cls.__name__}({old}=...) is deprecated: the knob is {new} (one name for rollouts per "
+                          "prompt); the old name goes in the next release", DeprecationWarning, stacklevel=3)
+            out[new] = out.pop(old)
+    return out
+
 
 CAP = "max_tokens"
 """the standard field of a method's generation cap per trajectory (what ``run_spec().max_tokens`` reports)"""
@@ -52,6 +72,7 @@ class _Built(type):
     default and its source says so, so a run can still fill it (the plan's generation cap into Dr. GRPO's L_max)."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        kwargs = renamed(cls, kwargs)
         made = super().__call__(*args, **kwargs)
         names = [f.name for f in dataclasses.fields(made) if f.init]
         object.__setattr__(made, "_set", frozenset(names[:len(args)]) | frozenset(kwargs))
@@ -94,6 +115,7 @@ class Method(metaclass=_Built):
     # ----------------------------------------------------------------- public API
     def replace(self, **changes: Any) -> Method:
         """A copy with some fields changed, validated like a new object."""
+        changes = renamed(type(self), changes)
         names = [f.name for f in dataclasses.fields(self)]
         unknown = sorted(set(changes) - set(names))
         if unknown:

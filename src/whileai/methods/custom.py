@@ -10,7 +10,7 @@ per-token advantages of ``loss``; ``Update.coefficients`` are that loss's gradie
         r = batch.rewards_B
         return r - (r.sum() - r) / (len(r) - 1)
 
-    wai.CustomLoss(advantages=leave_one_out, loss="importance_sampling", generations=4)
+    wai.CustomLoss(advantages=leave_one_out, loss="importance_sampling", rollouts_per_prompt=4)
 
 ``fn`` returns one number per row (shape ``(B,)``), one per token of the batch (``(N,)``), or a list of
 one array per row; observation tokens (``action_mask`` false) get 0 whatever it returns.
@@ -47,7 +47,7 @@ class CustomLoss(Method):
     loss: str = knob("custom_loss", "loss")
     clip: float = knob("custom_loss", "clip")
     clip_high: float | None = knob("custom_loss", "clip_high")
-    generations: int = knob("custom_loss", "generations")
+    rollouts_per_prompt: int = knob("custom_loss", "rollouts_per_prompt")
     temperature: float = knob("custom_loss", "temperature")
     max_tokens: int = knob("custom_loss", "max_tokens")
     needs: tuple[str, ...] = ()
@@ -67,7 +67,7 @@ class CustomLoss(Method):
         return losses.clip_config(self.clip, self.clip_high) if self.loss in losses.CLIPPED else {}
 
     def run_spec(self) -> RunSpec:
-        return RunSpec(self.generations, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.needs),
+        return RunSpec(self.rollouts_per_prompt, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.needs),
                        loss=self.loss, loss_config=losses.as_pairs(self.loss_config()))
 
     def _update(self, batch: Batch) -> Update:

@@ -285,7 +285,7 @@ class OPD(_Distill):
 
     teacher: Endpoint | None = None
     top_k: int = knob("opd", "top_k")
-    samples: int = knob("opd", "samples")
+    rollouts_per_prompt: int = knob("opd", "rollouts_per_prompt")
     divergence: str = knob("opd", "divergence")
     max_ratio: float | None = knob("opd", "max_ratio")
     temperature: float = knob("opd", "temperature")
@@ -294,7 +294,7 @@ class OPD(_Distill):
     kl_coef: float = knob("opd", "kl_coef")
 
     def run_spec(self) -> RunSpec:
-        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=self._needs,
+        return RunSpec(self.rollouts_per_prompt, self.temperature, self.max_tokens, max_lag=None, needs=self._needs,
                        teacher=TeacherSpec("model", top_k=self._spec_top_k), loss=self.loss)
 
     def _check(self) -> list[str]:
@@ -336,7 +336,7 @@ class OPSD(_Distill):
     privileged: str = knob("opsd", "privileged")
     anchor: str = knob("opsd", "anchor")
     top_k: int = knob("opsd", "top_k")
-    samples: int = knob("opsd", "samples")
+    rollouts_per_prompt: int = knob("opsd", "rollouts_per_prompt")
     divergence: str = knob("opsd", "divergence")
     max_ratio: float | None = knob("opsd", "max_ratio")
     temperature: float = knob("opsd", "temperature")
@@ -347,7 +347,7 @@ class OPSD(_Distill):
     def run_spec(self) -> RunSpec:
         weights, rate = parse_anchor(self.anchor) or ("live", None)
         teacher = TeacherSpec(weights, rate, self.privileged, self._spec_top_k)
-        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=self._needs,
+        return RunSpec(self.rollouts_per_prompt, self.temperature, self.max_tokens, max_lag=None, needs=self._needs,
                        teacher=teacher, loss=self.loss)
 
     def _check(self) -> list[str]:

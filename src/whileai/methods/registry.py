@@ -8,7 +8,7 @@ from typing import Any
 
 from whileai.errors import ConfigError
 from whileai.methods import CLASSES
-from whileai.methods.base import REGISTRY, Method
+from whileai.methods.base import REGISTRY, Method, renamed
 
 # The modules of the one class list (``whileai.methods.CLASSES``); importing them fills REGISTRY.
 METHOD_MODULES: tuple[str, ...] = tuple(dict.fromkeys(f"whileai.methods.{module}" for module in CLASSES.values()))
@@ -43,6 +43,7 @@ def method(name: str, **overrides: Any) -> Method:
         preset = overrides
     if key not in registry:
         raise ConfigError(f"unknown method {name!r}; valid names: {', '.join(method_names())}")
+    preset = renamed(registry[key], preset)
     knobs = [f.name for f in dataclasses.fields(registry[key])] if dataclasses.is_dataclass(registry[key]) else None
     unknown = sorted(set(preset) - set(knobs)) if knobs is not None else []
     if unknown:

@@ -146,7 +146,7 @@ class GroupwiseGrading(Method):
             problems.append(f"GroupwiseGrading.grader={self.grader!r} is invalid: it must be a callable taking one "
                             "group's passing rows and returning one score per row (higher is better); it is Python "
                             "code, so GroupwiseGrading runs from Python, not from `wai update` or `wai train`: "
-                            "wai.train(method=wai.GroupwiseGrading(grader=my_grader, method=wai.GRPO(generations=4)))")
+                            "wai.train(method=wai.GroupwiseGrading(grader=my_grader, method=wai.GRPO(rollouts_per_prompt=4)))")
         if not isinstance(self.method, Method) or isinstance(self.method, GroupwiseGrading):
             problems.append(f"GroupwiseGrading.method={self.method!r} is invalid: it must be a grouped method "
                             "(wai.GRPO(), wai.RLOO(), wai.MaxRL(), or its name)")

@@ -68,7 +68,7 @@ def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
     if spec.rollouts_per_prompt < spec.min_rollouts_per_prompt:
         problems.append(f"method {method.name!r} takes its baseline over a prompt's group, and "
                         f"{spec.rollouts_per_prompt} rollout per prompt makes every advantage 0: set "
-                        f"--set generations={max(spec.min_rollouts_per_prompt, 2)} or more, or use a one-rollout "
+                        f"--set rollouts_per_prompt={max(spec.min_rollouts_per_prompt, 2)} or more, or use a one-rollout "
                         "method (flash_reinforce, rae, sao, bpco)")
     if config.rollouts_per_step >= 1 and (config.rollouts_per_step < spec.rollouts_per_prompt
                                           or config.rollouts_per_step % spec.rollouts_per_prompt):
