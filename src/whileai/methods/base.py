@@ -1,6 +1,6 @@
 """The method contract: a frozen, validated config whose ``update(batch)`` returns an ``Update``.
 
-A method subclass is a frozen dataclass whose fields are declared with ``knob(method, name)``, so
+A method subclass is a frozen dataclass whose fields are declared with ``knob()``, so
 its defaults, docs and validation rules come from the one table in ``defaults.py``; a field it inherits
 takes its own row's entry where the row has one. Construction
 and ``.replace(...)`` validate every field and report every bad one at once, as a ``ConfigError``
@@ -21,6 +21,7 @@ import numpy as np
 from whileai.errors import ConfigError
 from whileai.knobs import Knob
 from whileai.methods.defaults import DEFAULTS
+from whileai.methods.losses import as_pairs
 from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch, as_batch
 
@@ -49,10 +50,27 @@ CAP = "max_tokens"
 REGISTRY: dict[str, type[Method]] = {}
 
 
-def knob(method: str, name: str) -> Any:
-    """A dataclass field whose default, doc and rule come from ``DEFAULTS[method][name]``."""
+def knob(row: str | None = None) -> Any:
+    """A method's knob field: ``rollouts_per_prompt: int = knob()``. The field's name is the knob's name, and its
+    default, doc and rule are its row of the knob table (``DEFAULTS[cls.name][field name]``); ``row`` names
+    another method's row, for a base class without a name of its own. Bound when the class is made."""
+    return field(default=None, metadata={KNOB_ROW: row})
+
+
+KNOB_ROW = "knob_row"
+
+
+def _knob_field(method: str, name: str) -> Any:
+    """The dataclass field of ``DEFAULTS[method][name]``: its value as the default, the ``Knob`` as metadata."""
     spec = DEFAULTS[method][name]
     return field(default=spec.value, metadata={"knob": spec})
+
+
+def _declare_knobs(cls: type) -> None:
+    """Each ``knob()`` field ``cls`` declares becomes its row's field (runs before ``@dataclass``)."""
+    for attr, value in list(cls.__dict__.items()):
+        if isinstance(value, dataclasses.Field) and KNOB_ROW in value.metadata:
+            setattr(cls, attr, _knob_field(value.metadata[KNOB_ROW] or cls.__dict__["name"], attr))
 
 
 def _bind_own_row(cls: type) -> None:
@@ -64,7 +82,13 @@ def _bind_own_row(cls: type) -> None:
     for f in getattr(cls, "__dataclass_fields__", {}).values():
         if "knob" in f.metadata and f.name in row and f.name not in own:
             cls.__annotations__[f.name] = f.type
-            setattr(cls, f.name, knob(cls.name, f.name))  # type: ignore[attr-defined]
+            setattr(cls, f.name, _knob_field(cls.name, f.name))  # type: ignore[attr-defined]
+
+
+# The run spec's settings a method declares as fields (or class attributes) of the same name: ``run_spec()``
+# reads them by these names, so a method states its temperature, cap, rollouts per prompt, learning rate and
+# engine loss once, as fields; a method with a ``loss`` and a ``loss_config()`` sends that config too.
+STANDARD_FIELDS = ("rollouts_per_prompt", "temperature", "max_tokens", "learning_rate", "loss")
 
 
 class _Built(type):
@@ -87,8 +111,12 @@ class Method(metaclass=_Built):
     # per-token row fields the update cannot run without, with the reason (checked up front)
     requires: ClassVar[dict[str, str]] = {}
 
+    # run spec settings fixed for the class, e.g. {"max_lag": None, "min_rollouts_per_prompt": 2}
+    run_settings: ClassVar[Mapping[str, Any]] = {}
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _declare_knobs(cls)
         if "name" in cls.__dict__ and cls.name:
             _bind_own_row(cls)
             REGISTRY[cls.name] = cls
@@ -171,8 +199,16 @@ class Method(metaclass=_Built):
                           "state= (run_spec().stateful is False)")
 
     def run_spec(self) -> RunSpec:
-        """How this method must be run (rollouts per prompt, temperature, lag, fields to fill, critic)."""
-        return RunSpec(needs=tuple(self.requires))
+        """How this method must be run: its ``STANDARD_FIELDS`` as they are, its class's ``run_settings``, and
+        ``_run_spec()``'s settings that depend on its fields (needs, a critic, a teacher, a lag)."""
+        own = {name: getattr(self, name) for name in STANDARD_FIELDS if hasattr(self, name)}
+        if "loss" in own and hasattr(self, "loss_config"):
+            own["loss_config"] = as_pairs(self.loss_config())
+        return RunSpec(**{**own, **self.run_settings, **self._run_spec()})
+
+    def _run_spec(self) -> dict[str, Any]:
+        """The run spec's settings that this method computes from its fields (beyond ``STANDARD_FIELDS``)."""
+        return {}
 
     def initial_state(self) -> dict[str, Any] | None:
         """The state a stateful method starts from (None for a stateless one)."""

@@ -35,7 +35,6 @@ from whileai.errors import ConfigError
 from whileai.methods import losses
 from whileai.methods._ops import Groups, agree, far_outside, group_by, group_stats, unclipped_is_min
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
-from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
 GROUP_WHY = "rollouts of the same prompt share a task_id and are compared with each other"
@@ -256,21 +255,21 @@ class GRPO(Method):
 
     name = "grpo"
 
-    rollouts_per_prompt: int = knob("grpo", "rollouts_per_prompt")
-    clip: float = knob("grpo", "clip")
-    clip_high: float | None = knob("grpo", "clip_high")
-    dual_clip: float | None = knob("grpo", "dual_clip")
-    beta: float = knob("grpo", "beta")
-    loss_type: str = knob("grpo", "loss_type")
-    truncated: str = knob("grpo", "truncated")
-    max_tokens: int = knob("grpo", "max_tokens")
-    temperature: float = knob("grpo", "temperature")
-    loss: str = knob("grpo", "loss")
+    rollouts_per_prompt: int = knob()
+    clip: float = knob()
+    clip_high: float | None = knob()
+    dual_clip: float | None = knob()
+    beta: float = knob()
+    loss_type: str = knob()
+    truncated: str = knob()
+    max_tokens: int = knob()
+    temperature: float = knob()
+    loss: str = knob()
 
-    def run_spec(self) -> RunSpec:
-        needs = ("ref_logprobs",) if self.beta > 0 else ()
-        return RunSpec(self.rollouts_per_prompt, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
-                       max_lag=None, needs=needs, loss=self.loss, loss_config=losses.as_pairs(self.loss_config()))
+    run_settings = {"max_lag": None, "min_rollouts_per_prompt": 2}
+
+    def _run_spec(self) -> dict[str, Any]:
+        return {"needs": ("ref_logprobs",) if self.beta > 0 else ()}
 
     def loss_config(self) -> dict[str, Any]:
         """The config ``loss`` is sent with (``RunSpec.loss_config``)."""
@@ -384,7 +383,7 @@ class DrGRPO(GRPO):
 
     name = "dr_grpo"
 
-    length: str = knob("dr_grpo", "length")
+    length: str = knob()
 
 
 # --------------------------------------------------------------------- RLOO and MaxRL
@@ -460,17 +459,15 @@ class GroupBaseline(Method):
     ``baseline_update`` with the subclass's advantage rule. The knobs are declared here with RLOO's row;
     each subclass's own row gives their defaults (``Method``)."""
 
-    rollouts_per_prompt: int = knob("rloo", "rollouts_per_prompt")
-    clip: float = knob("rloo", "clip")
-    clip_high: float | None = knob("rloo", "clip_high")
-    dual_clip: float | None = knob("rloo", "dual_clip")
-    max_tokens: int = knob("rloo", "max_tokens")
-    temperature: float = knob("rloo", "temperature")
-    loss: str = knob("rloo", "loss")
+    rollouts_per_prompt: int = knob("rloo")
+    clip: float = knob("rloo")
+    clip_high: float | None = knob("rloo")
+    dual_clip: float | None = knob("rloo")
+    max_tokens: int = knob("rloo")
+    temperature: float = knob("rloo")
+    loss: str = knob("rloo")
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.rollouts_per_prompt, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
-                       max_lag=None, loss=self.loss, loss_config=losses.as_pairs(self.loss_config()))
+    run_settings = {"max_lag": None, "min_rollouts_per_prompt": 2}
 
     def loss_config(self) -> dict[str, Any]:
         return loss_config_of(self)
@@ -517,7 +514,7 @@ class MaxRL(GroupBaseline):
 
     name = "max_rl"
 
-    estimator: str = knob("max_rl", "estimator")
+    estimator: str = knob()
 
     def _rule(self) -> AdvantageRule:
         return mean_normalized if self.estimator == "mean" else beat_the_best
@@ -543,13 +540,13 @@ class RAE(Method):
 
     name = "rae"
 
-    decay: float = knob("rae", "decay")
-    rollouts_per_prompt: int = knob("rae", "rollouts_per_prompt")
-    clip: float = knob("rae", "clip")
-    clip_high: float | None = knob("rae", "clip_high")
-    dual_clip: float | None = knob("rae", "dual_clip")
-    max_tokens: int = knob("rae", "max_tokens")
-    temperature: float = knob("rae", "temperature")
+    decay: float = knob()
+    rollouts_per_prompt: int = knob()
+    clip: float = knob()
+    clip_high: float | None = knob()
+    dual_clip: float | None = knob()
+    max_tokens: int = knob()
+    temperature: float = knob()
     _baselines: dict[Any, float] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -575,8 +572,7 @@ class RAE(Method):
         self._baselines.clear()
         self._baselines.update(restored)
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.rollouts_per_prompt, self.temperature, self.max_tokens, max_lag=None, stateful=True)
+    run_settings = {"max_lag": None, "stateful": True}
 
     def initial_state(self) -> dict[str, Any]:
         return {"baselines": {}}

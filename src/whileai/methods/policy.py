@@ -19,7 +19,7 @@ Every one is ``update(batch) -> Update`` like any method: ``Update.advantages`` 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,7 +28,6 @@ from whileai.methods import losses
 from whileai.methods._ops import Groups, group_by, group_stats
 from whileai.methods.base import Method, Update, knob, plural
 from whileai.methods.grouped import GROUP_WHY, GRPO, DrGRPO, base_stats, key_list
-from whileai.methods.run_spec import RunSpec
 from whileai.methods.shaping import SamplingPlan
 from whileai.rows.batch import Batch
 
@@ -75,9 +74,9 @@ class DPPO(PPO):
 
     name = "dppo"
 
-    delta_low: float = knob("dppo", "delta_low")
-    delta_high: float = knob("dppo", "delta_high")
-    divergence: str = knob("dppo", "divergence")
+    delta_low: float = knob()
+    delta_high: float = knob()
+    divergence: str = knob()
 
     def loss_config(self) -> dict[str, Any]:
         return {"delta_low": self.delta_low, "delta_high": self.delta_high, "dppo_type": self.divergence}
@@ -93,8 +92,8 @@ class SAPO(PPO):
 
     name = "sapo"
 
-    tau_pos: float = knob("sapo", "tau_pos")
-    tau_neg: float = knob("sapo", "tau_neg")
+    tau_pos: float = knob()
+    tau_neg: float = knob()
 
     def loss_config(self) -> dict[str, Any]:
         return {"tau_pos": self.tau_pos, "tau_neg": self.tau_neg}
@@ -117,12 +116,12 @@ class DAPO(GRPO):
 
     name = "dapo"
 
-    min_retained: int = knob("dapo", "min_retained")
-    max_rounds: int = knob("dapo", "max_rounds")
-    dynamic_sampling: bool = knob("dapo", "dynamic_sampling")
+    min_retained: int = knob()
+    max_rounds: int = knob()
+    dynamic_sampling: bool = knob()
 
-    def run_spec(self) -> RunSpec:
-        return replace(super().run_spec(), plan=self.plan)
+    def _run_spec(self) -> dict[str, Any]:
+        return {**super()._run_spec(), "plan": self.plan}
 
     def plan(self, rows: Iterable[Mapping[str, Any]], tasks: Iterable[Hashable] = ()) -> SamplingPlan:
         """Resample ``rollouts_per_prompt`` more for a prompt with fewer than ``min_retained`` untruncated rows, until
@@ -191,16 +190,14 @@ class ReinforcePP(Method):
     name = "reinforce_pp"
     requires = {"ref_logprobs": K2_WHY}
 
-    rollouts_per_prompt: int = knob("reinforce_pp", "rollouts_per_prompt")
-    kl_coef: float = knob("reinforce_pp", "kl_coef")
-    kl_in: str = knob("reinforce_pp", "kl_in")
-    max_tokens: int = knob("reinforce_pp", "max_tokens")
-    temperature: float = knob("reinforce_pp", "temperature")
+    rollouts_per_prompt: int = knob()
+    kl_coef: float = knob()
+    kl_in: str = knob()
+    max_tokens: int = knob()
+    temperature: float = knob()
     loss: ClassVar[str] = "importance_sampling"
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.rollouts_per_prompt, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.requires),
-                       loss=self.loss)
+    run_settings = {"max_lag": None, "needs": ("ref_logprobs",)}
 
     def _update(self, batch: Batch) -> Update:
         mask_N = batch.action_weight_N
