@@ -349,5 +349,5 @@ def announce(ctx: Context) -> None:
               f"{plan.max_tokens}, is (--max-tokens sets it); the knob still reaches an update that reads it "
               "(Dr. GRPO's length normaliser)")
     if sampling and plan.max_tokens >= LONG_CAP and config.max_tokens is None:
-        write(f"note: generations may run to {plan.max_tokens} tokens (the method's max_tokens; the taskset sets "
+        write(f"note: replies may run to {plan.max_tokens} tokens (the method's max_tokens; the taskset sets "
               "none): set --max-tokens, or max_tokens in the taskset, for short answers")

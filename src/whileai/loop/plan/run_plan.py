@@ -248,25 +248,9 @@ RULES: dict[str, Rule] = {
 
 
 def with_cap(method: Any, config: TrainConfig, plan: RunPlan) -> Any:
-    """The method with the plan's sampling cap as its ``max_tokens`` where the user did not set that knob (left
-    at its default), in a wrapped method too: the cap is the replies' generation budget, so an update that
-    reads it (Dr. GRPO's L_max) divides by the budget the replies really had, not the paper's 1024."""
-    if method is None or "max_tokens" in config.knobs:
-        return method
-    return _capped(method, plan.max_tokens)
-
-
-def _capped(method: Any, cap: int) -> Any:
-    changes = {}
-    for f in dataclasses.fields(method):
-        value = getattr(method, f.name)
-        if f.name == "max_tokens" and value == f.default and value != cap:
-            changes[f.name] = cap
-        elif dataclasses.is_dataclass(value) and hasattr(value, "run_spec"):
-            inner = _capped(value, cap)
-            if inner is not value:
-                changes[f.name] = inner
-    return dataclasses.replace(method, **changes) if changes else method
+    """The method with the plan's sampling cap as its generation cap where the user did not set that knob
+    (``Method.with_cap``: a knob left at its declared default, on a method object too)."""
+    return None if method is None else method.with_cap(plan.max_tokens)
 
 
 def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, taskset: Any) -> RunPlan:
