@@ -55,7 +55,7 @@ def engine(qwen_folder):
 @pytest.fixture(scope="module")
 def ends_with_endoftext(qwen_tokenizer_dir, tmp_path_factory):
     """A folder whose model writes <|endoftext|> (151643) at every position: the tokenizer's EOS is <|im_end|>."""
-    return qwen_model_folder(tmp_path_factory.mktemp("eot"), favour=EOS)
+    return qwen_model_folder(tmp_path_factory.mktemp("eot"), favour=[EOS])
 
 
 def test_the_fixture_tokenizes_as_transformers_qwen2_test_expects(tokenizer):
@@ -134,3 +134,40 @@ def test_cut_at_stop_and_reply_ids():
     assert cut_at_stop("one two", ["six"]) == ("one two", False)
     assert reply_ids([5, 6, IM_END], True, (IM_END, EOS)) == [5, 6]
     assert reply_ids([5, 6, IM_END], False, (IM_END, EOS)) == [5, 6, IM_END]
+
+
+def test_an_environments_stop_string_ends_a_turn_on_the_text_in_training_rollouts(engine):
+    """`wai train`'s rollouts: an environment's stop string that the model writes inside a token ends the turn
+    there (before: its ids encoded alone were matched, and the turn ran on to the cap)."""
+    from whileai.envs import Env, EnvTaskset, Task
+    from whileai.loop.sources.rollouts import Sampling, rollouts
+
+    seen: list[str] = []
+
+    def taskset_with(stop: tuple[str, ...]) -> EnvTaskset:
+        class OneShot(Env):
+            max_turns = 1
+
+            def __init__(self, task):
+                self.stop = stop
+
+            def step(self, text):
+                seen.append(text)
+
+            def reward(self):
+                return 0.0
+
+        return EnvTaskset("oneshot", [Task("a", "Count: one,")], [Task("b", "x")], OneShot, max_tokens=24)
+
+    def play(stop: tuple[str, ...]) -> dict:
+        taskset = taskset_with(stop)
+        tasks = taskset.split("train")
+        prompt = engine.tokenizer.encode(tasks[0].prompt)
+        (row,) = rollouts(engine, taskset, tasks, [prompt], [1], Sampling(1.0, 24, False), seed=4, sampler_step=0)
+        return row
+
+    free = play(())
+    stop, k = mid_token_stop(engine.tokenizer, free["tokens"])
+    row = play((stop,))
+    assert row["tokens"] == free["tokens"][:k + 1] and row["truncated"] is False
+    assert stop in seen[-1]
