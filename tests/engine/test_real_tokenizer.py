@@ -171,3 +171,37 @@ def test_an_environments_stop_string_ends_a_turn_on_the_text_in_training_rollout
     row = play((stop,))
     assert row["tokens"] == free["tokens"][:k + 1] and row["truncated"] is False
     assert stop in seen[-1]
+
+
+@pytest.mark.parametrize("lora_rank", [0, 4])
+def test_the_export_keeps_the_folders_dtype_and_tokenizer_files(qwen_folder, tmp_path, lora_rank):
+    """RUN_DIR/final of a bfloat16 folder trained in float32 is bfloat16 again (before: float32, twice the size),
+    and its tokenizer files are the folder's, with no session flag (before: local_files_only: true)."""
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from whileai.engine import TrainingEngine
+
+    engine = TrainingEngine(str(qwen_folder), lora_rank=lora_rank)
+    out = tmp_path / "final"
+    engine.export(str(out), merged=True)
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+    config = json.loads((out / "config.json").read_text())
+    assert config.get("dtype", config.get("torch_dtype")) == "bfloat16"
+    size = (out / "model.safetensors").stat().st_size / (qwen_folder / "model.safetensors").stat().st_size
+    assert size < (1.01 if lora_rank == 0 else 2.02)  # LoRA on the tied head unties it at the merge (state.py)
+    saved = json.loads((out / "tokenizer_config.json").read_text())
+    assert "local_files_only" not in saved
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [IM_END, EOS]
+    reloaded, original = AutoTokenizer.from_pretrained(str(out)), AutoTokenizer.from_pretrained(str(qwen_folder))
+    messages = [{"role": "user", "content": "Zähle: 一, 二 🤗"}]
+    assert reloaded.apply_chat_template(messages) == original.apply_chat_template(messages)
+    assert (reloaded.eos_token_id, reloaded.bos_token_id) == (IM_END, None)
+    model = AutoModelForCausalLM.from_pretrained(str(out))
+    assert model.dtype == torch.bfloat16
+    if lora_rank == 0:  # untrained: the same weights as the folder's
+        source = AutoModelForCausalLM.from_pretrained(str(qwen_folder))
+        assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))
+    asked = engine.export(str(tmp_path / "f32"), merged=True, dtype="float32")
+    assert json.loads((tmp_path / "f32" / "config.json").read_text()).get("dtype") == "float32" and asked

@@ -550,9 +550,10 @@ class TrainingEngine:
         """Restore what ``save_state`` wrote (the latest complete snapshot under ``path``)."""
         state_io.load_state(self, path)
 
-    def export(self, path: str, merged: bool = False, overwrite: bool = False) -> str:
-        """A PEFT adapter directory (``merged=False``, LoRA only) or a full merged model directory."""
-        return state_io.export(self, path, merged=merged, overwrite=overwrite)
+    def export(self, path: str, merged: bool = False, overwrite: bool = False, dtype: Any = None) -> str:
+        """A PEFT adapter directory (``merged=False``, LoRA only) or a full merged model directory, in ``dtype``
+        (None: the model folder's own dtype)."""
+        return state_io.export(self, path, merged=merged, overwrite=overwrite, dtype=dtype)
 
 
 def _refuse_impossible(logp: torch.Tensor, item: Prepared, positions: np.ndarray, what: str,
