@@ -26,3 +26,24 @@ def wai_token(monkeypatch: pytest.MonkeyPatch) -> str:
 
     monkeypatch.setenv(TOKEN_ENV, SHARED_TOKEN)
     return SHARED_TOKEN
+
+
+# ------------------------------------------------------------------ a real tokenizer (tests/fixtures/qwen.py)
+@pytest.fixture(scope="session")
+def qwen_tokenizer_dir():
+    """Qwen2's tokenizer rebuilt from the vocabulary in the PyPI package dashscope (cached); skips when unfetchable."""
+    from tests.fixtures.qwen import Unavailable, qwen_tokenizer_dir
+
+    try:
+        return qwen_tokenizer_dir()
+    except Unavailable as err:
+        pytest.skip(f"no real tokenizer: {err}")
+
+
+@pytest.fixture(scope="session")
+def qwen_folder(qwen_tokenizer_dir, tmp_path_factory):
+    """A model folder as a user brings it: a tiny random Qwen2 (151,936 ids) in bfloat16, Qwen2's tokenizer with
+    its ChatML template and no BOS, and generation_config.json's eos_token_id [151645, 151643]."""
+    from tests.fixtures.qwen import qwen_model_folder
+
+    return qwen_model_folder(tmp_path_factory.mktemp("qwen-folder"))

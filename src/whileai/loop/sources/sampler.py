@@ -66,17 +66,19 @@ class HTTPSampler:
         self.settings: dict[str, Any] = {}
 
     def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any) -> list[list[Completion]]:
-        stop_ids = []
+        stop_ids, texts = [], [s for s in sampling_params.stop if isinstance(s, str)]
         for stop in sampling_params.stop:
-            if isinstance(stop, str) or len(stop) != 1:
+            if isinstance(stop, str):
+                continue  # sent as `stop`: the server matches it on the text, as the engine does
+            if len(stop) != 1:
                 raise ConfigError(f"stop sequence {stop!r} is more than one token; --sampler-url sends single stop "
-                                  "token ids (stop_token_ids). Fix: sample in-process (drop --sampler-url) for this "
-                                  "environment, or give it single-token stops")
+                                  "token ids (stop_token_ids) and stop strings. Fix: sample in-process (drop "
+                                  "--sampler-url) for this environment, or give it single-token or text stops")
             stop_ids.append(int(stop[0]))
         samples = self.server.sample([list(map(int, p)) for p in prompt_tokens], n=num_samples,
                                      temperature=sampling_params.temperature, top_p=sampling_params.top_p,
                                      top_k=sampling_params.top_k, max_tokens=sampling_params.max_tokens,
-                                     stop_token_ids=stop_ids, seed=sampling_params.seed)
+                                     stop_token_ids=stop_ids, stop=texts, seed=sampling_params.seed)
         out: list[list[Completion]] = [[] for _ in prompt_tokens]
         for s in samples:
             out[s.prompt_index].append(Completion(s.tokens, s.logprobs, "length" if s.finish_reason == "length"
