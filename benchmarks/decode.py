@@ -12,7 +12,8 @@ length), alternating order round by round; medians over rounds, ratios of median
   step: ``decode_step`` switched off), to show what the step itself gained;
 - **generate**: ``model.generate(do_sample=True, top_k=0, top_p=1.0, max_new_tokens=T)`` at batch B.
 
-Time per decode step = a call's wall time / T (the one prefill forward is included on every side; with
+Time per decode step = a call's wall time / T (and its process CPU time / T: on a shared machine, time spent
+waiting for a core is not counted; with one thread it is the work done) (the one prefill forward is included on every side; with
 T = 128 it is under 1% of a call). ``--shape narrow`` (default): 24 layers of width 64 (4 heads, 2 key/value
 heads, MLP 128, the byte vocabulary of 259): a model whose arithmetic per token is tiny, so the time is the
 per-token overhead, as on a GPU. ``0.5b``: Qwen2.5-0.5B's shape (24 layers, width 896, vocabulary 151,936).
@@ -82,22 +83,26 @@ def run_case(model: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]
     prompts = torch.randint(3, vocab, (batch, args.prompt_length), generator=generator).tolist()
     functions = sides(args.graph)
     times: dict[str, list[float]] = {name: [] for name in functions}
+    cpu: dict[str, list[float]] = {name: [] for name in functions}
     for fn in functions.values():  # warm-up
         fn(model, prompts, args.tokens, 0)
     for round_index in range(args.repeats):
         order = list(functions) if round_index % 2 == 0 else list(functions)[::-1]
         for name in order:
             _sync(args.device)
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             functions[name](model, prompts, args.tokens, round_index + 1)
             _sync(args.device)
             times[name].append((time.perf_counter() - start) / args.tokens)
+            cpu[name].append((time.process_time() - start_cpu) / args.tokens)
     out: dict[str, Any] = {"batch": batch, "tokens": args.tokens, "prompt_length": args.prompt_length}
     for name, values in times.items():
         out[name] = {"ms_per_step": [1e3 * v for v in values], "median_ms": 1e3 * statistics.median(values),
-                     "tokens_per_s": batch / statistics.median(values)}
-    base = out["generate"]["median_ms"]
+                     "tokens_per_s": batch / statistics.median(values),
+                     "median_cpu_ms": 1e3 * statistics.median(cpu[name])}
+    base, base_cpu = out["generate"]["median_ms"], out["generate"]["median_cpu_ms"]
     out["ratio_to_generate"] = {name: out[name]["median_ms"] / base for name in functions}
+    out["cpu_ratio_to_generate"] = {name: out[name]["median_cpu_ms"] / base_cpu for name in functions}
     if args.device.startswith("cuda"):
         out["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
     return out
@@ -131,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
               + f"; whileai / generate {r['ratio_to_generate']['whileai']:.2f}x (goal <= 0.5x: "
               f"{'met' if r['ratio_to_generate']['whileai'] <= 0.5 else 'NOT met'}), model-forward sampler / "
               f"generate {r['ratio_to_generate']['whileai_model_forward']:.2f}x; tokens/s whileai "
-              f"{r['whileai']['tokens_per_s']:.0f}, generate {r['generate']['tokens_per_s']:.0f}"
+              f"{r['whileai']['tokens_per_s']:.0f}, generate {r['generate']['tokens_per_s']:.0f}; by process CPU time: "
+              + ", ".join(f"{k} {r[k]['median_cpu_ms']:.2f} ms ({r['cpu_ratio_to_generate'][k]:.2f}x)"
+                          for k in r["ratio_to_generate"])
               + (f"; peak memory {r['peak_memory_gb']:.1f} GB" if "peak_memory_gb" in r else ""), flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if args.json:

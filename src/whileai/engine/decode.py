@@ -80,8 +80,11 @@ def _norm(module: Any) -> Fn:
     if not type(module).__name__.endswith("RMSNorm") or _hooked(module) or not hasattr(module, "variance_epsilon"):
         return module  # type: ignore[no-any-return]
     weight, eps = module.weight, module.variance_epsilon
+    width = weight.shape[-1]
 
     def norm(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and x.is_cpu:  # .to(float32) would return x; a CPU mean is sum, then / n
+            return weight * (x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True).div_(width) + eps))
         dtype = x.dtype
         x = x.to(torch.float32)
         variance = x.pow(2).mean(-1, keepdim=True)
@@ -132,22 +135,25 @@ class DecodeStep:
         self.head_dim = self.inner.layers[0].self_attn.head_dim
         self.final_norm = _norm(self.inner.norm)
         self.project = _linear(self.head)
+        from transformers.integrations.sdpa_attention import use_gqa_in_sdpa
+
+        width = torch.empty(0, self.head_dim)
+        # transformers' SDPA interface with no mask: enable_gqa for grouped heads where this holds (else pack_gqa)
+        self.plain_sdpa = self.layers[0].groups == 1 or use_gqa_in_sdpa(None, width, width)
+        self.unmasked = False  # the mask function returned None for a batch without padding: it will again
 
     def _attend(self, mask: Any) -> Callable[..., torch.Tensor]:
         """The attention of this step: SDPA called as transformers' SDPA interface calls it with no mask
         (``enable_gqa`` for grouped heads), else the model's attention interface itself."""
-        from transformers.integrations.sdpa_attention import use_gqa_in_sdpa
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         name = self.config._attn_implementation
-        width = torch.empty(0, self.head_dim)
-        grouped = self.layers[0].groups > 1
-        if name == "sdpa" and mask is None and (not grouped or use_gqa_in_sdpa(None, width, width)):
+        if name == "sdpa" and mask is None and self.plain_sdpa:
             def sdpa(layer: _Layer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
                 extra = {"enable_gqa": True} if layer.groups > 1 else {}
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, scale=layer.scaling,
                                                      is_causal=False, **extra)
-                return out.reshape(out.shape[0], -1, 1, v.shape[-1]).transpose(1, 2).contiguous()
+                return out.transpose(1, 2)  # (B, 1, heads, D): the layout transformers' .contiguous() gives
 
             return sdpa
         interface = ALL_ATTENTION_FUNCTIONS.get_interface(name, self.family.eager_attention_forward)
@@ -159,24 +165,29 @@ class DecodeStep:
 
     def __call__(self, ids_B1: torch.Tensor, mask_BL: torch.Tensor | None, positions_B1: torch.Tensor,
                  cache: Any) -> torch.Tensor:
-        h = self.inner.embed_tokens(ids_B1)
-        mask = self.mask_function(config=self.config, inputs_embeds=h, attention_mask=mask_BL, cache=cache,
-                                  position_ids=positions_B1)
-        cos, sin = self.inner.rotary_emb(h, positions_B1)
+        h_B1H = self.inner.embed_tokens(ids_B1)
+        mask = None
+        if mask_BL is not None or not self.unmasked:
+            mask = self.mask_function(config=self.config, inputs_embeds=h_B1H, attention_mask=mask_BL, cache=cache,
+                                      position_ids=positions_B1)
+            self.unmasked = mask_BL is None and mask is None
+        cos, sin = self.inner.rotary_emb(h_B1H, positions_B1)
         cos, sin_signed, half = rotary_parts(cos, sin)
         attend = self._attend(mask)
-        shape = (h.shape[0], 1, -1, self.head_dim)
+        # One position per row: hidden states as (B, H) matrices, so each projection is one mm / addmm, the one
+        # a (B, 1, H) input folds to; heads as (B, heads, 1, D), the (B, 1, heads, D) transposed of transformers
+        batch = h_B1H.shape[0]
+        h = h_B1H.view(batch, -1)
+        shape = (batch, -1, 1, self.head_dim)
         for index, layer in enumerate(self.layers):
             x = layer.norm(h)
-            q = rotate(layer.q(x).view(shape).transpose(1, 2), cos, sin_signed, half)
-            k = rotate(layer.k(x).view(shape).transpose(1, 2), cos, sin_signed, half)
-            v = layer.v(x).view(shape).transpose(1, 2)
-            k, v = cache.layers[index].update(k, v)
-            out = attend(layer, q, k, v)
-            h = h + layer.o(out.reshape(h.shape[0], 1, -1).contiguous())
+            q = layer.q(x).view(shape)
+            qk = rotate(torch.cat((q, layer.k(x).view(shape)), dim=1), cos, sin_signed, half)
+            q, k = qk[:, : q.shape[1]], qk[:, q.shape[1]:]  # one rotation for both: the same products, elementwise
+            k, v = cache.layers[index].update(k, layer.v(x).view(shape))
+            h = h + layer.o(attend(layer, q, k, v).reshape(batch, -1))
             h = h + layer.mlp(layer.post_norm(h))
-        h = self.final_norm(h)
-        return self.project(h[:, -1:, :])[:, -1, :]
+        return self.project(self.final_norm(h))
 
 
 def rotary_parts(cos_BTD: torch.Tensor, sin_BTD: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:

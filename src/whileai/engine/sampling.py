@@ -605,10 +605,10 @@ def _growing_layer_class() -> Any:
                 self.key_buffer = torch.cat([self.key_buffer[..., : self.filled, :], key_states], dim=-2)
                 self.value_buffer = torch.cat([self.value_buffer[..., : self.filled, :], value_states], dim=-2)
             else:
-                self.key_buffer[..., self.filled : end, :] = key_states
-                self.value_buffer[..., self.filled : end, :] = value_states
+                self.key_buffer.narrow(-2, self.filled, end - self.filled).copy_(key_states)
+                self.value_buffer.narrow(-2, self.filled, end - self.filled).copy_(value_states)
             self.filled = end
-            self.keys, self.values = self.key_buffer[..., :end, :], self.value_buffer[..., :end, :]
+            self.keys, self.values = self.key_buffer.narrow(-2, 0, end), self.value_buffer.narrow(-2, 0, end)
             return self.keys, self.values
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:
