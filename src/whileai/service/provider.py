@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tarfile
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +18,9 @@ from typing import Any, Protocol
 
 from whileai.errors import ConfigError, WhileaiError
 from whileai.service import schemas
+
+BUILDING = threading.Lock()
+"""Held while a model is built (each run loads on its own thread; concurrent creations queue here)."""
 
 
 class RunUnavailable(WhileaiError):
@@ -95,8 +99,9 @@ class LocalProvider:
                               f"{self.models} (start `wai serve --model M` to add one)")
         from whileai.engine import TrainingEngine
 
-        engine = TrainingEngine(spec["base_model"], lora_rank=spec["lora_rank"], seed=spec["seed"],
-                                reference=spec.get("reference"))
+        with BUILDING:  # one build at a time: transformers' lazy imports are not safe across threads
+            engine = TrainingEngine(spec["base_model"], lora_rank=spec["lora_rank"], seed=spec["seed"],
+                                    reference=spec.get("reference"))
         if spec["kind"] == "critic":
             options = {} if spec.get("reward_range") is None else {"reward_range": tuple(spec["reward_range"])}
             engine.add_critic(spec["critic_learning_rate"], **options)
