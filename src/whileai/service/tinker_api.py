@@ -105,8 +105,8 @@ class TinkerFront:
 
     # ------------------------------------------------------------------ who, which run
     def owner(self, request: Request) -> str:
-        key = request.headers.get("x-api-key") or ""
-        owner = self.service.tokens.owner(f"Bearer {key}")
+        key = request.headers.get("x-api-key")  # the SDK's header; a wai client's Authorization works as well
+        owner = self.service.tokens.owner(f"Bearer {key}" if key else request.headers.get("authorization") or "")
         if owner is None:
             raise TinkerError(401, "the api_key is not accepted by this wai serve: pass one of its tokens "
                                    "(--token-file or WAI_TOKEN; the Tinker SDK needs it to start with 'tml-')")
