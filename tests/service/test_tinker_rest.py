@@ -139,6 +139,15 @@ def test_the_futures_poller_and_joined_clones_are_served(sdk: Any, tml_server: L
     polled = http.post("/api/v1/retrieve_futures", json={"target": {
         "sampling_session_id": sampler._sampling_session_id, "cloned_sampler_id": 7}, "timeout": 0}).json()
     assert polled == {"completions": [], "cursor": 0}
+    request = types.SampleRequest(prompt=types.ModelInput.from_ints(PROMPT), sampling_params=params,
+                                  sampling_session_id=sampler._sampling_session_id, seq_id=7 * 10**9)
+    sent = [http.post("/api/v1/asample", json=request.model_dump(mode="json")).json() for _ in range(2)]  # a retry
+    assert sent[0]["request_id"] == sent[1]["request_id"]
+    target = {"sampling_session_id": sampler._sampling_session_id, "cloned_sampler_id": 7}
+    polled = http.post("/api/v1/retrieve_futures", json={"target": target}).json()
+    assert polled == {"completions": [{"state": "finished", "request_id": sent[0]["request_id"]}], "cursor": 1}
+    assert http.post("/api/v1/retrieve_futures", json={"target": target, "prev_cursor": 1, "timeout": 0}).json() \
+        == {"completions": [], "cursor": 1}
 
 
 def test_unload_model_frees_the_run_and_keeps_its_states(sdk: Any, tml_server: LocalServer) -> None:
