@@ -230,3 +230,22 @@ def test_save_options_are_honoured_or_refused_never_ignored(sdk: Any, tml_server
     inflight = types.SaveWeightsForSamplerRequest(model_id=training.model_id, seq_id=102, path="live", kind="inflight")
     refused = http.post("/api/v1/save_weights_for_sampler", json=inflight.model_dump(mode="json"))
     assert refused.status_code == 400 and "kind='inflight'" in refused.text and "not available" in refused.text
+
+
+def test_a_data_dir_from_before_sessions_kept_their_project_still_opens(tmp_path: Path) -> None:
+    """tinker_sessions had no project_id column in the first version that made it; the column is added."""
+    import sqlite3
+
+    from whileai.service.store import Store
+    from whileai.service.tinker_rest import Records
+
+    old = sqlite3.connect(tmp_path / "service.db")
+    old.execute("CREATE TABLE tinker_sessions (id TEXT PRIMARY KEY, display_name TEXT, user_metadata TEXT, "
+                "reason TEXT, detail TEXT, finished REAL)")
+    old.execute("INSERT INTO tinker_sessions VALUES ('session-old', 'before', NULL, 'success', NULL, 1.0)")
+    old.commit()
+    old.close()
+    records = Records(Store(tmp_path))
+    records.add_session("session-new", "after", None, "p1")
+    assert records.session("session-old")["project_id"] is None and records.session("session-old")["reason"] == "success"
+    assert records.session("session-new")["project_id"] == "p1"

@@ -104,6 +104,9 @@ class Records:
         self.store = store
         with store.lock:
             store.db.executescript(SCHEMA)
+            columns = {row[1] for row in store.db.execute("PRAGMA table_info(tinker_sessions)")}
+            if "project_id" not in columns:  # a data dir written before sessions kept their project
+                store.db.execute("ALTER TABLE tinker_sessions ADD COLUMN project_id TEXT")
 
     def write(self, sql: str, *args: Any) -> None:
         with self.store._write() as db:
