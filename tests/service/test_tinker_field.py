@@ -175,4 +175,9 @@ def test_bad_input_on_tinker_routes_is_a_4xx_naming_the_field_never_a_500(limite
     for route, body, message in cases:
         answer = http.post(route, json=body)
         assert 400 <= answer.status_code < 500 and message in answer.json()["error"], (route, answer.text)
+    for query, message in [("training_runs?limit=abc", "limit='abc' is not an integer"),
+                           ("sessions?offset=-3", "offset >= 0"), ("checkpoints?limit=10000", "limit must be in"),
+                           (f"external_files/{run}/x/y?expires=soon&signature=0", "expires='soon' is not an integer")]:
+        answer = http.get(f"/api/v1/{query}")
+        assert 400 <= answer.status_code < 500 and message in answer.json()["error"], (query, answer.text)
     assert http.get("/healthz").status_code == 200

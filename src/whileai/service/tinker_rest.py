@@ -220,6 +220,18 @@ def training_run(front: Any, run: dict[str, Any], alias: str) -> dict[str, Any]:
             "user_metadata": front.metadata.get(run["id"])}
 
 
+def int_param(request: Request, name: str, default: int, route: str) -> int:
+    """A query parameter as an integer; a 400 in the front's error shape (not FastAPI's 422) when it is not one."""
+    from whileai.service.tinker_api import TinkerError
+
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.lstrip("-").isdigit() or len(text) > 18:
+        raise TinkerError(400, f"{route}: {name}={text!r} is not an integer")
+    return int(text)
+
+
 def _page(items: list[Any], limit: int, offset: int, route: str) -> list[Any]:
     from whileai.service.tinker_api import TinkerError
 
@@ -270,8 +282,9 @@ def mount_rest(app: FastAPI, front: Any, as_json: Any) -> None:
                 "user_metadata": json.loads(extra["user_metadata"]) if extra["user_metadata"] else None}
 
     @app.get("/api/v1/training_runs")
-    async def list_training_runs(request: Request, limit: int = 20, offset: int = 0) -> Response:
+    async def list_training_runs(request: Request) -> Response:
         owner = front.owner(request)
+        limit, offset = (int_param(request, k, d, "/api/v1/training_runs") for k, d in (("limit", 20), ("offset", 0)))
         runs = owned_runs(owner)
         page = _page(runs, limit, offset, "/api/v1/training_runs")
         return as_json({"training_runs": [training_run(front, r, r["id"]) for r in page],  # type: ignore[no-any-return]
@@ -289,8 +302,9 @@ def mount_rest(app: FastAPI, front: Any, as_json: Any) -> None:
         return as_json({"checkpoints": checkpoints.of_run(run, model_id), "cursor": None})  # type: ignore[no-any-return]
 
     @app.get("/api/v1/checkpoints")
-    async def list_user_checkpoints(request: Request, limit: int = 100, offset: int = 0) -> Response:
+    async def list_user_checkpoints(request: Request) -> Response:
         owner = front.owner(request)
+        limit, offset = (int_param(request, k, d, "/api/v1/checkpoints") for k, d in (("limit", 100), ("offset", 0)))
         rows = [c for r in owned_runs(owner) for c in checkpoints.of_run(r, r["id"])]
         page = _page(rows, limit, offset, "/api/v1/checkpoints")
         return as_json({"checkpoints": page, "cursor": _cursor(limit, offset, len(rows))})  # type: ignore[no-any-return]
@@ -341,8 +355,9 @@ def mount_rest(app: FastAPI, front: Any, as_json: Any) -> None:
         return as_json({"effective_rate_usd_per_gigabyte_month": None, "data": [item]})  # type: ignore[no-any-return]
 
     @app.get("/api/v1/sessions")
-    async def list_sessions(request: Request, limit: int = 20, offset: int = 0) -> Response:
+    async def list_sessions(request: Request) -> Response:
         owner = front.owner(request)
+        limit, offset = (int_param(request, k, d, "/api/v1/sessions") for k, d in (("limit", 20), ("offset", 0)))
         ids = [s["id"] for s in store.rows("SELECT id FROM sessions WHERE owner = ? ORDER BY created", owner)]
         return as_json({"sessions": _page(ids, limit, offset, "/api/v1/sessions")})  # type: ignore[no-any-return]
 
