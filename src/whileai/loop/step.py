@@ -22,6 +22,7 @@ import numpy as np
 
 from whileai.errors import BatchError, ConfigError
 from whileai.knobs import SCORED_FIELDS
+from whileai.methods.run_spec import RunSpec
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
 # logged trace was sampled with (``whileai.loop.sources.trace_formats``), the distribution its tokens are scored under.
@@ -194,6 +195,13 @@ def fill(trainer: Any, rows: list[dict[str, Any]], needs: Sequence[str], samplin
 FILLED_AS = {"teacher_topk": "topk_logprobs"}
 
 
+def single_pass_budget(spec: RunSpec, tokens: int) -> int:
+    """The token budget of a run's single-pass steps, chosen once per run from the method's run spec (0: every
+    step scores first, then trains). Only the kernel on the sampled tokens takes the single pass: a named loss
+    computes its ratio in the engine, and a teacher's top-k form trains other slots than it scored."""
+    return tokens if spec.loss == "cross_entropy" and "teacher_topk" not in spec.needs else 0
+
+
 def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
                 sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
                 critic_steps: int = 0, single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
@@ -202,37 +210,58 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     ``rescore=False`` skips the scoring forward when its answer is known: on-policy rows whose sampler
     log-probabilities (``behavior_logprobs``) are the policy's at the same temperature and truncation.
     ``train_policy=False`` (a critic warm-up) computes the update and trains only the critic.
-    ``single_pass_tokens``: when the padded batch fits in this many tokens, score and train in one forward
-    (``forward_backward_custom``); otherwise score, then ``forward_backward`` in micro-batches.
+    ``single_pass_tokens``: the run's ``single_pass_budget``; a batch that fits in it, under one distribution
+    that truncates nothing, is scored and trained in one forward (``forward_backward_custom``); otherwise
+    scored, then ``forward_backward`` in micro-batches.
     ``teacher``: fills the teacher's fields on the rows first (``whileai.loop.hooks.teacher.RunTeacher``).
     Rows with their own ``sampling`` (logged traces) are scored and trained under it, one trainer call per
-    distribution (``by_distribution``); the single pass needs them all under one.
+    distribution (``by_distribution``).
     """
     work = [dict(r) for r in rows]
     spec = method.run_spec()
+    budget = single_pass_budget(spec, single_pass_tokens)
     groups = by_distribution(work, sampling_params)
     for params, indices in groups if teacher is not None else ():  # first: the teacher reads no student score
         teacher.fill([work[i] for i in indices], params)
-    # the single pass trains the sampled tokens only (a top-k form trains the teacher's slots), every one of
-    # them, so it needs one distribution that truncates nothing (where none is -inf, REMOVED_LOGPROB)
-    if rescore and train_policy and len(groups) == 1 and not _truncates(groups[0][0]) \
-            and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs and spec.loss == "cross_entropy":
-        update, single = _single_pass(trainer, method, work, state, groups[0][0], spec.needs)
-        return _finish(trainer, update, work, adam, critic_steps, single)
+    # the single pass trains every sampled token of the one distribution it scored (none is -inf there)
+    if budget and rescore and train_policy and len(groups) == 1 and not _truncates(groups[0][0]) \
+            and fits(work, budget):
+        update, metrics = _single_pass(trainer, method, work, state, groups[0][0], spec.needs)
+    else:
+        _policy_logprobs(trainer, work, rescore, sampling_params)
+        update = _update(trainer, method, work, state, spec.needs, sampling_params)
+        metrics = _policy_backward(trainer, spec, update, work, groups) if train_policy else {}
+    return _finish(trainer, update, work, adam, critic_steps, metrics)
+
+
+def _policy_logprobs(trainer: Any, work: list[dict[str, Any]], rescore: bool, sampling_params: Any) -> None:
+    """Each row's ``logprobs``: scored by the trainer, or (``rescore=False``) the sampler's own numbers."""
     if rescore:
         for row, logprobs in zip(work, score(trainer, work, sampling_params=sampling_params)):
             row["logprobs"] = logprobs
-    else:
-        for i, row in enumerate(work):
-            if "behavior_logprobs" not in row:
-                raise BatchError(f"row {i}: rescore=False needs the sampler's 'behavior_logprobs' to stand in for "
-                                 "the policy's; score the rows instead")
-            row["logprobs"] = list(row["behavior_logprobs"])
-    fill(trainer, work, spec.needs, sampling_params)
+        return
+    for i, row in enumerate(work):
+        if "behavior_logprobs" not in row:
+            raise BatchError(f"row {i}: rescore=False needs the sampler's 'behavior_logprobs' to stand in for "
+                             "the policy's; score the rows instead")
+        row["logprobs"] = list(row["behavior_logprobs"])
+
+
+def _update(trainer: Any, method: Any, work: list[dict[str, Any]], state: Any, needs: Sequence[str],
+            sampling_params: Any) -> Any:
+    """The one update call: the fields the run spec needs filled, the loop's bookkeeping left out, the state
+    passed where the method carries one."""
+    fill(trainer, work, needs, sampling_params)
     for_method = [{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work]
-    update = method.update(for_method, state=state) if state is not None else method.update(for_method)
-    metrics: dict[str, float] = {}
-    for params, indices in groups if train_policy else ():  # each log pi differentiated is the one scored
+    return method.update(for_method, state=state) if state is not None else method.update(for_method)
+
+
+def _policy_backward(trainer: Any, spec: RunSpec, update: Any, work: list[dict[str, Any]],
+                     groups: list[tuple[Any, list[int]]]) -> dict[str, float]:
+    """The policy's gradient, one call per distribution (each log pi differentiated is the one scored): the
+    coefficients as the kernel's weights, or the advantages through the run spec's named loss."""
+    metrics: dict[str, float] = {}  # no loss key when nothing was trained (every coefficient 0)
+    for params, indices in groups:
         if spec.loss == "cross_entropy":
             data = [kernel_datum(work[i], update.coefficients[i]) for i in indices if np.any(update.coefficients[i])]
         else:
@@ -241,7 +270,7 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
             out = trainer.forward_backward(data, spec.loss, dict(spec.loss_config) or None,
                                            sampling_params=sent(params))
             metrics["loss"] = metrics.get("loss", 0.0) + float(out.metrics.get("loss:sum", 0.0))
-    return _finish(trainer, update, work, adam, critic_steps, metrics)
+    return metrics
 
 
 def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str, Any]:
@@ -294,10 +323,7 @@ def _single_pass(trainer: Any, method: Any, work: list[dict[str, Any]], state: A
     def loss_fn(data: Any, logprobs: list[Any]) -> tuple[Any, dict[str, float]]:
         for row, lp in zip(work, logprobs):
             row["logprobs"] = lp.detach().cpu().tolist()
-        fill(trainer, work, needs, sampling_params)
-        for_method = [{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work]
-        update = method.update(for_method, state=state) if state is not None else method.update(for_method)
-        holder["update"] = update
+        update = holder["update"] = _update(trainer, method, work, state, needs, sampling_params)
         loss = sum((torch.as_tensor(np.asarray(c, dtype=np.float64), device=lp.device) * lp).sum() * -1.0
                    for c, lp in zip(update.coefficients, logprobs))
         return loss, {}
@@ -333,7 +359,7 @@ def score_head_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]]
     for row, v in zip(work, values):
         row["score"] = float(v[-1])
         row.setdefault("logprobs", [0.0] * len(row["tokens"]))  # unread by a score head; the batch contract wants them
-    update = method.update([{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work])
+    update = _update(trainer, method, work, None, (), None)
     data = []
     for row, v, c in zip(work, values, update.coefficients):
         c = np.asarray(c, dtype=np.float64)
@@ -375,7 +401,7 @@ def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, floa
     stats["mean_ratio"] = float(update.stats.get("mean_ratio", 1.0))
     stats.update(_reply_lengths(rows, rewards))
     # the method's own drift measure when it has one (FlashReinforce's Bernoulli KL), else the k3 estimate
-    stats["drift"] = float(update.stats.get("mean_sequence_kl", _drift(rows)))
+    stats["drift"] = float(update.drift if update.drift is not None else _drift(rows))
     if (gap := _ratio_gap(rows)) is not None:
         stats["ratio_gap_max"] = gap
     return stats
