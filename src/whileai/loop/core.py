@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.step import single_pass_budget, train_step
 from whileai.loop.types import Batches, Hook, LagQueue, Loop, LoopState
 
+if TYPE_CHECKING:
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
-def run_loop(trainer: Any, method: Any, plan: RunPlan, batches: Batches, state: LoopState,
+
+def run_loop(trainer: Trainer, method: Method, plan: RunPlan, batches: Batches, state: LoopState,
              hooks: Sequence[Hook], teacher: Any = None) -> None:
     """Train from ``state.step`` to ``plan.steps``. Every hook's ``before`` runs first and ``after_step`` after
     each step, in order (the last, the checkpoint, may stop the run)."""

@@ -16,13 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from whileai.errors import BatchError, ConfigError
 from whileai.knobs import SCORED_FIELDS
 from whileai.methods.run_spec import RunSpec
+
+if TYPE_CHECKING:
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
 # logged trace was sampled with (``whileai.loop.sources.trace_formats``), the distribution its tokens are scored under.
@@ -126,7 +130,7 @@ def _truncates(sampling_params: Any) -> bool:
     return top_p < 1.0 or top_k > 0
 
 
-def score(trainer: Any, rows: Sequence[Mapping[str, Any]], *, sampling_params: Any = None,
+def score(trainer: Trainer, rows: Sequence[Mapping[str, Any]], *, sampling_params: Any = None,
           reference: bool = False) -> list[list[float]]:
     """Each row's completion log-probabilities under the current (or reference) policy: one call per
     distribution the rows are scored under (``by_distribution``; one call when no row has ``sampling``)."""
@@ -140,7 +144,7 @@ def score(trainer: Any, rows: Sequence[Mapping[str, Any]], *, sampling_params: A
     return per_distribution(rows, sampling_params, one)
 
 
-def critic_values(trainer: Any, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+def critic_values(trainer: Trainer, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
     """The value head's prediction at every completion token (a value loss's forward returns them)."""
     data = [value_datum(r, [0.0] * len(r["tokens"]), [0.0] * len(r["tokens"])) for r in rows]
     out = trainer.forward(data, "ppo_critic", {"value_clip": None})
@@ -161,7 +165,7 @@ def topk_datum(row: Mapping[str, Any], slots: Any, **completion_fields: Any) -> 
     return {"model_input": full[:-1], "loss_fn_inputs": inputs}
 
 
-def student_topk(trainer: Any, rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[list[list[float]]]:
+def student_topk(trainer: Trainer, rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[list[list[float]]]:
     """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), one call per distribution."""
     def one(group: list[Mapping[str, Any]], params: Any) -> list[list[list[float]]]:
         out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in group], "cross_entropy",
@@ -172,7 +176,7 @@ def student_topk(trainer: Any, rows: Sequence[Mapping[str, Any]], sampling_param
     return per_distribution(rows, sampling_params, one)
 
 
-def fill(trainer: Any, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Any) -> None:
+def fill(trainer: Trainer, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Any) -> None:
     """Fill the per-token fields the method's run spec asks for, where a row lacks them (a teacher's fields
     come from the run's teacher, before this: ``policy_step(..., teacher=)``)."""
     missing = [n for n in needs if any(FILLED_AS.get(n, n) not in r for r in rows)]
@@ -202,7 +206,7 @@ def single_pass_budget(spec: RunSpec, tokens: int) -> int:
     return tokens if spec.loss == "cross_entropy" and "teacher_topk" not in spec.needs else 0
 
 
-def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
+def policy_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
                 sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
                 critic_steps: int = 0, single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
     """One step: (teacher,) score, update, weighted cross-entropy, critic steps, optimizer step.
@@ -234,7 +238,7 @@ def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *,
     return _finish(trainer, update, work, adam, critic_steps, metrics)
 
 
-def _policy_logprobs(trainer: Any, work: list[dict[str, Any]], rescore: bool, sampling_params: Any) -> None:
+def _policy_logprobs(trainer: Trainer, work: list[dict[str, Any]], rescore: bool, sampling_params: Any) -> None:
     """Each row's ``logprobs``: scored by the trainer, or (``rescore=False``) the sampler's own numbers."""
     if rescore:
         for row, logprobs in zip(work, score(trainer, work, sampling_params=sampling_params)):
@@ -247,7 +251,7 @@ def _policy_logprobs(trainer: Any, work: list[dict[str, Any]], rescore: bool, sa
         row["logprobs"] = list(row["behavior_logprobs"])
 
 
-def _update(trainer: Any, method: Any, work: list[dict[str, Any]], state: Any, needs: Sequence[str],
+def _update(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: Any, needs: Sequence[str],
             sampling_params: Any) -> Any:
     """The one update call: the fields the run spec needs filled, the loop's bookkeeping left out, the state
     passed where the method carries one."""
@@ -256,7 +260,7 @@ def _update(trainer: Any, method: Any, work: list[dict[str, Any]], state: Any, n
     return method.update(for_method, state=state) if state is not None else method.update(for_method)
 
 
-def _policy_backward(trainer: Any, spec: RunSpec, update: Any, work: list[dict[str, Any]],
+def _policy_backward(trainer: Trainer, spec: RunSpec, update: Any, work: list[dict[str, Any]],
                      groups: list[tuple[Any, list[int]]]) -> dict[str, float]:
     """The policy's gradient, one call per distribution (each log pi differentiated is the one scored): the
     coefficients as the kernel's weights, or the advantages through the run spec's named loss."""
@@ -285,7 +289,7 @@ def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str,
     return datum(row, **fields)
 
 
-def train_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
+def train_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
                sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
                single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
     """The step every entry point runs: a scalar head's (``run_spec().head == 'score'``) or the policy's, with
@@ -312,7 +316,7 @@ def fits(rows: Sequence[Mapping[str, Any]], single_pass_tokens: int) -> bool:
     return longest * len(rows) <= single_pass_tokens
 
 
-def _single_pass(trainer: Any, method: Any, work: list[dict[str, Any]], state: Any, sampling_params: Any,
+def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: Any, sampling_params: Any,
                  needs: Sequence[str]) -> tuple[Any, dict[str, float]]:
     """Score and train in one forward: the log-probabilities (detached) go to the update, whose coefficients
     weight the same tensors for the backward. Equal to score-then-forward_backward, one forward cheaper."""
@@ -332,7 +336,7 @@ def _single_pass(trainer: Any, method: Any, work: list[dict[str, Any]], state: A
     return holder["update"], {"loss": float(out.metrics["loss:sum"])}
 
 
-def _finish(trainer: Any, update: Any, work: list[dict[str, Any]], adam: Any, critic_steps: int,
+def _finish(trainer: Trainer, update: Any, work: list[dict[str, Any]], adam: Any, critic_steps: int,
             metrics: dict[str, float]) -> StepResult:
     """The critic's steps and the optimizer step, after the policy's gradient is in."""
     if update.value_targets is not None and critic_steps > 0:
@@ -346,7 +350,7 @@ def _finish(trainer: Any, update: Any, work: list[dict[str, Any]], adam: Any, cr
     return StepResult(update, update.state, metrics)
 
 
-def score_head_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any) -> StepResult:
+def score_head_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Any) -> StepResult:
     """One step of a method that trains a scalar head (``run_spec().head == "score"``, a reward model).
 
     The head (the trainer's value head) reads each row's last position; its output there is the row's
@@ -373,7 +377,7 @@ def score_head_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]]
     return StepResult(update, None, metrics)
 
 
-def _critic_backward(trainer: Any, rows: Sequence[Mapping[str, Any]], targets: Sequence[Any]) -> float:
+def _critic_backward(trainer: Trainer, rows: Sequence[Mapping[str, Any]], targets: Sequence[Any]) -> float:
     """Accumulate the value head's gradient: 1/2 (V - target)^2 summed over the action tokens (the methods
     reference: the critic trains toward R at every action token; a tool's tokens are not fitted)."""
     data = []

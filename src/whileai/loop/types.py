@@ -20,6 +20,8 @@ from whileai.envs import render_prompt
 
 if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only carries it
     from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
 PASS = 1.0  # a pass is reward >= 1.0 (the taskset contract)
 
@@ -73,8 +75,8 @@ class Batches(Protocol):
 class Loop:
     """What the hooks see of a running loop."""
 
-    trainer: Any
-    method: Any
+    trainer: Trainer
+    method: Method
     plan: RunPlan
     state: LoopState
     teacher: Any = None

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop.hooks.held_out import held_out
@@ -17,6 +17,10 @@ from whileai.loop.hooks.metrics import Metrics, Progress, write_json
 from whileai.loop.plan.config import TrainConfig
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.types import LoopState, prompts
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
+    from whileai.methods.base import Method
 
 
 class Interrupted(WhileaiError):
@@ -34,8 +38,8 @@ class Context:
     run_dir: Path
     config: TrainConfig
     plan: RunPlan
-    method: Any
-    taskset: Any
+    method: Method
+    taskset: Taskset | None
     rows: Any
     backend: Any
     log: Progress
@@ -48,6 +52,7 @@ class Context:
 
     def evaluate(self) -> dict[str, Any]:
         trainer = self.backend.trainer
+        assert self.taskset is not None  # can_eval
         tasks = self.taskset.split("test")[: self.plan.eval_tasks]
         return held_out(trainer, self.taskset, tasks, prompts(trainer.tokenizer, tasks), self.plan.eval_samples,
                         self.plan.sampling(), self.plan.seed)

@@ -18,7 +18,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from whileai.loop.hooks.context import Context
 from whileai.loop.plan import rules
 from whileai.loop.sources import trace_run
 from whileai.loop.types import Hook, Loop
+
+if TYPE_CHECKING:
+    from whileai.loop.trainers.backends import Trainer
 
 PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""
@@ -351,7 +354,7 @@ class PreflightHook(Hook):
         return [{"reward": float(source.reward_T[i]), "task_id": source.task_ids[source.task_T[i]]}
                 for i in np.flatnonzero(~source.heldout_T & np.isfinite(source.reward_T))]
 
-    def measured(self, trainer: Any) -> dict[str, Any]:
+    def measured(self, trainer: Trainer) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
         (a run from a file), the cap and the reference answers' lengths, the warm start."""
         plan = self.ctx.plan

@@ -14,12 +14,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.envs import render_prompt
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context
 from whileai.loop.types import Hook, Loop
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
 PRIVILEGED: dict[str, str] = {
@@ -30,7 +33,7 @@ PRIVILEGED: dict[str, str] = {
 }
 
 
-def check(spec: Any, method_name: str, teacher: str | None, taskset: Any, no_tasks: bool = False) -> list[str]:
+def check(spec: Any, method_name: str, teacher: str | None, taskset: Taskset | None, no_tasks: bool = False) -> list[str]:
     """Problems with the run's teacher, found before any model loads (each with a fix). ``no_tasks``: the run
     has no taskset (it trains from a rows file), so no task can give privileged text."""
     if spec is None or spec.teacher is None:
@@ -69,7 +72,7 @@ def _source_problems(teacher: str) -> list[str]:
     return []
 
 
-def _privileged_problems(kind: str | None, taskset: Any) -> list[str]:
+def _privileged_problems(kind: str | None, taskset: Taskset | None) -> list[str]:
     if kind not in ("reference", "hint") or taskset is None:
         return []
     tasks = taskset.split("train")
@@ -178,7 +181,7 @@ class RunTeacher:
         self.scorer.ema.load_state_dict(torch.load(path, weights_only=True))
 
 
-def build(spec: Any, config: Any, engine: Any, taskset: Any) -> RunTeacher:
+def build(spec: Any, config: Any, engine: Any, taskset: Taskset | None) -> RunTeacher:
     """Load or make the run's teacher (the student's weights as they are now, for an EMA)."""
     from whileai.engine.teacher import model_teacher, policy_teacher, tokenizer_mismatch
 

@@ -21,7 +21,7 @@ class TraceHook(Hook):
     batches: Any
 
     def before(self, loop: Loop) -> None:
-        if not self.ctx.resuming and self.ctx.can_eval() and (warning := contamination(
+        if not self.ctx.resuming and self.ctx.can_eval() and self.ctx.taskset is not None and (warning := contamination(
                 self.ctx.rows, self.ctx.taskset.split("test")[: self.ctx.plan.eval_tasks])) is not None:
             self.ctx.log.write(warning)
         trace_run.start(self.ctx.rows, self.ctx.method, self.ctx.config, self.ctx.run_dir, loop.trainer,

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -30,6 +30,9 @@ from whileai.errors import BatchError, WhileaiError
 from whileai.loop.sources.trace_formats import Vocab, read_line
 from whileai.loop.sources.traces import TRACE_FIELDS, lacking
 from whileai.loop.types import Hook, LagQueue, Loop, LoopState, Source
+
+if TYPE_CHECKING:
+    from whileai.methods.base import Method
 
 POLL_S = 1.0  # seconds between polls of the recorder while too few scored traces are new
 ADAPTER = "policy"  # the adapter name the trained LoRA weights are served under (clients ask for model="policy")
@@ -191,7 +194,7 @@ class FeedHook(Hook):
             raise RecorderStopped(self.batches.feed.url, self.ctx.run_dir, loop.state.step, error) from None
 
 
-def problems(config: Any, method: Any) -> list[str]:
+def problems(config: Any, method: Method) -> list[str]:
     """The config rules of a run from a recorder (``check`` adds them to the rest)."""
     if config.rows_from is None:
         return []

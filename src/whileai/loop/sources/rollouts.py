@@ -19,8 +19,13 @@ from whileai.envs.episode import is_episodic, play
 from whileai.errors import BatchError, WhileaiError
 from whileai.loop.types import LagQueue, prompts
 
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
+
 if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
     from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ def completion_text(tokenizer: Any, tokens: Sequence[int]) -> str:
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
-def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]],
+def rollouts(engine: Any, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]],
              rollouts_per_prompt: Sequence[int],
              sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
     """``rollouts_per_prompt[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights.
@@ -67,7 +72,7 @@ def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[
     return rows
 
 
-def sample_batch(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: Any,
+def sample_batch(engine: Any, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: Any,
                  sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
     """One step's rows: ``rollouts_per_prompt`` per task, then more rounds while the method's plan asks."""
     rows = rollouts(engine, taskset, tasks, prompts, [spec.rollouts_per_prompt] * len(tasks), sampling, seed,
@@ -101,9 +106,9 @@ class Rollouts:
     """Each step's batch sampled from the taskset with the current weights and graded; the queue holds
     ``plan.lag`` batches, so the batch trained at step t was sampled with the weights of step t - lag."""
 
-    trainer: Any
-    taskset: Any
-    method: Any
+    trainer: Trainer
+    taskset: Taskset
+    method: Method
     plan: RunPlan
 
     def next(self, step: int, queue: LagQueue) -> list[dict[str, Any]]:

@@ -25,13 +25,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop.sources.rollouts import sample_batch, step_tasks
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
 from whileai.loop.sources.sync import PushWeights
 from whileai.loop.types import Hook, LagQueue, Loop, Source, prompts
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
 IN_PROCESS = "in-process"
 """The plan's ``sampler`` when the trainer samples its own rollouts."""
@@ -96,7 +101,7 @@ class AheadRollouts:
     """The loop's ``Batches`` from a server, sampled ahead by a thread within the lag; the ``PushGate`` of its
     ``PushWeights`` (a push waits for the draws of the weights it replaces)."""
 
-    def __init__(self, sampler: HTTPSampler, push: PushWeights, taskset: Any, method: Any, plan: Any) -> None:
+    def __init__(self, sampler: HTTPSampler, push: PushWeights, taskset: Taskset, method: Method, plan: Any) -> None:
         self.sampler, self.push, self.taskset, self.method, self.plan = sampler, push, taskset, method, plan
         push.gate = self
         self.lock = threading.Condition()
@@ -216,7 +221,7 @@ class StopOnServerError(Hook):
             raise ServerStopped(self.url, self.ctx.run_dir, loop.state.step, error) from None
 
 
-def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any) -> Source:
+def server_rollouts(ctx: Any, trainer: Trainer, taskset: Taskset, method: Method, plan: Any) -> Source:
     """The batches of a run sampled from ``plan.sampler`` and the hooks that push its weights there and stop the run
     cleanly when the server dies."""
     name, kind = ServerSampler(plan.sampler, "").served()
@@ -227,7 +232,7 @@ def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any
     return Source(batches, pushing=[push, StopOnServerError(ctx, plan.sampler)], closers=[batches.close])
 
 
-def problems(config: Any, method: Any, plan: Any) -> list[str]:
+def problems(config: Any, method: Method, plan: Any) -> list[str]:
     """What --sampler-url cannot do, each with a fix."""
     if config.sampler_url is None or config.rows_from is not None:  # --rows-from: loop.recorded's rules
         return []

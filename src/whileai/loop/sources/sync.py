@@ -102,7 +102,8 @@ class PushWeights(Hook):
 
     # ------------------------------------------------------------------ as a loop hook
     def before(self, loop: Loop) -> None:
-        self.check_server(loop.trainer.loaded.lora is not None)
+        engine: Any = loop.trainer  # weights are synced from the in-process engine: its loaded adapter, if any
+        self.check_server(engine.loaded.lora is not None)
         self.push(loop.trainer, loop.state.step)
 
     def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:

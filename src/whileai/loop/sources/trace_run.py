@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,13 +23,16 @@ from whileai.loop.types import PASS
 from whileai.routing import route
 from whileai.rows.io import plural
 
+if TYPE_CHECKING:
+    from whileai.methods.base import Method
+
 HELDOUT_FILE = "heldout_traces.json"
 NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed and no --eval-taskset was given, "
            "so there is no pass@1 to report. Give --eval-taskset SPEC (prompts and a grader of the same task) to "
            "measure one")
 
 
-def rows_problems(config: Any, method: Any, python_rows: bool) -> list[str]:
+def rows_problems(config: Any, method: Method, python_rows: bool) -> list[str]:
     """The config rules of a run from a rows / traces file (``check`` adds them to the rest)."""
     problems = []
     if config.rows is not None and not python_rows and not Path(config.rows).is_file():
@@ -49,7 +52,7 @@ def rows_problems(config: Any, method: Any, python_rows: bool) -> list[str]:
     return problems
 
 
-def grouped(method: Any) -> bool:
+def grouped(method: Method) -> bool:
     """Whether a batch keeps a task's traces (or a pair) together: rows methods and group methods do."""
     spec = method.run_spec()
     return spec.source == "rows" or spec.rollouts_per_prompt > 1
@@ -86,7 +89,7 @@ def route_file(source: RowsFile, model: str, run_dir: Path) -> Any:
     return answer
 
 
-def announce(source: RowsFile, method: Any, config: Any, run_dir: Path, write: Callable[[str], None]) -> None:
+def announce(source: RowsFile, method: Method, config: Any, run_dir: Path, write: Callable[[str], None]) -> None:
     """Say what the file holds, what route makes of it, and how this run will be evaluated."""
     write(source.describe())
     for note in source.notes:
@@ -136,7 +139,7 @@ def _described(settings: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- held-out traces
-def heldout_measure(engine: Any, method: Any, source: RowsFile, sampling_params: Any,
+def heldout_measure(engine: Any, method: Method, source: RowsFile, sampling_params: Any,
                     state: Any) -> dict[str, Any] | None:
     """The held-out traces under the current policy: the method's surrogate (the sum of c * log pi that its
     step would raise), the drift from the logged log-probabilities and the share the method admits."""
@@ -187,7 +190,7 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the run's two hooks
-def start(source: RowsFile, method: Any, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
+def start(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
           state: Any, write: Callable[[str], None]) -> None:
     """Before the first step (and again on resume: the held-out slice is a fixed function of the seed)."""
     announce(source, method, config, run_dir, write)
@@ -203,7 +206,7 @@ def start(source: RowsFile, method: Any, config: Any, run_dir: Path, engine: Any
               f"admitted share {measured['admitted_share']:.2f} over {measured['traces']} traces")
 
 
-def finish(source: RowsFile, method: Any, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
+def finish(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
            state: Any) -> dict[str, Any]:
     """What the summary adds for a traces run without an eval taskset: the held-out traces after training."""
     if method.run_spec().source != "rollouts" or config.eval_taskset is not None:

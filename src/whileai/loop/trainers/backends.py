@@ -30,6 +30,11 @@ class Trainer(Protocol):
     @property
     def tokenizer(self) -> Any: ...
 
+    @property
+    def step(self) -> int:
+        """optimizer steps taken (a checkpoint's name and a teacher's snapshot read it)"""
+        ...
+
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
                 reference: bool = False) -> Any: ...
