@@ -22,6 +22,7 @@ import numpy as np
 
 from whileai.errors import BatchError, ConfigError
 from whileai.knobs import SCORED_FIELDS
+from whileai.loop.types import Adam, Scoring
 from whileai.methods.run_spec import RunSpec
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def completion_part(values: Any, n: int) -> list[float]:
     return np.asarray(values, dtype=np.float64)[-n:].tolist()
 
 
-def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[tuple[Any, list[int]]]:
+def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring) -> list[tuple[Any, list[int]]]:
     """The rows grouped by the distribution their tokens are scored under, as ``(sampling_params, indices)``
     in order of first appearance. A row's own ``sampling`` (the temperature / top_p / top_k a logged trace
     was sampled with; a null one is not stated) replaces the run's ``sampling_params`` for that row."""
@@ -82,7 +83,7 @@ def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> 
     return list(groups.values())
 
 
-def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any, call: Any) -> list[Any]:
+def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring, call: Any) -> list[Any]:
     """``call(group_rows, group_sampling_params)`` once per group of ``by_distribution`` (one list of
     per-row results each), the results put back in row order."""
     out: list[Any] = [None] * len(rows)
@@ -92,7 +93,7 @@ def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any, ca
     return out
 
 
-def _settings(sampling_params: Any) -> dict[str, Any]:
+def _settings(sampling_params: Scoring) -> dict[str, Any]:
     """Sampling settings as a dict of ``SamplingParams`` fields (None: the model's own distribution, {})."""
     if sampling_params is None:
         return {}
@@ -101,7 +102,7 @@ def _settings(sampling_params: Any) -> dict[str, Any]:
     return {k: getattr(sampling_params, k) for k in ("max_tokens", *SCORED)}
 
 
-def _distribution_key(sampling_params: Any) -> tuple[float, float, int]:
+def _distribution_key(sampling_params: Scoring) -> tuple[float, float, int]:
     """What tells two distributions apart: (temperature, top_p, top_k), unstated ones at their defaults."""
     from whileai.engine.sampling import SAMPLING_KNOBS
 
@@ -118,19 +119,19 @@ def plain() -> dict[str, Any]:
     return {k: SAMPLING_KNOBS[k].value for k in SCORED}
 
 
-def sent(sampling_params: Any) -> Any:
+def sent(sampling_params: Scoring) -> Any:
     """What the trainer is given to score under: None for the model's own distribution (a backend that scores
     only that one, Tinker's, takes every such call), else the settings."""
     return None if _distribution_key(sampling_params) == _distribution_key(None) else sampling_params
 
 
-def _truncates(sampling_params: Any) -> bool:
+def _truncates(sampling_params: Scoring) -> bool:
     """Whether the distribution has top-k or top-p (then a logged token can have probability 0)."""
     _, top_p, top_k = _distribution_key(sampling_params)
     return top_p < 1.0 or top_k > 0
 
 
-def score(trainer: Trainer, rows: Sequence[Mapping[str, Any]], *, sampling_params: Any = None,
+def score(trainer: Trainer, rows: Sequence[Mapping[str, Any]], *, sampling_params: Scoring = None,
           reference: bool = False) -> list[list[float]]:
     """Each row's completion log-probabilities under the current (or reference) policy: one call per
     distribution the rows are scored under (``by_distribution``; one call when no row has ``sampling``)."""
@@ -165,7 +166,7 @@ def topk_datum(row: Mapping[str, Any], slots: Any, **completion_fields: Any) -> 
     return {"model_input": full[:-1], "loss_fn_inputs": inputs}
 
 
-def student_topk(trainer: Trainer, rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[list[list[float]]]:
+def student_topk(trainer: Trainer, rows: Sequence[Mapping[str, Any]], sampling_params: Scoring) -> list[list[list[float]]]:
     """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), one call per distribution."""
     def one(group: list[Mapping[str, Any]], params: Any) -> list[list[list[float]]]:
         out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in group], "cross_entropy",
@@ -176,7 +177,7 @@ def student_topk(trainer: Trainer, rows: Sequence[Mapping[str, Any]], sampling_p
     return per_distribution(rows, sampling_params, one)
 
 
-def fill(trainer: Trainer, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Any) -> None:
+def fill(trainer: Trainer, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Scoring) -> None:
     """Fill the per-token fields the method's run spec asks for, where a row lacks them (a teacher's fields
     come from the run's teacher, before this: ``policy_step(..., teacher=)``)."""
     missing = [n for n in needs if any(FILLED_AS.get(n, n) not in r for r in rows)]
@@ -206,8 +207,8 @@ def single_pass_budget(spec: RunSpec, tokens: int) -> int:
     return tokens if spec.loss == "cross_entropy" and "teacher_topk" not in spec.needs else 0
 
 
-def policy_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
-                sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
+def policy_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam, state: Any = None,
+                sampling_params: Scoring = None, rescore: bool = True, train_policy: bool = True,
                 critic_steps: int = 0, single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
     """One step: (teacher,) score, update, weighted cross-entropy, critic steps, optimizer step.
 
@@ -238,7 +239,7 @@ def policy_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, An
     return _finish(trainer, update, work, adam, critic_steps, metrics)
 
 
-def _policy_logprobs(trainer: Trainer, work: list[dict[str, Any]], rescore: bool, sampling_params: Any) -> None:
+def _policy_logprobs(trainer: Trainer, work: list[dict[str, Any]], rescore: bool, sampling_params: Scoring) -> None:
     """Each row's ``logprobs``: scored by the trainer, or (``rescore=False``) the sampler's own numbers."""
     if rescore:
         for row, logprobs in zip(work, score(trainer, work, sampling_params=sampling_params)):
@@ -252,7 +253,7 @@ def _policy_logprobs(trainer: Trainer, work: list[dict[str, Any]], rescore: bool
 
 
 def _update(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: Any, needs: Sequence[str],
-            sampling_params: Any) -> Any:
+            sampling_params: Scoring) -> Any:
     """The one update call: the fields the run spec needs filled, the loop's bookkeeping left out, the state
     passed where the method carries one."""
     fill(trainer, work, needs, sampling_params)
@@ -289,8 +290,8 @@ def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str,
     return datum(row, **fields)
 
 
-def train_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
-               sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
+def train_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam, state: Any = None,
+               sampling_params: Scoring = None, rescore: bool = True, train_policy: bool = True,
                single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
     """The step every entry point runs: a scalar head's (``run_spec().head == 'score'``) or the policy's, with
     the critic's steps from the run spec. ``sampling_params``: the distribution the rows were sampled from."""
@@ -316,7 +317,7 @@ def fits(rows: Sequence[Mapping[str, Any]], single_pass_tokens: int) -> bool:
     return longest * len(rows) <= single_pass_tokens
 
 
-def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: Any, sampling_params: Any,
+def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: Any, sampling_params: Scoring,
                  needs: Sequence[str]) -> tuple[Any, dict[str, float]]:
     """Score and train in one forward: the log-probabilities (detached) go to the update, whose coefficients
     weight the same tensors for the backward. Equal to score-then-forward_backward, one forward cheaper."""
@@ -336,7 +337,7 @@ def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], s
     return holder["update"], {"loss": float(out.metrics["loss:sum"])}
 
 
-def _finish(trainer: Trainer, update: Any, work: list[dict[str, Any]], adam: Any, critic_steps: int,
+def _finish(trainer: Trainer, update: Any, work: list[dict[str, Any]], adam: Adam, critic_steps: int,
             metrics: dict[str, float]) -> StepResult:
     """The critic's steps and the optimizer step, after the policy's gradient is in."""
     if update.value_targets is not None and critic_steps > 0:
@@ -350,7 +351,7 @@ def _finish(trainer: Trainer, update: Any, work: list[dict[str, Any]], adam: Any
     return StepResult(update, update.state, metrics)
 
 
-def score_head_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Any) -> StepResult:
+def score_head_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam) -> StepResult:
     """One step of a method that trains a scalar head (``run_spec().head == "score"``, a reward model).
 
     The head (the trainer's value head) reads each row's last position; its output there is the row's

@@ -7,21 +7,31 @@
     Source      a source's batches and the hooks it brings
     LagQueue    the batches in flight between sampler and trainer
     prompts()   the tokens of each task's prompt
+    Scoring     one sampling-parameters type for sampling and scoring
+    Adam        the optimizer settings of a step
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from whileai.envs import render_prompt
 
 if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only carries it
+    from whileai.engine.sampling import SamplingParams
+    from whileai.engine.training import AdamParams
     from whileai.loop.plan.run_plan import RunPlan
     from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
+
+Scoring = Union["SamplingParams", Mapping[str, object], None]
+"""The one sampling-parameters type, for sampling and for scoring: the engine's ``SamplingParams``, or its fields
+as a dict (the JSON wire form; a logged trace's own settings); None: the model's own distribution."""
+Adam = Union["AdamParams", Mapping[str, float], None]
+"""A step's optimizer settings: the engine's ``AdamParams`` or its fields (``{"learning_rate": ...}``)."""
 
 PASS = 1.0  # a pass is reward >= 1.0 (the taskset contract)
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from whileai.envs import render_prompt
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context
-from whileai.loop.types import Hook, Loop
+from whileai.loop.types import Hook, Loop, Scoring
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
@@ -142,7 +142,7 @@ class RunTeacher:
                               "taskset's train split, so there is no privileged text for it")
         return teacher_prompt(self.tokenizer, task, privileged_text(kind, task, row, completion))
 
-    def fill(self, rows: list[dict[str, Any]], sampling_params: Any) -> None:
+    def fill(self, rows: list[dict[str, Any]], sampling_params: Scoring) -> None:
         """Set ``teacher_logprobs`` (and the top-k fields) on every row that lacks them."""
         from whileai.engine.logprobs import scoring
 

@@ -17,12 +17,13 @@ import numpy as np
 
 from whileai.envs.episode import is_episodic, play
 from whileai.errors import BatchError, WhileaiError
-from whileai.loop.types import LagQueue, prompts
+from whileai.loop.types import LagQueue, Scoring, prompts
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
 
 if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
+    from whileai.engine.sampling import SamplingParams
     from whileai.loop.plan.run_plan import RunPlan
     from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
@@ -37,13 +38,13 @@ class Sampling:
     cap_is_answer_length: bool
     """True when the taskset sets the cap (a reply that reaches it is complete, not truncated)"""
 
-    def params(self, seed: int, max_tokens: int | None = None, stop: Sequence[Sequence[int]] = ()) -> Any:
+    def params(self, seed: int, max_tokens: int | None = None, stop: Sequence[Sequence[int]] = ()) -> SamplingParams:
         from whileai.engine import SamplingParams
 
         return SamplingParams(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
                               stop=[list(s) for s in stop], seed=seed)
 
-    def scoring(self) -> Any:
+    def scoring(self) -> Scoring:
         """The distribution the trainer must score tokens under (the sampler's temperature). A logged trace's
         own ``sampling`` replaces it for that trace (``whileai.loop.step.by_distribution``)."""
         return {"max_tokens": self.max_tokens, "temperature": self.temperature}

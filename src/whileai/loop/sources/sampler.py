@@ -34,6 +34,7 @@ from whileai.loop.sources.sync import PushWeights
 from whileai.loop.types import Hook, LagQueue, Loop, Source, prompts
 
 if TYPE_CHECKING:
+    from whileai.engine.sampling import SamplingParams
     from whileai.envs.core import Taskset
     from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
@@ -48,7 +49,7 @@ class Sampler(Protocol):
     @property
     def tokenizer(self) -> Any: ...
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any) -> list[Any]: ...
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: SamplingParams) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ class HTTPSampler:
         self.versions: set[str] = set()
         self.settings: dict[str, Any] = {}
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any) -> list[list[Completion]]:
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int,
+               sampling_params: SamplingParams) -> list[list[Completion]]:
         stop_ids = []
         for stop in sampling_params.stop:
             if isinstance(stop, str) or len(stop) != 1:

@@ -19,7 +19,7 @@ import numpy as np
 from whileai.errors import WhileaiError
 from whileai.loop.sources.traces import RowsFile
 from whileai.loop.step import BOOKKEEPING, fill, plain, score, step_stats
-from whileai.loop.types import PASS
+from whileai.loop.types import PASS, Scoring
 from whileai.routing import route
 from whileai.rows.io import plural
 
@@ -139,7 +139,7 @@ def _described(settings: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- held-out traces
-def heldout_measure(engine: Any, method: Method, source: RowsFile, sampling_params: Any,
+def heldout_measure(engine: Any, method: Method, source: RowsFile, sampling_params: Scoring,
                     state: Any) -> dict[str, Any] | None:
     """The held-out traces under the current policy: the method's surrogate (the sum of c * log pi that its
     step would raise), the drift from the logged log-probabilities and the share the method admits."""
@@ -190,7 +190,7 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the run's two hooks
-def start(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
+def start(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: Any, sampling_params: Scoring,
           state: Any, write: Callable[[str], None]) -> None:
     """Before the first step (and again on resume: the held-out slice is a fixed function of the seed)."""
     announce(source, method, config, run_dir, write)
@@ -206,7 +206,7 @@ def start(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: 
               f"admitted share {measured['admitted_share']:.2f} over {measured['traces']} traces")
 
 
-def finish(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
+def finish(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: Any, sampling_params: Scoring,
            state: Any) -> dict[str, Any]:
     """What the summary adds for a traces run without an eval taskset: the held-out traces after training."""
     if method.run_spec().source != "rollouts" or config.eval_taskset is not None:
