@@ -27,7 +27,7 @@ from whileai.methods.run_spec import RunSpec
 
 if TYPE_CHECKING:
     from whileai.loop.trainers.backends import Trainer
-    from whileai.methods.base import Method
+    from whileai.methods.base import Method, Update
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
 # logged trace was sampled with (``whileai.loop.sources.trace_formats``), the distribution its tokens are scored under.
@@ -44,7 +44,7 @@ REMOVED_LOGPROB = -1e4
 class StepResult:
     """What a step did: the method's Update, the new method state, and plain-number metrics."""
 
-    update: Any
+    update: Update
     state: dict[str, Any] | None
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -261,7 +261,7 @@ def _update(trainer: Trainer, method: Method, work: list[dict[str, Any]], state:
     return method.update(for_method, state=state) if state is not None else method.update(for_method)
 
 
-def _policy_backward(trainer: Trainer, spec: RunSpec, update: Any, work: list[dict[str, Any]],
+def _policy_backward(trainer: Trainer, spec: RunSpec, update: Update, work: list[dict[str, Any]],
                      groups: list[tuple[Any, list[int]]]) -> dict[str, float]:
     """The policy's gradient, one call per distribution (each log pi differentiated is the one scored): the
     coefficients as the kernel's weights, or the advantages through the run spec's named loss."""
@@ -337,15 +337,16 @@ def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], s
     return holder["update"], {"loss": float(out.metrics["loss:sum"])}
 
 
-def _finish(trainer: Trainer, update: Any, work: list[dict[str, Any]], adam: Adam, critic_steps: int,
+def _finish(trainer: Trainer, update: Update, work: list[dict[str, Any]], adam: Adam, critic_steps: int,
             metrics: dict[str, float]) -> StepResult:
     """The critic's steps and the optimizer step, after the policy's gradient is in."""
-    if update.value_targets is not None and critic_steps > 0:
-        metrics["critic_loss"] = _critic_backward(trainer, work, update.value_targets)
+    targets = update.value_targets
+    if targets is not None and critic_steps > 0:
+        metrics["critic_loss"] = _critic_backward(trainer, work, targets)
     optim = trainer.optim_step(adam)
     metrics["grad_norm"] = float(optim.grad_norm)
-    for _ in range(max(critic_steps - 1, 0) if update.value_targets is not None else 0):
-        _critic_backward(trainer, work, update.value_targets)
+    for _ in range(max(critic_steps - 1, 0) if targets is not None else 0):
+        _critic_backward(trainer, work, targets or [])
         trainer.optim_step(adam)  # only the critic has gradients: the policy's weights do not move
     metrics.update(step_stats(update, work))
     return StepResult(update, update.state, metrics)
@@ -393,7 +394,7 @@ def _critic_backward(trainer: Trainer, rows: Sequence[Mapping[str, Any]], target
     return float(out.metrics.get("loss:sum", 0.0)) / tokens
 
 
-def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def step_stats(update: Update, rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Rows trained on (more than rollouts_per_step when a method samples more rounds), reward, pass rate,
     admitted share, ratio and drift of one step, as flat numbers."""
     rewards = np.asarray([float(r["reward"]) for r in rows])

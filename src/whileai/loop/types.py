@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only ca
     from whileai.engine.sampling import SamplingParams
     from whileai.engine.training import AdamParams
     from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.step import StepResult
     from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
 
@@ -104,7 +105,7 @@ class Hook:
     def before_update(self, loop: Loop) -> None:
         return None
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         return None
 
     def failed(self, loop: Loop, error: BaseException) -> None:

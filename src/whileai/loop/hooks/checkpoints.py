@@ -4,10 +4,13 @@ the run with ``Interrupted``). It runs last; ``Context.checkpoint`` writes what 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.loop.hooks.context import Context, Interrupted
 from whileai.loop.types import Hook, Loop
+
+if TYPE_CHECKING:
+    from whileai.loop.step import StepResult
 
 
 @dataclass
@@ -16,7 +19,7 @@ class Checkpoints(Hook):
 
     ctx: Context
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         step, steps, stop = record["step"], self.ctx.plan.steps, self.ctx.stop["stop"]
         if step % self.ctx.plan.save_every == 0 or step == steps or stop:
             self.ctx.checkpoint(loop.state, loop.teacher)

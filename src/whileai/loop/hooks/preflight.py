@@ -30,6 +30,7 @@ from whileai.loop.types import Hook, Loop
 
 if TYPE_CHECKING:
     from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.run_spec import RunSpec
 
 PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""
@@ -117,7 +118,7 @@ class Preflight:
                 "above, or pass --force to train anyway")
 
 
-def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: float | None = None,
+def preflight(rows: Sequence[Mapping[str, Any]], spec: RunSpec, *, admitted_share: float | None = None,
               drift: float | None = None, cap: int | None = None, answer_lengths: Sequence[int] = (),
               cap_ends_answer: bool = False, warm_start_steps: int | None = None,
               random_init: bool = False) -> Preflight:
@@ -155,7 +156,7 @@ def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: f
 class _Fixes:
     """What the fixes may suggest, from the plan."""
 
-    spec: Any
+    spec: RunSpec
     cap: int | None
     answer_lengths: Sequence[int]
     warm_start_steps: int | None

@@ -23,6 +23,8 @@ from whileai.loop.types import Hook, Loop, Scoring
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.methods.run_spec import RunSpec, TeacherSpec
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
 PRIVILEGED: dict[str, str] = {
@@ -33,7 +35,7 @@ PRIVILEGED: dict[str, str] = {
 }
 
 
-def check(spec: Any, method_name: str, teacher: str | None, taskset: Taskset | None, no_tasks: bool = False) -> list[str]:
+def check(spec: RunSpec, method_name: str, teacher: str | None, taskset: Taskset | None, no_tasks: bool = False) -> list[str]:
     """Problems with the run's teacher, found before any model loads (each with a fix). ``no_tasks``: the run
     has no taskset (it trains from a rows file), so no task can give privileged text."""
     if spec is None or spec.teacher is None:
@@ -124,7 +126,7 @@ def _before_tokens(tokenizer: Any, prompt_tokens: Sequence[int], text: str) -> l
 class RunTeacher:
     """The teacher of one run: fills the teacher fields of rows, follows the student (EMA), checkpoints."""
 
-    def __init__(self, spec: Any, scorer: Any, tokenizer: Any, tasks: Sequence[Any]) -> None:
+    def __init__(self, spec: TeacherSpec, scorer: Any, tokenizer: Any, tasks: Sequence[Any]) -> None:
         self.spec, self.scorer, self.tokenizer = spec, scorer, tokenizer
         self.tasks = {t.task_id: t for t in tasks}
 
@@ -181,7 +183,7 @@ class RunTeacher:
         self.scorer.ema.load_state_dict(torch.load(path, weights_only=True))
 
 
-def build(spec: Any, config: Any, engine: Any, taskset: Taskset | None) -> RunTeacher:
+def build(spec: TeacherSpec, config: TrainConfig, engine: Any, taskset: Taskset | None) -> RunTeacher:
     """Load or make the run's teacher (the student's weights as they are now, for an EMA)."""
     from whileai.engine.teacher import model_teacher, policy_teacher, tokenizer_mismatch
 
@@ -189,6 +191,7 @@ def build(spec: Any, config: Any, engine: Any, taskset: Taskset | None) -> RunTe
     if spec.weights == "model":
         from whileai.engine.models import load_model
 
+        assert config.teacher is not None  # checked before anything loads (check())
         loaded = load_model(config.teacher, device=config.device, seed=config.seed)
         # a trainer over HTTP does not say its output size: the student's tokenizer bounds the ids it writes
         vocab_size = getattr(engine, "vocab_size", None) or len(engine.tokenizer)

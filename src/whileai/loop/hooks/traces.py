@@ -4,12 +4,15 @@ the first step; which lines each step's method dropped, and why."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.loop.hooks.context import Context
 from whileai.loop.sources import trace_run
 from whileai.loop.sources.traces import contamination
 from whileai.loop.types import Hook, Loop
+
+if TYPE_CHECKING:
+    from whileai.loop.step import StepResult
 
 
 @dataclass
@@ -27,7 +30,7 @@ class TraceHook(Hook):
         trace_run.start(self.ctx.rows, self.ctx.method, self.ctx.config, self.ctx.run_dir, loop.trainer,
                         self.ctx.plan.sampling().scoring(), loop.state.method_state, self.ctx.log.write)
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         record.update(trace_run.step_record(result.update, self.batches.lines))
         if record["step"] % 10 == 0 and trace_run.dropped_note(record):
             self.ctx.log.write(str(trace_run.dropped_note(record)))

@@ -32,6 +32,8 @@ from whileai.loop.sources.traces import TRACE_FIELDS, lacking
 from whileai.loop.types import Hook, LagQueue, Loop, LoopState, Source
 
 if TYPE_CHECKING:
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.step import StepResult
     from whileai.methods.base import Method
 
 POLL_S = 1.0  # seconds between polls of the recorder while too few scored traces are new
@@ -174,7 +176,7 @@ class FeedHook(Hook):
         self.write(f"rows: the traces scored at {self.batches.feed.url}, {self.batches.size} a step, {where}; each "
                    f"new weights go to {self.push.sampler.url} after every {self.push.every} step(s)")
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         gaps = [record["step"] - 1 - int(r["sampler_step"]) for r in loop.batch if "sampler_step" in r]
         record.update({"recorded/scored_seqs": list(self.batches.seqs), "recorded/cursor": self.batches.cursor,
                        "recorded/refused": len(self.batches.refused), "time/wait_s": self.batches.waited,
@@ -194,7 +196,7 @@ class FeedHook(Hook):
             raise RecorderStopped(self.batches.feed.url, self.ctx.run_dir, loop.state.step, error) from None
 
 
-def problems(config: Any, method: Method) -> list[str]:
+def problems(config: TrainConfig, method: Method) -> list[str]:
     """The config rules of a run from a recorder (``check`` adds them to the rest)."""
     if config.rows_from is None:
         return []

@@ -21,6 +21,8 @@ from whileai.loop.types import LagQueue, Scoring, prompts
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
+    from whileai.loop.sources.sampler import Sampler
+    from whileai.methods.run_spec import RunSpec
 
 if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
     from whileai.engine.sampling import SamplingParams
@@ -55,7 +57,7 @@ def completion_text(tokenizer: Any, tokens: Sequence[int]) -> str:
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
-def rollouts(engine: Any, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]],
+def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]],
              rollouts_per_prompt: Sequence[int],
              sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
     """``rollouts_per_prompt[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights.
@@ -73,7 +75,7 @@ def rollouts(engine: Any, taskset: Taskset, tasks: Sequence[Any], prompts: Seque
     return rows
 
 
-def sample_batch(engine: Any, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: Any,
+def sample_batch(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: RunSpec,
                  sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
     """One step's rows: ``rollouts_per_prompt`` per task, then more rounds while the method's plan asks."""
     rows = rollouts(engine, taskset, tasks, prompts, [spec.rollouts_per_prompt] * len(tasks), sampling, seed,

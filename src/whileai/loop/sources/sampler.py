@@ -36,6 +36,8 @@ from whileai.loop.types import Hook, LagQueue, Loop, Source, prompts
 if TYPE_CHECKING:
     from whileai.engine.sampling import SamplingParams
     from whileai.envs.core import Taskset
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.plan.run_plan import RunPlan
     from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
 
@@ -103,7 +105,7 @@ class AheadRollouts:
     """The loop's ``Batches`` from a server, sampled ahead by a thread within the lag; the ``PushGate`` of its
     ``PushWeights`` (a push waits for the draws of the weights it replaces)."""
 
-    def __init__(self, sampler: HTTPSampler, push: PushWeights, taskset: Taskset, method: Method, plan: Any) -> None:
+    def __init__(self, sampler: HTTPSampler, push: PushWeights, taskset: Taskset, method: Method, plan: RunPlan) -> None:
         self.sampler, self.push, self.taskset, self.method, self.plan = sampler, push, taskset, method, plan
         push.gate = self
         self.lock = threading.Condition()
@@ -223,7 +225,7 @@ class StopOnServerError(Hook):
             raise ServerStopped(self.url, self.ctx.run_dir, loop.state.step, error) from None
 
 
-def server_rollouts(ctx: Any, trainer: Trainer, taskset: Taskset, method: Method, plan: Any) -> Source:
+def server_rollouts(ctx: Any, trainer: Trainer, taskset: Taskset, method: Method, plan: RunPlan) -> Source:
     """The batches of a run sampled from ``plan.sampler`` and the hooks that push its weights there and stop the run
     cleanly when the server dies."""
     name, kind = ServerSampler(plan.sampler, "").served()
@@ -234,7 +236,7 @@ def server_rollouts(ctx: Any, trainer: Trainer, taskset: Taskset, method: Method
     return Source(batches, pushing=[push, StopOnServerError(ctx, plan.sampler)], closers=[batches.close])
 
 
-def problems(config: Any, method: Method, plan: Any) -> list[str]:
+def problems(config: TrainConfig, method: Method, plan: RunPlan) -> list[str]:
     """What --sampler-url cannot do, each with a fix."""
     if config.sampler_url is None or config.rows_from is not None:  # --rows-from: loop.recorded's rules
         return []

@@ -24,7 +24,8 @@ from whileai.routing import route
 from whileai.rows.io import plural
 
 if TYPE_CHECKING:
-    from whileai.methods.base import Method
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.methods.base import Method, Update
 
 HELDOUT_FILE = "heldout_traces.json"
 NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed and no --eval-taskset was given, "
@@ -32,7 +33,7 @@ NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed a
            "measure one")
 
 
-def rows_problems(config: Any, method: Method, python_rows: bool) -> list[str]:
+def rows_problems(config: TrainConfig, method: Method, python_rows: bool) -> list[str]:
     """The config rules of a run from a rows / traces file (``check`` adds them to the rest)."""
     problems = []
     if config.rows is not None and not python_rows and not Path(config.rows).is_file():
@@ -58,7 +59,7 @@ def grouped(method: Method) -> bool:
     return spec.source == "rows" or spec.rollouts_per_prompt > 1
 
 
-def step_record(update: Any, lines: Sequence[int]) -> dict[str, Any]:
+def step_record(update: Update, lines: Sequence[int]) -> dict[str, Any]:
     """What a step adds to metrics.jsonl from a file: the lines the method dropped, and its notes (why)."""
     admitted = np.asarray(update.admitted, dtype=bool)
     dropped = [int(line) for line, kept in zip(lines, admitted) if not kept]
@@ -89,7 +90,7 @@ def route_file(source: RowsFile, model: str, run_dir: Path) -> Any:
     return answer
 
 
-def announce(source: RowsFile, method: Method, config: Any, run_dir: Path, write: Callable[[str], None]) -> None:
+def announce(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, write: Callable[[str], None]) -> None:
     """Say what the file holds, what route makes of it, and how this run will be evaluated."""
     write(source.describe())
     for note in source.notes:
@@ -190,7 +191,7 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the run's two hooks
-def start(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: Any, sampling_params: Scoring,
+def start(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, engine: Any, sampling_params: Scoring,
           state: Any, write: Callable[[str], None]) -> None:
     """Before the first step (and again on resume: the held-out slice is a fixed function of the seed)."""
     announce(source, method, config, run_dir, write)
@@ -206,7 +207,7 @@ def start(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: 
               f"admitted share {measured['admitted_share']:.2f} over {measured['traces']} traces")
 
 
-def finish(source: RowsFile, method: Method, config: Any, run_dir: Path, engine: Any, sampling_params: Scoring,
+def finish(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, engine: Any, sampling_params: Scoring,
            state: Any) -> dict[str, Any]:
     """What the summary adds for a traces run without an eval taskset: the held-out traces after training."""
     if method.run_spec().source != "rollouts" or config.eval_taskset is not None:

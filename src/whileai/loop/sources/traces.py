@@ -36,6 +36,7 @@ from whileai.loop.sources.trace_formats import (
 from whileai.rows.io import MAX_LISTED, GradedRows, Problems, plural
 
 if TYPE_CHECKING:
+    from whileai.loop.plan.config import TrainConfig
     from whileai.methods.base import Method
 
 HELDOUT_SHARE = 0.05  # traces held out (whole tasks, never trained on) when there is no --eval-taskset
@@ -436,9 +437,9 @@ def check_reward_range(source: RowsFile, reward_range: tuple[float, float]) -> N
     problems.raise_if_any()
 
 
-def open_rows(config: Any, run_dir: Path, python_rows: bool, method: Method) -> RowsFile:
+def open_rows(config: TrainConfig, run_dir: Path, python_rows: bool, method: Method) -> RowsFile:
     """The run's rows file, scanned: ``config.rows`` (or the run's copy of rows given in Python)."""
-    path = run_dir / "rows.jsonl" if python_rows else Path(config.rows)
+    path = run_dir / "rows.jsonl" if python_rows else Path(str(config.rows))
     trace = method is not None and method.run_spec().source == "rollouts"
     source = scan(path, load_vocab(config.model), trace, label="rows" if python_rows else None)
     critic = method.run_spec().critic if method is not None else None
