@@ -14,11 +14,12 @@ own ``sampling``). Nothing here reads a method's attributes or name: only ``run_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from whileai.errors import BatchError, ConfigError
 from whileai.knobs import SCORED_FIELDS
@@ -28,6 +29,17 @@ from whileai.methods.run_spec import RunSpec
 if TYPE_CHECKING:
     from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method, Update
+
+T = TypeVar("T")
+MethodState = Mapping[str, Any] | None
+"""a stateful method's state before an update (``Method.initial_state()``, then ``Update.state``)"""
+
+
+class TeacherFill(Protocol):
+    """What a step asks of a run's teacher: fill its fields on rows scored under one distribution."""
+
+    def fill(self, rows: list[dict[str, Any]], sampling_params: Scoring) -> None: ...
+
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
 # logged trace was sampled with (``whileai.loop.sources.trace_formats``), the distribution its tokens are scored under.
@@ -63,7 +75,7 @@ def value_datum(row: Mapping[str, Any], values: Sequence[float], returns: Sequen
     return out
 
 
-def completion_part(values: Any, n: int) -> list[float]:
+def completion_part(values: ArrayLike, n: int) -> list[float]:
     """The last ``n`` positions of a per-position output: the completion's tokens."""
     return np.asarray(values, dtype=np.float64)[-n:].tolist()
 
@@ -83,7 +95,8 @@ def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring)
     return list(groups.values())
 
 
-def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring, call: Any) -> list[Any]:
+def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring,
+                     call: Callable[[list[Mapping[str, Any]], Scoring], Sequence[T]]) -> list[T]:
     """``call(group_rows, group_sampling_params)`` once per group of ``by_distribution`` (one list of
     per-row results each), the results put back in row order."""
     out: list[Any] = [None] * len(rows)
@@ -119,7 +132,7 @@ def plain() -> dict[str, Any]:
     return {k: SAMPLING_KNOBS[k].value for k in SCORED}
 
 
-def sent(sampling_params: Scoring) -> Any:
+def sent(sampling_params: Scoring) -> Scoring:
     """What the trainer is given to score under: None for the model's own distribution (a backend that scores
     only that one, Tinker's, takes every such call), else the settings."""
     return None if _distribution_key(sampling_params) == _distribution_key(None) else sampling_params
@@ -135,7 +148,7 @@ def score(trainer: Trainer, rows: Sequence[Mapping[str, Any]], *, sampling_param
           reference: bool = False) -> list[list[float]]:
     """Each row's completion log-probabilities under the current (or reference) policy: one call per
     distribution the rows are scored under (``by_distribution``; one call when no row has ``sampling``)."""
-    def one(group: list[Mapping[str, Any]], params: Any) -> list[list[float]]:
+    def one(group: list[Mapping[str, Any]], params: Scoring) -> list[list[float]]:
         # weights 0: the forward returns every position's log-probability, -inf (truncated away) included
         out = trainer.forward([datum(r, weights=[0.0] * len(r["tokens"])) for r in group], "cross_entropy",
                               sampling_params=sent(params), reference=reference)
@@ -152,7 +165,7 @@ def critic_values(trainer: Trainer, rows: Sequence[Mapping[str, Any]]) -> list[l
     return [completion_part(o["values"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, rows)]
 
 
-def topk_datum(row: Mapping[str, Any], slots: Any, **completion_fields: Any) -> dict[str, Any]:
+def topk_datum(row: Mapping[str, Any], slots: ArrayLike, **completion_fields: ArrayLike) -> dict[str, Any]:
     """A datum whose completion positions target K tokens each (``slots``, (T, K)); the prompt positions
     target their next token K times, with weight 0 (``completion_fields`` are (T, K) too)."""
     slots_TK = np.asarray(slots, dtype=np.int64)
@@ -168,7 +181,7 @@ def topk_datum(row: Mapping[str, Any], slots: Any, **completion_fields: Any) -> 
 
 def student_topk(trainer: Trainer, rows: Sequence[Mapping[str, Any]], sampling_params: Scoring) -> list[list[list[float]]]:
     """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), one call per distribution."""
-    def one(group: list[Mapping[str, Any]], params: Any) -> list[list[list[float]]]:
+    def one(group: list[Mapping[str, Any]], params: Scoring) -> list[list[list[float]]]:
         out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in group], "cross_entropy",
                               sampling_params=sent(params))
         return [np.asarray(o["logprobs"], dtype=np.float64)[-len(r["tokens"]):].tolist()
@@ -207,9 +220,9 @@ def single_pass_budget(spec: RunSpec, tokens: int) -> int:
     return tokens if spec.loss == "cross_entropy" and "teacher_topk" not in spec.needs else 0
 
 
-def policy_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam, state: Any = None,
+def policy_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam, state: MethodState = None,
                 sampling_params: Scoring = None, rescore: bool = True, train_policy: bool = True,
-                critic_steps: int = 0, single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
+                critic_steps: int = 0, single_pass_tokens: int = 0, teacher: TeacherFill | None = None) -> StepResult:
     """One step: (teacher,) score, update, weighted cross-entropy, critic steps, optimizer step.
 
     ``rescore=False`` skips the scoring forward when its answer is known: on-policy rows whose sampler
@@ -226,8 +239,9 @@ def policy_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, An
     spec = method.run_spec()
     budget = single_pass_budget(spec, single_pass_tokens)
     groups = by_distribution(work, sampling_params)
-    for params, indices in groups if teacher is not None else ():  # first: the teacher reads no student score
-        teacher.fill([work[i] for i in indices], params)
+    if teacher is not None:  # first: the teacher reads no student score
+        for params, indices in groups:
+            teacher.fill([work[i] for i in indices], params)
     # the single pass trains every sampled token of the one distribution it scored (none is -inf there)
     if budget and rescore and train_policy and len(groups) == 1 and not _truncates(groups[0][0]) \
             and fits(work, budget):
@@ -252,8 +266,8 @@ def _policy_logprobs(trainer: Trainer, work: list[dict[str, Any]], rescore: bool
         row["logprobs"] = list(row["behavior_logprobs"])
 
 
-def _update(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: Any, needs: Sequence[str],
-            sampling_params: Scoring) -> Any:
+def _update(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: MethodState, needs: Sequence[str],
+            sampling_params: Scoring) -> Update:
     """The one update call: the fields the run spec needs filled, the loop's bookkeeping left out, the state
     passed where the method carries one."""
     fill(trainer, work, needs, sampling_params)
@@ -278,7 +292,7 @@ def _policy_backward(trainer: Trainer, spec: RunSpec, update: Update, work: list
     return metrics
 
 
-def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str, Any]:
+def loss_datum(row: Mapping[str, Any], advantages: ArrayLike, index: int) -> dict[str, Any]:
     """A named loss's datum: per-token advantages, the sampler's log-probabilities, the action mask as weights."""
     if "behavior_logprobs" not in row:
         raise BatchError(f"row {index}: the method runs a named engine loss, which needs the sampler's "
@@ -290,9 +304,9 @@ def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str,
     return datum(row, **fields)
 
 
-def train_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam, state: Any = None,
+def train_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam, state: MethodState = None,
                sampling_params: Scoring = None, rescore: bool = True, train_policy: bool = True,
-               single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
+               single_pass_tokens: int = 0, teacher: TeacherFill | None = None) -> StepResult:
     """The step every entry point runs: a scalar head's (``run_spec().head == 'score'``) or the policy's, with
     the critic's steps from the run spec. ``sampling_params``: the distribution the rows were sampled from."""
     spec = method.run_spec()
@@ -303,7 +317,7 @@ def train_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any
                        train_policy=train_policy, single_pass_tokens=single_pass_tokens, teacher=teacher)
 
 
-def kernel_datum(row: Mapping[str, Any], coefficients: Any) -> dict[str, Any]:
+def kernel_datum(row: Mapping[str, Any], coefficients: ArrayLike) -> dict[str, Any]:
     """The kernel's datum: weights c on the sampled tokens, or (T, K) weights on the teacher's top-k slots."""
     c = np.asarray(coefficients, dtype=np.float64)
     if c.ndim == 2:
@@ -317,7 +331,8 @@ def fits(rows: Sequence[Mapping[str, Any]], single_pass_tokens: int) -> bool:
     return longest * len(rows) <= single_pass_tokens
 
 
-def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: Any, sampling_params: Scoring,
+def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: MethodState,
+                 sampling_params: Scoring,
                  needs: Sequence[str]) -> tuple[Any, dict[str, float]]:
     """Score and train in one forward: the log-probabilities (detached) go to the update, whose coefficients
     weight the same tensors for the backward. Equal to score-then-forward_backward, one forward cheaper."""
@@ -389,9 +404,9 @@ def _critic_backward(trainer: Trainer, rows: Sequence[Mapping[str, Any]], target
             mask = np.asarray(row["action_mask"], dtype=np.float64)
             out["loss_fn_inputs"]["weights"] = [0.0] * (len(row["prompt_tokens"]) - 1) + mask.tolist()
         data.append(out)
-    out = trainer.forward_backward(data, "ppo_critic", {"value_clip": None})
-    tokens = max(float(out.metrics.get("num_tokens:sum", 1.0)), 1.0)
-    return float(out.metrics.get("loss:sum", 0.0)) / tokens
+    result = trainer.forward_backward(data, "ppo_critic", {"value_clip": None})
+    tokens = max(float(result.metrics.get("num_tokens:sum", 1.0)), 1.0)
+    return float(result.metrics.get("loss:sum", 0.0)) / tokens
 
 
 def step_stats(update: Update, rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:

@@ -25,6 +25,26 @@ from whileai.loop.types import Adam, Scoring
 
 
 @runtime_checkable
+class LossOutput(Protocol):
+    """What ``forward`` / ``forward_backward`` return: per-datum outputs (``logprobs``, ``values``) and metrics."""
+
+    @property
+    def loss_fn_outputs(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
+
+
+class OptimOutput(Protocol):
+    """What ``optim_step`` returns: the gradient norm before clipping, and the step's metrics."""
+
+    @property
+    def grad_norm(self) -> float: ...
+
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
+
+
 class Trainer(Protocol):
     """The operations the loop calls (Tinker's, with the engine's ``sampling_params=`` for scoring)."""
 
@@ -38,14 +58,14 @@ class Trainer(Protocol):
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Scoring = None,
-                reference: bool = False) -> Any: ...
+                reference: bool = False) -> LossOutput: ...
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Scoring = None) -> Any: ...
+                         *, sampling_params: Scoring = None) -> LossOutput: ...
 
     def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Scoring = None) -> Any: ...
 
-    def optim_step(self, adam_params: Adam = None) -> Any: ...
+    def optim_step(self, adam_params: Adam = None) -> OptimOutput: ...
 
     def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Scoring, *,
                version: int | None = None) -> list[Any]: ...
