@@ -142,8 +142,8 @@ def _inputs(config: TrainConfig | None, method: Method | str | None, rows: Any, 
     return built, origins, method_obj, rows_data, taskset_obj
 
 
-def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, rows_data: Any,
-             taskset_obj: Any) -> tuple[Any, Any, RunPlan]:
+def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None, rows_data: Any,
+             taskset_obj: Taskset | None) -> tuple[Method | None, Taskset | None, RunPlan]:
     """The method, the taskset and the plan, or every problem at once (nothing loads)."""
     method, problems = resolve_method(config, method_obj)
     taskset, more = (taskset_obj, []) if taskset_obj is not None else _load_taskset(config)
@@ -164,7 +164,8 @@ def dry_run(config: TrainConfig | None = None, *, method: Method | str | None = 
     return _prepare(config_obj, origins, method_obj, rows_data, taskset_obj)[2]
 
 
-def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, rows_data: Any, taskset_obj: Any,
+def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None, rows_data: Any,
+           taskset_obj: Taskset | None,
            token: str | None) -> Run:
     method, taskset, plan = _prepare(config, origins, method_obj, rows_data, taskset_obj)
     run_dir = Path(config.run_dir or f"runs/{config.method}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -262,7 +263,7 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def backend_for(config: TrainConfig, plan: RunPlan, method: Method, token: str | None,
+def backend_for(config: TrainConfig, plan: RunPlan, method: Method | None, token: str | None,
                 resume: Path | None = None) -> Backend:
     """The trainer the config names (in-process, a wai serve's API, a Tinker-API server); ``resume``: the
     checkpoint folder a remote trainer starts from (the state it names on the server)."""
@@ -276,7 +277,7 @@ def backend_for(config: TrainConfig, plan: RunPlan, method: Method, token: str |
                 resume=saved)
 
 
-def _execute(config: TrainConfig, plan: RunPlan, method: Method, taskset: Taskset | None, rows: RowsFile | None, run_dir: Path,
+def _execute(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: Taskset | None, rows: RowsFile | None, run_dir: Path,
              resumed: LoopState | None, token: str | None) -> Run:
     started = time.perf_counter()
     state = resumed or LoopState()

@@ -20,6 +20,9 @@ from whileai.loop.types import LoopState, prompts
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
+    from whileai.loop.hooks.teacher import RunTeacher
+    from whileai.loop.sources.traces import RowsFile
+    from whileai.loop.trainers.backends import Backend
     from whileai.methods.base import Method
 
 
@@ -40,8 +43,8 @@ class Context:
     plan: RunPlan
     method: Method
     taskset: Taskset | None
-    rows: Any
-    backend: Any
+    rows: RowsFile | None
+    backend: Backend
     log: Progress
     metrics: Metrics
     stop: Mapping[str, bool]
@@ -57,7 +60,7 @@ class Context:
         return held_out(trainer, self.taskset, tasks, prompts(trainer.tokenizer, tasks), self.plan.eval_samples,
                         self.plan.sampling(), self.plan.seed)
 
-    def checkpoint(self, state: LoopState, teacher: Any = None) -> None:
+    def checkpoint(self, state: LoopState, teacher: RunTeacher | None = None) -> None:
         """Loop state first (named by the trainer step it belongs to), then the trainer's atomic snapshot."""
         folder = self.run_dir / "checkpoint"
         folder.mkdir(exist_ok=True)
@@ -72,7 +75,7 @@ class Context:
                 if old.name != keep:
                     old.unlink()
 
-    def stop_if_asked(self, state: LoopState, teacher: Any = None) -> None:
+    def stop_if_asked(self, state: LoopState, teacher: RunTeacher | None = None) -> None:
         if self.stop["stop"]:
             state.warm_start_done = True
             self.checkpoint(state, teacher)

@@ -24,6 +24,7 @@ from whileai.loop.types import Hook, Loop, Scoring
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
     from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.run_spec import RunSpec, TeacherSpec
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
@@ -158,7 +159,7 @@ class RunTeacher:
                 row["teacher_topk_tokens"] = scores.topk_tokens.tolist()
                 row["teacher_topk_logprobs"] = scores.topk_logprobs.tolist()
 
-    def after_step(self, engine: Any) -> None:
+    def after_step(self, engine: Any) -> None:  # the in-process engine: its weights feed the EMA
         """An EMA teacher follows the student's weights (a separate model's teacher has nothing to do)."""
         if self.scorer.ema is not None:
             self.scorer.after_step(engine.named_params)
@@ -183,7 +184,7 @@ class RunTeacher:
         self.scorer.ema.load_state_dict(torch.load(path, weights_only=True))
 
 
-def build(spec: TeacherSpec, config: TrainConfig, engine: Any, taskset: Taskset | None) -> RunTeacher:
+def build(spec: TeacherSpec, config: TrainConfig, engine: Trainer, taskset: Taskset | None) -> RunTeacher:
     """Load or make the run's teacher (the student's weights as they are now, for an EMA)."""
     from whileai.engine.teacher import model_teacher, policy_teacher, tokenizer_mismatch
 

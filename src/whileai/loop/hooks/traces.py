@@ -24,10 +24,12 @@ class TraceHook(Hook):
     batches: Any
 
     def before(self, loop: Loop) -> None:
+        rows = self.ctx.rows
+        assert rows is not None  # the hook of a run on a rows file
         if not self.ctx.resuming and self.ctx.can_eval() and self.ctx.taskset is not None and (warning := contamination(
-                self.ctx.rows, self.ctx.taskset.split("test")[: self.ctx.plan.eval_tasks])) is not None:
+                rows, self.ctx.taskset.split("test")[: self.ctx.plan.eval_tasks])) is not None:
             self.ctx.log.write(warning)
-        trace_run.start(self.ctx.rows, self.ctx.method, self.ctx.config, self.ctx.run_dir, loop.trainer,
+        trace_run.start(rows, self.ctx.method, self.ctx.config, self.ctx.run_dir, loop.trainer,
                         self.ctx.plan.sampling().scoring(), loop.state.method_state, self.ctx.log.write)
 
     def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:

@@ -109,7 +109,7 @@ def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
         return None, [f"{name} = {spec!r}: {err}"]
 
 
-def needs_of(config: TrainConfig, plan: RunPlan, method: Method) -> Needs:
+def needs_of(config: TrainConfig, plan: RunPlan, method: Method | None) -> Needs:
     """What the method's run spec and the config ask of the backend (``--method auto``: a probe's)."""
     if method is None:
         return Needs(export=config.export)

@@ -36,6 +36,7 @@ from whileai.loop.types import Hook, LagQueue, Loop, Source, prompts
 if TYPE_CHECKING:
     from whileai.engine.sampling import SamplingParams
     from whileai.envs.core import Taskset
+    from whileai.loop.hooks.context import Context
     from whileai.loop.plan.config import TrainConfig
     from whileai.loop.plan.run_plan import RunPlan
     from whileai.loop.trainers.backends import Trainer
@@ -216,7 +217,7 @@ class ServerStopped(WhileaiError):
 class StopOnServerError(Hook):
     """A loop hook: on a ``SamplerError`` during the steps, checkpoint and stop with ``ServerStopped``."""
 
-    ctx: Any
+    ctx: Context
     url: str
 
     def failed(self, loop: Loop, error: BaseException) -> None:
@@ -225,7 +226,7 @@ class StopOnServerError(Hook):
             raise ServerStopped(self.url, self.ctx.run_dir, loop.state.step, error) from None
 
 
-def server_rollouts(ctx: Any, trainer: Trainer, taskset: Taskset, method: Method, plan: RunPlan) -> Source:
+def server_rollouts(ctx: Context, trainer: Trainer, taskset: Taskset, method: Method, plan: RunPlan) -> Source:
     """The batches of a run sampled from ``plan.sampler`` and the hooks that push its weights there and stop the run
     cleanly when the server dies."""
     name, kind = ServerSampler(plan.sampler, "").served()

@@ -25,6 +25,8 @@ from whileai.rows.io import plural
 
 if TYPE_CHECKING:
     from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.step import MethodState
+    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method, Update
 
 HELDOUT_FILE = "heldout_traces.json"
@@ -140,8 +142,8 @@ def _described(settings: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- held-out traces
-def heldout_measure(engine: Any, method: Method, source: RowsFile, sampling_params: Scoring,
-                    state: Any) -> dict[str, Any] | None:
+def heldout_measure(engine: Trainer, method: Method, source: RowsFile, sampling_params: Scoring,
+                    state: MethodState) -> dict[str, Any] | None:
     """The held-out traces under the current policy: the method's surrogate (the sum of c * log pi that its
     step would raise), the drift from the logged log-probabilities and the share the method admits."""
     indices = source.heldout()
@@ -191,8 +193,8 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the run's two hooks
-def start(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, engine: Any, sampling_params: Scoring,
-          state: Any, write: Callable[[str], None]) -> None:
+def start(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, engine: Trainer, sampling_params: Scoring,
+          state: MethodState, write: Callable[[str], None]) -> None:
     """Before the first step (and again on resume: the held-out slice is a fixed function of the seed)."""
     announce(source, method, config, run_dir, write)
     if method.run_spec().source != "rollouts" or config.eval_taskset is not None:
@@ -207,8 +209,8 @@ def start(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, 
               f"admitted share {measured['admitted_share']:.2f} over {measured['traces']} traces")
 
 
-def finish(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, engine: Any, sampling_params: Scoring,
-           state: Any) -> dict[str, Any]:
+def finish(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, engine: Trainer, sampling_params: Scoring,
+           state: MethodState) -> dict[str, Any]:
     """What the summary adds for a traces run without an eval taskset: the held-out traces after training."""
     if method.run_spec().source != "rollouts" or config.eval_taskset is not None:
         return {}

@@ -437,7 +437,7 @@ def check_reward_range(source: RowsFile, reward_range: tuple[float, float]) -> N
     problems.raise_if_any()
 
 
-def open_rows(config: TrainConfig, run_dir: Path, python_rows: bool, method: Method) -> RowsFile:
+def open_rows(config: TrainConfig, run_dir: Path, python_rows: bool, method: Method | None) -> RowsFile:
     """The run's rows file, scanned: ``config.rows`` (or the run's copy of rows given in Python)."""
     path = run_dir / "rows.jsonl" if python_rows else Path(str(config.rows))
     trace = method is not None and method.run_spec().source == "rollouts"
@@ -445,7 +445,7 @@ def open_rows(config: TrainConfig, run_dir: Path, python_rows: bool, method: Met
     critic = method.run_spec().critic if method is not None else None
     if critic is not None and critic.reward_range is not None:
         check_reward_range(source, critic.reward_range)
-    if trace:
+    if trace and method is not None:
         _check_groups(source, method)
     return source
 
