@@ -40,11 +40,12 @@ class Sampling:
     cap_is_answer_length: bool
     """True when the taskset sets the cap (a reply that reaches it is complete, not truncated)"""
 
-    def params(self, seed: int, max_tokens: int | None = None, stop: Sequence[Sequence[int]] = ()) -> SamplingParams:
+    def params(self, seed: int, max_tokens: int | None = None, stop: Sequence[str] = ()) -> SamplingParams:
+        """``stop``: stop strings, matched on the decoded text (``whileai.engine.stops``)."""
         from whileai.engine import SamplingParams
 
         return SamplingParams(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
-                              stop=[list(s) for s in stop], seed=seed)
+                              stop=list(stop), seed=seed)
 
     def scoring(self) -> Scoring:
         """The distribution the trainer must score tokens under (the sampler's temperature). A logged trace's
@@ -64,7 +65,7 @@ def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: S
 
     A plain taskset's episode is one completion; an ``EnvTaskset``'s alternates model turns and environment
     replies (``whileai.envs.episode``), every turn one batched ``engine.sample`` call for all live episodes."""
-    def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[list[int]], seed: int) -> Any:
+    def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[str], seed: int) -> Any:
         return engine.sample(contexts, n, sampling.params(seed, max_tokens, stop))
 
     rows = play(sampler, engine.tokenizer, taskset, tasks, prompts, rollouts_per_prompt, max_tokens=sampling.max_tokens,

@@ -24,10 +24,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from whileai.errors import ConfigError, WhileaiError
+from whileai.errors import ConfigError, ServerStopped, WhileaiError
 from whileai.loop.sources.rollouts import sample_batch, step_tasks
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
 from whileai.loop.sources.sync import PushWeights
@@ -77,17 +76,19 @@ class HTTPSampler:
 
     def sample(self, prompt_tokens: Sequence[Any], num_samples: int,
                sampling_params: SamplingParams) -> list[list[Completion]]:
-        stop_ids = []
+        stop_ids, texts = [], [s for s in sampling_params.stop if isinstance(s, str)]
         for stop in sampling_params.stop:
-            if isinstance(stop, str) or len(stop) != 1:
+            if isinstance(stop, str):
+                continue  # sent as `stop`: the server matches it on the text, as the engine does
+            if len(stop) != 1:
                 raise ConfigError(f"stop sequence {stop!r} is more than one token; --sampler-url sends single stop "
-                                  "token ids (stop_token_ids). Fix: sample in-process (drop --sampler-url) for this "
-                                  "environment, or give it single-token stops")
+                                  "token ids (stop_token_ids) and stop strings. Fix: sample in-process (drop "
+                                  "--sampler-url) for this environment, or give it single-token or text stops")
             stop_ids.append(int(stop[0]))
         samples = self.server.sample([list(map(int, p)) for p in prompt_tokens], n=num_samples,
                                      temperature=sampling_params.temperature, top_p=sampling_params.top_p,
                                      top_k=sampling_params.top_k, max_tokens=sampling_params.max_tokens,
-                                     stop_token_ids=stop_ids, seed=sampling_params.seed)
+                                     stop_token_ids=stop_ids, stop=texts, seed=sampling_params.seed)
         out: list[list[Completion]] = [[] for _ in prompt_tokens]
         for s in samples:
             out[s.prompt_index].append(Completion(s.tokens, s.logprobs, "length" if s.finish_reason == "length"
@@ -202,17 +203,6 @@ class AheadRollouts:
         return rows
 
 
-class ServerStopped(WhileaiError):
-    """The inference server stopped answering or refused a request mid-run; a checkpoint of the steps trained was
-    written."""
-
-    def __init__(self, url: str, run_dir: Path, step: int, cause: BaseException) -> None:
-        super().__init__(f"the inference server at {url} failed at step {step}: {cause}. A checkpoint of the {step} "
-                         "steps trained is written (rows sampled for later steps are dropped and will be sampled "
-                         f"again). Restart or fix the server, then resume with: wai train --resume {run_dir}")
-        self.url, self.run_dir, self.step = url, run_dir, step
-
-
 @dataclass
 class StopOnServerError(Hook):
     """A loop hook: on a ``SamplerError`` during the steps, checkpoint and stop with ``ServerStopped``."""
@@ -223,7 +213,10 @@ class StopOnServerError(Hook):
     def failed(self, loop: Loop, error: BaseException) -> None:
         if isinstance(error, SamplerError):
             self.ctx.checkpoint(loop.state, loop.teacher)
-            raise ServerStopped(self.url, self.ctx.run_dir, loop.state.step, error) from None
+            step = loop.state.step
+            raise ServerStopped("inference server", self.url, self.ctx.run_dir, step, error,
+                                f"A checkpoint of the {step} steps trained is written (rows sampled for later steps "
+                                "are dropped and will be sampled again).") from None
 
 
 def server_rollouts(ctx: Context, trainer: Trainer, taskset: Taskset, method: Method, plan: RunPlan) -> Source:
