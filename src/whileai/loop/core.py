@@ -19,15 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.step import single_pass_budget, train_step
-from whileai.loop.types import Batches, Hook, LagQueue, Loop, LoopState
+from whileai.loop.types import Batches, Hook, LagQueue, Loop, LoopState, Scoring
 
 if TYPE_CHECKING:
+    from whileai.loop.hooks.teacher import RunTeacher
     from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
 
 
 def run_loop(trainer: Trainer, method: Method, plan: RunPlan, batches: Batches, state: LoopState,
-             hooks: Sequence[Hook], teacher: Any = None) -> None:
+             hooks: Sequence[Hook], teacher: RunTeacher | None = None) -> None:
     """Train from ``state.step`` to ``plan.steps``. Every hook's ``before`` runs first and ``after_step`` after
     each step, in order (the last, the checkpoint, may stop the run)."""
     loop = Loop(trainer, method, plan, state, teacher)
@@ -48,7 +49,7 @@ def run_loop(trainer: Trainer, method: Method, plan: RunPlan, batches: Batches, 
             raise
 
 
-def _step(loop: Loop, batches: Batches, hooks: Sequence[Hook], queue: LagQueue, scoring: Any, warmup: int,
+def _step(loop: Loop, batches: Batches, hooks: Sequence[Hook], queue: LagQueue, scoring: Scoring, warmup: int,
           single_pass: int, started: float) -> None:
     """One step of ``run_loop``: the batch, the update and optimizer step, the record, the hooks."""
     trainer, method, plan, state, teacher = loop.trainer, loop.method, loop.plan, loop.state, loop.teacher

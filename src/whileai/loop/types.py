@@ -23,6 +23,7 @@ from whileai.envs import render_prompt
 if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only carries it
     from whileai.engine.sampling import SamplingParams
     from whileai.engine.training import AdamParams
+    from whileai.loop.hooks.teacher import RunTeacher
     from whileai.loop.plan.run_plan import RunPlan
     from whileai.loop.step import StepResult
     from whileai.loop.trainers.backends import Trainer
@@ -90,7 +91,7 @@ class Loop:
     method: Method
     plan: RunPlan
     state: LoopState
-    teacher: Any = None
+    teacher: RunTeacher | None = None
     batch: list[dict[str, Any]] = field(default_factory=list)
 
 

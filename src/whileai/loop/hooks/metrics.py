@@ -73,7 +73,7 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     _atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
