@@ -9,6 +9,7 @@
     prompts()   the tokens of each task's prompt
     Scoring     one sampling-parameters type for sampling and scoring
     Adam        the optimizer settings of a step
+    Tokenizer   what the loop reads of a tokenizer
 """
 
 from __future__ import annotations
@@ -34,6 +35,21 @@ Scoring = Union["SamplingParams", Mapping[str, object], None]
 as a dict (the JSON wire form; a logged trace's own settings); None: the model's own distribution."""
 Adam = Union["AdamParams", Mapping[str, float], None]
 """A step's optimizer settings: the engine's ``AdamParams`` or its fields (``{"learning_rate": ...}``)."""
+
+class Tokenizer(Protocol):
+    """What the loop reads of a tokenizer (transformers' or the built-in byte tokenizer)."""
+
+    @property
+    def eos_token_id(self) -> int | None: ...
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
+
+    def __len__(self) -> int:
+        """the vocabulary size, added tokens included"""
+        ...
+
 
 PASS = 1.0  # a pass is reward >= 1.0 (the taskset contract)
 
@@ -124,6 +140,6 @@ class Source:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
 
-def prompts(tokenizer: Any, tasks: Sequence[Any]) -> list[list[int]]:
+def prompts(tokenizer: Tokenizer, tasks: Sequence[Any]) -> list[list[int]]:
     """The tokens of each task's prompt (one rendering, ``whileai.envs.render_prompt``, everywhere)."""
     return [render_prompt(tokenizer, t) for t in tasks]

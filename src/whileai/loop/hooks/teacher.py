@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from whileai.envs import render_prompt
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context
-from whileai.loop.types import Hook, Loop, Scoring
+from whileai.loop.types import Hook, Loop, Scoring, Tokenizer
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
@@ -105,7 +105,7 @@ def privileged_text(kind: str, task: Any, row: Mapping[str, Any], completion: st
     return PRIVILEGED[kind].format(text=text)
 
 
-def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
+def teacher_prompt(tokenizer: Tokenizer, task: Any, text: str) -> list[int]:
     """The task's prompt with ``text`` added: before a plain-text prompt (which the completion continues), at
     the end of the last message of a chat prompt."""
     if isinstance(task.prompt, str):
@@ -117,7 +117,7 @@ def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
     return render_prompt(tokenizer, dataclasses.replace(task, prompt=prompt))
 
 
-def _before_tokens(tokenizer: Any, prompt_tokens: Sequence[int], text: str) -> list[int]:
+def _before_tokens(tokenizer: Tokenizer, prompt_tokens: Sequence[int], text: str) -> list[int]:
     """A row's own prompt tokens with ``text`` before them (after BOS): rows with no task (from a file)."""
     bos = getattr(tokenizer, "bos_token_id", None)
     head = [int(bos)] if bos is not None and prompt_tokens and prompt_tokens[0] == bos else []
@@ -127,7 +127,7 @@ def _before_tokens(tokenizer: Any, prompt_tokens: Sequence[int], text: str) -> l
 class RunTeacher:
     """The teacher of one run: fills the teacher fields of rows, follows the student (EMA), checkpoints."""
 
-    def __init__(self, spec: TeacherSpec, scorer: Any, tokenizer: Any, tasks: Sequence[Any]) -> None:
+    def __init__(self, spec: TeacherSpec, scorer: Any, tokenizer: Tokenizer, tasks: Sequence[Any]) -> None:
         self.spec, self.scorer, self.tokenizer = spec, scorer, tokenizer
         self.tasks = {t.task_id: t for t in tasks}
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from whileai.envs.episode import is_episodic, play
 from whileai.errors import BatchError, WhileaiError
-from whileai.loop.types import LagQueue, Scoring, prompts
+from whileai.loop.types import LagQueue, Scoring, Tokenizer, prompts
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
@@ -53,7 +53,7 @@ class Sampling:
         return {"max_tokens": self.max_tokens, "temperature": self.temperature}
 
 
-def completion_text(tokenizer: Any, tokens: Sequence[int]) -> str:
+def completion_text(tokenizer: Tokenizer, tokens: Sequence[int]) -> str:
     """The decoded completion with special tokens (EOS) removed, as graders receive it."""
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 

@@ -30,7 +30,7 @@ from whileai.errors import ConfigError, ServerStopped, WhileaiError
 from whileai.loop.sources.rollouts import sample_batch, step_tasks
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
 from whileai.loop.sources.sync import PushWeights
-from whileai.loop.types import Hook, LagQueue, Loop, Source, prompts
+from whileai.loop.types import Hook, LagQueue, Loop, Source, Tokenizer, prompts
 
 if TYPE_CHECKING:
     from whileai.engine.sampling import SamplingParams
@@ -49,7 +49,7 @@ class Sampler(Protocol):
     """What rollouts are sampled with (``whileai.loop.sources.rollouts.rollouts`` calls only this)."""
 
     @property
-    def tokenizer(self) -> Any: ...
+    def tokenizer(self) -> Tokenizer: ...
 
     def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: SamplingParams) -> list[Any]: ...
 
@@ -68,7 +68,7 @@ class HTTPSampler:
     """A ``Sampler`` over ``ServerSampler``: the engine's ``SamplingParams`` sent as a completions request; the
     versions and settings every answer reported since ``take`` are kept for the rows."""
 
-    def __init__(self, server: ServerSampler, tokenizer: Any, max_context: int | None) -> None:
+    def __init__(self, server: ServerSampler, tokenizer: Tokenizer, max_context: int | None) -> None:
         self.server, self.max_context = server, max_context
         self.tokenizer = copy.deepcopy(tokenizer)  # the sampling thread's own: a fast tokenizer is not shared safely
         self.versions: set[str] = set()

@@ -32,6 +32,7 @@ from typing import Any, TypeGuard, cast
 
 from whileai.errors import BatchError
 from whileai.loop.step import SCORED  # the sampling settings a trace is scored under
+from whileai.loop.types import Tokenizer
 from whileai.prompts import text_ids
 from whileai.rows.io import check_label, check_reward, check_truncated
 
@@ -65,7 +66,7 @@ TEXT_ROUTE = ("Fix: start vLLM with --return-tokens-as-token-ids (tokens then re
 class Vocab:
     """What reading a line needs from the model: its tokenizer and the number of token ids it has."""
 
-    tokenizer: Any
+    tokenizer: Tokenizer
     size: int
     context: int = 2**31
     """the model's context (max_position_embeddings): a trace must fit in it"""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from whileai.errors import ConfigError
-from whileai.loop.types import Adam, Scoring
+from whileai.loop.types import Adam, Scoring, Tokenizer
 
 
 @runtime_checkable
@@ -50,7 +50,7 @@ class Trainer(Protocol):
     """The operations the loop calls (Tinker's, with the engine's ``sampling_params=`` for scoring)."""
 
     @property
-    def tokenizer(self) -> Any: ...
+    def tokenizer(self) -> Tokenizer: ...
 
     @property
     def step(self) -> int:

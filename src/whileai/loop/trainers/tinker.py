@@ -22,7 +22,7 @@ import httpx
 
 from whileai.errors import ConfigError
 from whileai.loop.trainers.backends import Backend, Needs, refusals
-from whileai.loop.types import Adam, Scoring
+from whileai.loop.types import Adam, Scoring, Tokenizer
 from whileai.service import tinker_map
 from whileai.service.client import ForwardResult, OptimResult, SampledSequence, load_tokenizer
 
@@ -84,7 +84,7 @@ class TinkerTrainer:
         return str(self.training.model_id)
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """A built-in's byte tokenizer; any other model's, as the server names it (``get_tokenizer``)."""
         if self._tokenizer is None:
             builtin = self.base_model.startswith("builtin:")
