@@ -25,7 +25,6 @@ from whileai.errors import ConfigError
 from whileai.loop.types import Adam, Scoring, Tokenizer
 
 
-@runtime_checkable
 class LossOutput(Protocol):
     """What ``forward`` / ``forward_backward`` return: per-datum outputs (``logprobs``, ``values``) and metrics."""
 
@@ -46,6 +45,7 @@ class OptimOutput(Protocol):
     def metrics(self) -> Mapping[str, float]: ...
 
 
+@runtime_checkable
 class Trainer(Protocol):
     """The operations the loop calls (Tinker's, with the engine's ``sampling_params=`` for scoring)."""
 
