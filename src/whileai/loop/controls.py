@@ -36,7 +36,8 @@ from whileai.rows.io import load_rows
 from whileai.rows.stats import GAIN, LOSS, TABLE_HEADER, compare, format_table
 
 if TYPE_CHECKING:
-    from whileai.envs.core import Taskset
+    from whileai.envs.core import Task, Taskset
+    from whileai.loop.run import Run
 
 CONTROLS: tuple[str, ...] = ("random-reward", "random-selection")
 CONTROL_SEEDS = 5  # training seeds per arm; at 2 the seed-paired t-interval (1 dof) rarely shows a real gain
@@ -60,7 +61,7 @@ class RandomRewardTaskset:
             raise AttributeError(name)
         return getattr(self.taskset, name)
 
-    def grade(self, task: Any, completion: str) -> float:
+    def grade(self, task: Task, completion: str) -> float:
         reward = self.taskset.grade(task, completion)
         if task.task_id in self._held_out:
             return reward
@@ -203,7 +204,7 @@ def _control_arm(name: str, train: Mapping[str, Any], taskset: Taskset | None, s
     return arm
 
 
-def _taskset(train: Mapping[str, Any]) -> Any:
+def _taskset(train: Mapping[str, Any]) -> Taskset | None:
     """The taskset the real arm samples from, loaded (None for a run on rows); refused when the run would hold
     no held-out evaluation to compare the arms on."""
 
@@ -244,7 +245,7 @@ def _random_subset(kept: list[dict[str, Any]], pool: list[dict[str, Any]], seed:
     return random.Random(seed).sample(pool, len(kept))
 
 
-def _held_out_rows(run: Any) -> list[dict[str, Any]]:
+def _held_out_rows(run: Run) -> list[dict[str, Any]]:
     path = run.dir / "heldout.jsonl"
     if not path.is_file():  # _taskset refused a run without one; a run that skipped it anyway is a bug
         raise WhileaiError(f"the run in {run.dir} wrote no heldout.jsonl, so the arms cannot be compared")
@@ -257,7 +258,7 @@ def _pooled(runs: Sequence[Any]) -> list[dict[str, Any]]:
             for run in runs for r in _held_out_rows(run)]
 
 
-def _same_budget(real: Any, control: Any, name: str) -> None:
+def _same_budget(real: Run, control: Run, name: str) -> None:
     """The control trained as long, as often and on the same model as the real arm (a guard, not a check a
     user can trip: a difference here is a bug)."""
     keys = ("steps", "rollouts_per_step", "model", "seed", "lora_rank", "eval_tasks", "eval_samples")

@@ -13,6 +13,7 @@ from whileai.loop.sources.pushed import tokenised
 from whileai.loop.step import critic_values
 
 if TYPE_CHECKING:
+    from whileai.envs.core import Task
     from whileai.loop.run import Run
 
 
@@ -32,7 +33,7 @@ class Judge:
         ready = [tokenised(r, i, self.engine.tokenizer) for i, r in enumerate(rows)]
         return [float(v[-1]) for v in critic_values(self.engine, ready)]
 
-    def __call__(self, task: Any, completion: str) -> float:
+    def __call__(self, task: Task, completion: str) -> float:
         return self.scores([{"prompt": task.prompt, "completion": completion, "task_id": task.task_id}])[0]
 
     def __repr__(self) -> str:

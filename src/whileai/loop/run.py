@@ -51,6 +51,8 @@ from whileai.loop.trainers.tinker import tinker_backend
 from whileai.loop.types import LoopState, Source
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from whileai.envs.core import Taskset
     from whileai.methods.base import Method
 
@@ -283,7 +285,7 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
         return
     previous = signal.getsignal(signal.SIGINT)
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         if flag["stop"]:
             raise KeyboardInterrupt
         flag["stop"] = True
@@ -376,7 +378,7 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(was)
 
 
-def _locked(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows: RowsFile | None, run_dir: Path,
+def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: Taskset | None, rows: RowsFile | None, run_dir: Path,
             resumed: LoopState | None, token: str | None) -> Run:
     started = time.perf_counter()
     state = resumed or LoopState()

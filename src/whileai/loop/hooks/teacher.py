@@ -22,7 +22,7 @@ from whileai.loop.hooks.context import Context
 from whileai.loop.types import Hook, Loop, Scoring, Tokenizer
 
 if TYPE_CHECKING:
-    from whileai.envs.core import Taskset
+    from whileai.envs.core import Task, Taskset
     from whileai.loop.plan.config import TrainConfig
     from whileai.loop.trainers.backends import Trainer
     from whileai.methods.run_spec import RunSpec, TeacherSpec
@@ -105,7 +105,7 @@ def privileged_text(kind: str, task: Any, row: Mapping[str, Any], completion: st
     return PRIVILEGED[kind].format(text=text)
 
 
-def teacher_prompt(tokenizer: Tokenizer, task: Any, text: str) -> list[int]:
+def teacher_prompt(tokenizer: Tokenizer, task: Task, text: str) -> list[int]:
     """The task's prompt with ``text`` added: before a plain-text prompt (which the completion continues), at
     the end of the last message of a chat prompt."""
     if isinstance(task.prompt, str):

@@ -12,6 +12,7 @@ from whileai.loop.sources.traces import contamination
 from whileai.loop.types import Hook, Loop
 
 if TYPE_CHECKING:
+    from whileai.loop.sources.pushed import Pushed
     from whileai.loop.step import StepResult
 
 
@@ -21,7 +22,7 @@ class TraceHook(Hook):
     method dropped, and its notes saying why."""
 
     ctx: Context
-    batches: Any
+    batches: Pushed
 
     def before(self, loop: Loop) -> None:
         rows = self.ctx.rows

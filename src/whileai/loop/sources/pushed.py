@@ -18,6 +18,7 @@ from whileai.loop.types import LagQueue, Tokenizer
 
 if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
     from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.sources.traces import RowsFile
 
 
 def tokenised(row: Mapping[str, Any], index: int, tokenizer: Tokenizer) -> dict[str, Any]:
@@ -43,7 +44,7 @@ class Pushed:
     """Each step's rows read from a file (``whileai.loop.sources.traces.RowsFile``), whole groups together where the
     method takes them, in a seeded order; always scored (the file's log-probabilities are not the policy's)."""
 
-    rows: Any
+    rows: RowsFile
     grouped: bool
     plan: RunPlan
     lines: list[int] = field(default_factory=list)

@@ -34,6 +34,7 @@ from whileai.loop.types import Hook, LagQueue, Loop, LoopState, Source
 from whileai.service.auth import TOKEN_ENV
 
 if TYPE_CHECKING:
+    from whileai.loop.hooks.context import Context
     from whileai.loop.plan.config import TrainConfig
     from whileai.loop.step import StepResult
     from whileai.methods.base import Method
@@ -167,7 +168,7 @@ class FeedHook(Hook):
     batches: Recorded
     push: Any
     write: Callable[[str], None]
-    ctx: Any = None
+    ctx: Context | None = None
 
     def before(self, loop: Loop) -> None:
         source = loop.state.source or {}
@@ -227,7 +228,7 @@ def problems(config: TrainConfig, method: Method) -> list[str]:
     return out
 
 
-def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> Source:
+def source(ctx: Context, state: LoopState, write: Callable[[str], None]) -> Source:
     """The batches source and the hooks of a run from a recorder: the push, ``FeedHook``, and the stop with a
     checkpoint when the server stops answering (``StopOnServerError``; the recorder's: ``FeedHook.failed``)."""
     from whileai.loop.sources.sampler import StopOnServerError
@@ -236,6 +237,7 @@ def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> Source:
     from whileai.loop.sources.traces import load_vocab
 
     config, plan = ctx.config, ctx.plan
+    assert config.sampler_url is not None and config.rows_from is not None  # plan.checks: --rows-from needs both
     server = ServerSampler(config.sampler_url, model=config.model)
     push = PushWeights(server, Path(ctx.run_dir) / "sync", every=plan.sync_every, name=ADAPTER,
                        versioned=not config.lora_rank)
