@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -238,7 +238,7 @@ def _split(rewards: Sequence[float]) -> bool:
     return max(rewards) - min(rewards) > TIE
 
 
-def _share(flags: Any) -> float:
+def _share(flags: Iterable[object]) -> float:
     flags = list(flags)
     return sum(bool(f) for f in flags) / len(flags) if flags else 0.0
 

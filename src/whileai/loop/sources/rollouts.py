@@ -65,7 +65,7 @@ def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: S
 
     A plain taskset's episode is one completion; an ``EnvTaskset``'s alternates model turns and environment
     replies (``whileai.envs.episode``), every turn one batched ``engine.sample`` call for all live episodes."""
-    def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[str], seed: int) -> Any:
+    def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[str], seed: int) -> list[Any]:
         return engine.sample(contexts, n, sampling.params(seed, max_tokens, stop))
 
     rows = play(sampler, engine.tokenizer, taskset, tasks, prompts, rollouts_per_prompt, max_tokens=sampling.max_tokens,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -64,7 +64,8 @@ class Trainer(Protocol):
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
                          *, sampling_params: Scoring = None) -> LossOutput: ...
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Scoring = None) -> Any: ...
+    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Callable[..., Any], *,
+                                sampling_params: Scoring = None) -> LossOutput: ...
 
     def optim_step(self, adam_params: Adam = None) -> OptimOutput: ...
 
