@@ -192,7 +192,7 @@ def test_the_export_keeps_the_folders_dtype_and_tokenizer_files(qwen_folder, tmp
     size = (out / "model.safetensors").stat().st_size / (qwen_folder / "model.safetensors").stat().st_size
     assert size < (1.01 if lora_rank == 0 else 2.02)  # LoRA on the tied head unties it at the merge (state.py)
     saved = json.loads((out / "tokenizer_config.json").read_text())
-    assert "local_files_only" not in saved
+    assert not {"local_files_only", "is_local"} & set(saved)
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [IM_END, EOS]
     reloaded, original = AutoTokenizer.from_pretrained(str(out)), AutoTokenizer.from_pretrained(str(qwen_folder))
     messages = [{"role": "user", "content": "Zähle: 一, 二 🤗"}]
