@@ -238,7 +238,7 @@ def _save_in(model: Any, folder: Path, dtype: torch.dtype | None) -> None:
     model.save_pretrained(str(folder), state_dict=state)
     config_file = folder / "config.json"
     config = json.loads(config_file.read_text())
-    for key in ("dtype", "torch_dtype"):
-        if key in config:
-            config[key] = str(dtype).removeprefix("torch.")
+    for field in ("dtype", "torch_dtype"):
+        if field in config:
+            config[field] = str(dtype).removeprefix("torch.")
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
