@@ -173,7 +173,7 @@ def test_an_environments_stop_string_ends_a_turn_on_the_text_in_training_rollout
     assert stop in seen[-1]
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4])
+@pytest.mark.parametrize("lora_rank", [0, pytest.param(4, marks=pytest.mark.slow)])  # about 12 s each
 def test_the_export_keeps_the_folders_dtype_and_tokenizer_files(qwen_folder, tmp_path, lora_rank):
     """RUN_DIR/final of a bfloat16 folder trained in float32 is bfloat16 again (before: float32, twice the size),
     and its tokenizer files are the folder's, with no session flag (before: local_files_only: true)."""
