@@ -156,3 +156,22 @@ def test_the_openai_client_on_a_real_folder(qwen_folder, tmp_path):
         streamed_text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
             model=str(qwen_folder), messages=messages, max_tokens=20, seed=2, stop=[stop], stream=True) if c.choices)
         assert streamed_text == cut.choices[0].message.content
+
+
+def test_one_tokenization_and_one_distribution_from_training_to_wai_policy(plain, qwen_folder):
+    """The chat prompt `wai policy` samples from is the prompt training renders (the folder's template, no BOS),
+    and the reply's behaviour log-probabilities are what the trainer scores the same tokens at (drift ~0)."""
+    import numpy as np
+
+    from whileai.prompts import prompt_ids
+
+    messages = [{"role": "user", "content": "Zähle bis drei: 一, 二, 三 🤗"}]
+    body = {"messages": messages, "max_tokens": 12, "seed": 4, "temperature": 0.7, "logprobs": True,
+            "return_token_ids": True}
+    got = answer(plain, ask(plain, body, True))
+    prompt, tokens = got["prompt_token_ids"], got["choices"][0]["token_ids"]
+    assert prompt == prompt_ids(plain.tokenizer, messages) and prompt[0] == 151644  # <|im_start|>, no BOS
+    behaviour = [e["logprob"] for e in got["choices"][0]["logprobs"]["content"]]
+    scored = plain.served.engine.compute_logprobs(prompt + tokens, sampling_params={"temperature": 0.7})
+    trained = np.asarray(scored["logprobs"][len(prompt):])
+    assert np.abs(trained - np.asarray(behaviour)).max() < 1e-4
