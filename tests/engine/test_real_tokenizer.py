@@ -205,3 +205,19 @@ def test_the_export_keeps_the_folders_dtype_and_tokenizer_files(qwen_folder, tmp
         assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))
     asked = engine.export(str(tmp_path / "f32"), merged=True, dtype="float32")
     assert json.loads((tmp_path / "f32" / "config.json").read_text()).get("dtype") == "float32" and asked
+
+
+def test_a_stop_string_of_a_character_split_across_tokens_stops_on_the_token_that_completes_it(
+        qwen_tokenizer_dir, tmp_path):
+    """"𝔘" is two tokens here, neither whole UTF-8 (124026 = F0 9D 94, 246 = 98); a model writing only those
+    halves stops on the first 246 that completes a "𝔘", never on a half."""
+    from whileai.engine import TrainingEngine
+
+    first, second = 124026, 246
+    engine = TrainingEngine(str(qwen_model_folder(tmp_path / "halves", favour=[first, second])))
+    prompt = engine.tokenizer.encode("x")
+    (free,) = engine.sample(prompt, 1, {"max_tokens": 16, "seed": 2})
+    (stopped,) = engine.sample(prompt, 1, {"max_tokens": 16, "seed": 2, "stop": ["𝔘"]})
+    end = next(j for j in range(1, 16) if "𝔘" in engine.tokenizer.decode(free.tokens[:j + 1]))
+    assert free.tokens[end - 1:end + 1] == [first, second]
+    assert (stopped.tokens, stopped.stop_reason) == (free.tokens[:end + 1], "stop")
