@@ -175,3 +175,23 @@ def test_one_tokenization_and_one_distribution_from_training_to_wai_policy(plain
     scored = plain.served.engine.compute_logprobs(prompt + tokens, sampling_params={"temperature": 0.7})
     trained = np.asarray(scored["logprobs"][len(prompt):])
     assert np.abs(trained - np.asarray(behaviour)).max() < 1e-4
+
+
+@pytest.mark.slow
+def test_the_trainers_server_sampler_sends_stop_strings_that_stop_as_in_process(qwen_folder, tmp_path):
+    """`wai train --sampler-url`: an environment's stop string goes to the server as `stop` (before: refused, or
+    sent as the ids of the string alone) and stops the sample on the same token as in-process sampling."""
+    from whileai.engine import SamplingParams, TrainingEngine
+    from whileai.loop.sources.sampler import HTTPSampler
+    from whileai.loop.sources.server_sampler import ServerSampler
+
+    engine = TrainingEngine(str(qwen_folder))
+    prompt = engine.tokenizer.encode("Count: one,")
+    (free,) = engine.sample(prompt, 1, {"max_tokens": 24, "seed": 3})
+    stop, k = mid_token_stop(engine.tokenizer, free.tokens)
+    params = SamplingParams(max_tokens=24, seed=3, stop=[stop])
+    (here,) = engine.sample(prompt, 1, params)
+    with Started(["policy", str(qwen_folder), "--threads", "1"], tmp_path) as server:
+        sampler = HTTPSampler(ServerSampler(server.url, str(qwen_folder)), engine.tokenizer, engine.max_context)
+        ((there,),) = sampler.sample([prompt], 1, params)
+    assert (there.tokens, there.stop_reason) == (here.tokens, "stop") == (free.tokens[:k + 1], "stop")
