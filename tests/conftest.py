@@ -17,6 +17,17 @@ def pytest_configure(config) -> None:  # noqa: ANN001 - pytest hook signature
     torch.set_num_threads(1)
 
 
+@pytest.fixture
+def wai_token(monkeypatch: pytest.MonkeyPatch) -> str:
+    """``$WAI_TOKEN`` set to the token every `wai policy` / `wai record` started by ``Started`` takes, so the
+    library's clients in this process (ServerSampler, score, the recorder feed) authenticate as a user's would."""
+    from whileai.record.launch import SHARED_TOKEN
+    from whileai.service.auth import TOKEN_ENV
+
+    monkeypatch.setenv(TOKEN_ENV, SHARED_TOKEN)
+    return SHARED_TOKEN
+
+
 # ------------------------------------------------------------------ a real tokenizer (tests/fixtures/qwen.py)
 @pytest.fixture(scope="session")
 def qwen_tokenizer_dir():

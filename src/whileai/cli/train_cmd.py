@@ -103,10 +103,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.resume:
         given = [f for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None
-                 and f not in ("steps", "progress")]
+                 and f not in ("steps", "progress", "threads")]
         if given or args.config or args.set or args.taskset_option:
-            raise ConfigError(f"--resume uses the run's saved config (only --steps, to train longer, and --progress "
-                              f"may change); drop {', '.join('--' + g.replace('_', '-') for g in given) or '--config/--set'}")
+            raise ConfigError(f"--resume uses the run's saved config (only --steps, to train longer, --threads and "
+                              f"--progress may change); drop {', '.join('--' + g.replace('_', '-') for g in given) or '--config/--set'}")
     overrides = {f: getattr(args, f) for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None}
     for field_name in ("rows", "taskset", "eval_taskset", "teacher", "run_dir", "model", "method", "device", "url",
                        "sampler_url"):

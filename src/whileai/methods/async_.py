@@ -45,11 +45,11 @@ class Async(Method):
     name = "async"
 
     method: Any = None
-    correction: str = knob("async", "correction")
-    off_policy_steps: int = knob("async", "off_policy_steps")
-    threshold: float = knob("async", "threshold")
-    ratio: tuple[float, float] = knob("async", "ratio")
-    max_ratio: float = knob("async", "max_ratio")
+    correction: str = knob()
+    off_policy_steps: int = knob()
+    threshold: float = knob()
+    ratio: tuple[float, float] = knob()
+    max_ratio: float = knob()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", _resolve(self.method))

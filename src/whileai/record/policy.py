@@ -36,7 +36,7 @@ from whileai.engine.stops import cut_at_stop, eos_ids, reply_ids
 from whileai.errors import ConfigError, WhileaiError
 from whileai.prompts import text_ids
 from whileai.record import chat, token_text
-from whileai.record.requests import Ask, RequestError, is_batch
+from whileai.record.requests import DEFAULT_LIMITS, Ask, Limits, RequestError, is_batch, text_bytes
 
 LOGPROBS_MODE = "processed_logprobs"
 _UNSTABLE = ("\ufffd",)  # a decoded tail that may change when the next token arrives
@@ -112,15 +112,46 @@ class Policy:
     """Samples for requests, one at a time (the engine is not thread-safe). ``lock`` is re-entrant: hold it
     around a sample and its headers so a weight reload cannot fall between them."""
 
-    def __init__(self, served: Served) -> None:
+    def __init__(self, served: Served, limits: Limits = DEFAULT_LIMITS) -> None:
         self.served = served
+        self.limits = limits
         self.lock = threading.RLock()
+        self._token_bytes: int | None = None
 
     @property
     def tokenizer(self) -> Any:
         return self.served.engine.tokenizer
 
+    def most_prompt_bytes(self) -> int:
+        """A text longer than this cannot fit the context, whatever the tokenizer does with it: the context
+        times the longest token's UTF-8 bytes (its vocabulary string, an upper bound), doubled for a
+        normaliser that shortens text (NFC)."""
+        if self._token_bytes is None:
+            vocab = self.tokenizer.get_vocab()
+            self._token_bytes = max((len(t.encode("utf-8", "surrogatepass")) for t in vocab), default=1)
+        return 2 * self.served.engine.max_context * self._token_bytes
+
+    def check_prompt(self, ask: Ask) -> None:
+        """Refuse, before tokenizing, a text too long for the context, and token ids outside the vocabulary."""
+        field = "messages" if ask.chat else "prompt"
+        size, most = text_bytes(ask.prompt), self.most_prompt_bytes()
+        if size > most:
+            raise RequestError(f"'{field}' holds {size} bytes of text; no text over {most} bytes fits this model's "
+                               f"context of {self.served.engine.max_context} tokens. Fix: shorten the prompt",
+                               param=field)
+        rows: list[tuple[str, Any]] = [("stop_token_ids", ask.stop_token_ids)]
+        if not ask.chat and isinstance(ask.prompt, list):
+            batch = isinstance(ask.prompt[0], list)
+            rows += [(f"prompt[{i}]", r) for i, r in enumerate(ask.prompt)] if batch else [("prompt", ask.prompt)]
+        vocab = self.served.engine.vocab_size
+        for where, row in rows:
+            bad = [t for t in row if not 0 <= t < vocab]
+            if bad:
+                raise RequestError(f"'{where}' holds token id {bad[0]}, outside this model's vocabulary [0, {vocab}). "
+                                   "Fix: use ids from this model's tokenizer", param=where.split("[")[0])
+
     def prompt_ids(self, ask: Ask) -> list[int]:
+        self.check_prompt(ask)
         if not ask.chat:
             if isinstance(ask.prompt, list):
                 return list(ask.prompt)
@@ -143,6 +174,7 @@ class Policy:
         samples and top alternatives. Prompt i's sample j draws the engine's random stream (seed, i, j)."""
         from whileai.engine.sampling import SamplingParams
 
+        self.check_prompt(ask)
         stops = [*ask.stop, *([t] for t in ask.stop_token_ids)]  # strings match on the text (engine.stops)
         engine = self.served.engine
         for prompt in prompts:

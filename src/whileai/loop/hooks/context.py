@@ -22,8 +22,11 @@ from whileai.loop.types import LoopState, prompts
 class Interrupted(WhileaiError):
     """The run was stopped by Ctrl-C after writing a checkpoint."""
 
-    def __init__(self, run_dir: Path, step: int) -> None:
-        super().__init__(f"interrupted after step {step}; checkpoint written. Resume with: wai train --resume {run_dir}")
+    def __init__(self, run_dir: Path, step: int, during: str | None = None) -> None:
+        where = during or f"step {step}"
+        super().__init__(f"interrupted during {where}; checkpoint written. Resume with: wai train --resume {run_dir}"
+                         if during else f"interrupted after {where}; checkpoint written. Resume with: wai train "
+                         f"--resume {run_dir}")
         self.run_dir, self.step = run_dir, step
 
 

@@ -68,7 +68,7 @@ def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
     if spec.rollouts_per_prompt < spec.min_rollouts_per_prompt:
         problems.append(f"method {method.name!r} takes its baseline over a prompt's group, and "
                         f"{spec.rollouts_per_prompt} rollout per prompt makes every advantage 0: set "
-                        f"--set generations={max(spec.min_rollouts_per_prompt, 2)} or more, or use a one-rollout "
+                        f"--set rollouts_per_prompt={max(spec.min_rollouts_per_prompt, 2)} or more, or use a one-rollout "
                         "method (flash_reinforce, rae, sao, bpco)")
     if config.rollouts_per_step >= 1 and (config.rollouts_per_step < spec.rollouts_per_prompt
                                           or config.rollouts_per_step % spec.rollouts_per_prompt):
@@ -126,9 +126,13 @@ def needs_of(config: TrainConfig, plan: RunPlan, method: Any) -> Needs:
 
 
 def _knobs_of(method: Any) -> dict[str, Any]:
-    """A method's knob values that a TOML file can hold (what rebuilds it with wai.method(name, **knobs))."""
+    """The knobs the user set on a method object that a TOML file can hold (what rebuilds it with
+    wai.method(name, **knobs)); a knob left at its declared default stays the method's, so the run may still
+    fill it (the plan's generation cap)."""
     out: dict[str, Any] = {}
     for name in method.knobs():
+        if name not in method.set_fields():
+            continue
         value = getattr(method, name)
         if value is None or isinstance(value, (bool, int, float, str)):
             if value is not None:

@@ -73,6 +73,9 @@ class TrainConfig:
     """0 trains every weight; > 0 trains LoRA adapters of that rank"""
     device: str = "cpu"
     """cpu or cuda"""
+    threads: int | None = None
+    """torch CPU threads of the run; None: $OMP_NUM_THREADS when set, else the cores this process may use less the
+    1-minute load average (at least 1, at most 8), so a shared machine is not oversubscribed (the plan prints which)"""
     seed: int = 0
     """seeds the model (built-ins), the task order, sampling and the held-out evaluation"""
     max_tokens: int | None = None
@@ -123,10 +126,10 @@ class TrainConfig:
 
 # Fields whose value may be None, and the type they have otherwise.
 _OPTIONAL = {"taskset": str, "rows": str, "rows_from": str, "eval_taskset": str, "teacher": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
-             "run_dir": str, "url": str, "sampler_url": str, "sync_every": int, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
+             "run_dir": str, "url": str, "sampler_url": str, "sync_every": int, "threads": int, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
-             "micro_batch_tokens": 16, "max_tokens": 1, "sync_every": 1}
+             "micro_batch_tokens": 16, "max_tokens": 1, "sync_every": 1, "threads": 1}
 
 
 def field_docs() -> dict[str, str]:

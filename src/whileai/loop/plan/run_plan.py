@@ -58,7 +58,6 @@ class RunPlan:
     warm_start_steps: int
     warm_start_learning_rate: float
     warm_start_batch: int
-    warm_start_until_pass: bool
     lag: int
     rollouts_per_step: int
     rollouts_per_prompt: int
@@ -78,6 +77,13 @@ class RunPlan:
     """with a sampler server: the weights are pushed after every this many optimizer steps"""
     trainer: str | None = None
     """where the model trains: 'in-process', 'wai serve at URL' or 'Tinker API at URL' (--url, --api)"""
+    warm_start_early_stop: bool = False
+    """the warm start's steps are the rule's: it holds a slice of the train split out and ends when that slice's pass
+    rate stops rising (whileai.loop.plan.rules.warm_start_stop)"""
+    threads: int = 1
+    """torch CPU threads (--threads; the rule: $OMP_NUM_THREADS, else free cores)"""
+    """the warm start's steps are the rule's: it holds a slice of the train split out and ends when that slice's pass
+    rate stops rising (whileai.loop.plan.rules.warm_start_stop)"""
     sources: tuple[tuple[str, str], ...] = ()
 
     def source(self, name: str) -> str:
@@ -107,6 +113,12 @@ class RunPlan:
 
     def sampling(self) -> Sampling:
         return Sampling(self.temperature, self.max_tokens, self.cap_is_answer_length)
+
+    def with_threads(self, threads: int, source: str) -> RunPlan:
+        """The plan of a resumed run: its threads resolved again (the machine's load is not the one it started
+        under), or ``--threads`` given to the resume."""
+        sources = tuple((k, source if k == "threads" else s) for k, s in self.sources)
+        return dataclasses.replace(self, threads=threads, sources=sources)
 
     def with_steps(self, steps: int) -> RunPlan:
         """The plan of a resumed run trained longer (``--resume --steps N``): the schedule is the N-step run's."""
@@ -177,7 +189,11 @@ def warm_start_steps_rule(config: TrainConfig, method: Any, taskset: Any,
 def warm_start_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any,
                                   values: Mapping[str, Any]) -> tuple[Any, str]:
     hint = _hint(config, taskset, "warm_start_learning_rate")
-    return (hint, TASKSET) if hint is not None else (rules.warm_start_learning_rate()[0], DEFAULT)
+    if hint is not None:
+        return hint, TASKSET
+    if _own_tasks(config, taskset) and values.get("warm_start_steps"):
+        return _ruled(rules.warm_start_learning_rate())
+    return rules.BUILTIN_WARM_START_LEARNING_RATE, DEFAULT
 
 
 def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
@@ -248,25 +264,9 @@ RULES: dict[str, Rule] = {
 
 
 def with_cap(method: Any, config: TrainConfig, plan: RunPlan) -> Any:
-    """The method with the plan's sampling cap as its ``max_tokens`` where the user did not set that knob (left
-    at its default), in a wrapped method too: the cap is the replies' generation budget, so an update that
-    reads it (Dr. GRPO's L_max) divides by the budget the replies really had, not the paper's 1024."""
-    if method is None or "max_tokens" in config.knobs:
-        return method
-    return _capped(method, plan.max_tokens)
-
-
-def _capped(method: Any, cap: int) -> Any:
-    changes = {}
-    for f in dataclasses.fields(method):
-        value = getattr(method, f.name)
-        if f.name == "max_tokens" and value == f.default and value != cap:
-            changes[f.name] = cap
-        elif dataclasses.is_dataclass(value) and hasattr(value, "run_spec"):
-            inner = _capped(value, cap)
-            if inner is not value:
-                changes[f.name] = inner
-    return dataclasses.replace(method, **changes) if changes else method
+    """The method with the plan's sampling cap as its generation cap where the user did not set that knob
+    (``Method.with_cap``: a knob left at its declared default, on a method object too)."""
+    return None if method is None else method.with_cap(plan.max_tokens)
 
 
 def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, taskset: Any) -> RunPlan:
@@ -298,11 +298,25 @@ def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, task
     sources["sampler"] = origins.get("sampler_url", DEFAULT) if config.sampler_url else DEFAULT
     values["sync_every"] = config.sync_every if config.sync_every is not None else default("sync_every")
     sources["sync_every"] = origins.get("sync_every", USER) if config.sync_every is not None else DEFAULT
-    values["warm_start_until_pass"] = sources["warm_start_steps"].startswith(RULE) and values["warm_start_steps"] > 0
-    sources["warm_start_until_pass"] = "derived"
+    values["warm_start_early_stop"] = (sources["warm_start_steps"].startswith(RULE)
+                                       and values["warm_start_steps"] == rules.WARM_START_MAX_STEPS)
+    sources["warm_start_early_stop"] = "derived"
+    if config.threads is not None:
+        values["threads"], sources["threads"] = config.threads, origins.get("threads", USER)
+    else:
+        values["threads"], sources["threads"] = threads_rule()
     values["trainer"] = trainer_of(config)
     sources["trainer"] = origins.get("url", DEFAULT) if config.url is not None else DEFAULT
     return RunPlan(**values, sources=tuple(sorted(sources.items())))
+
+
+def threads_rule() -> tuple[int, str]:
+    """The rule's torch threads from this process's surroundings ($OMP_NUM_THREADS, its CPU affinity, the load)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return _ruled(rules.threads(omp=os.environ.get("OMP_NUM_THREADS"), cores=cores, load=load))
 
 
 def trainer_of(config: TrainConfig) -> str:

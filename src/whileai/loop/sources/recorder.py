@@ -18,6 +18,7 @@ the weights that served it (``weights_version``); the run maps it to the step th
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,10 +27,11 @@ from typing import Any
 
 import httpx
 
-from whileai.errors import BatchError, WhileaiError
+from whileai.errors import BatchError, ServerStopped, WhileaiError
 from whileai.loop.sources.trace_formats import Vocab, read_line
 from whileai.loop.sources.traces import TRACE_FIELDS, lacking
 from whileai.loop.types import Hook, LagQueue, Loop, LoopState, Source
+from whileai.service.auth import TOKEN_ENV
 
 POLL_S = 1.0  # seconds between polls of the recorder while too few scored traces are new
 ADAPTER = "policy"  # the adapter name the trained LoRA weights are served under (clients ask for model="policy")
@@ -40,30 +42,28 @@ class RecorderError(WhileaiError):
     """The recorder is down, too old for the export route, or answered something that is not its export."""
 
 
-class RecorderStopped(WhileaiError):
-    """The recorder stopped answering during the run; a checkpoint of the steps trained was written."""
-
-    def __init__(self, url: str, run_dir: Path, step: int, cause: BaseException) -> None:
-        super().__init__(f"the recorder at {url} stopped answering at step {step} ({cause}). A checkpoint of the "
-                         f"{step} steps trained is written, with the cursor of the traces they trained on. Restart "
-                         f"the recorder, then resume with: wai train --resume {run_dir}")
-
-
 @dataclass
 class RecorderFeed:
     """A client of one recorder's ``GET /v1/export?after=CURSOR&limit=N``."""
 
     url: str
     timeout: float = 30.0
+    token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV))
+    """The recorder's bearer token (default ``$WAI_TOKEN``)."""
 
     def after(self, cursor: int, limit: int) -> dict[str, Any]:
         """``{rows, refused, cursor, unscored}``: the traces first scored after ``cursor``, at most ``limit``."""
         url = self.url.rstrip("/").removesuffix("/v1")
         try:
-            reply = httpx.get(url + EXPORT_ROUTE, params={"after": cursor, "limit": limit}, timeout=self.timeout)
+            headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+            reply = httpx.get(url + EXPORT_ROUTE, params={"after": cursor, "limit": limit}, timeout=self.timeout,
+                              headers=headers)
         except httpx.HTTPError as err:
             raise RecorderError(f"no recorder answers at {url} ({type(err).__name__}: {err}). Fix: start it (`wai "
                                 "record --upstream SERVER_URL`) or point --rows-from at it") from None
+        if reply.status_code == 401:
+            raise RecorderError(f"{url}{EXPORT_ROUTE} refused the read (401): set WAI_TOKEN to the token `wai record` "
+                                "was given or printed")
         if reply.status_code == 404:
             raise RecorderError(f"{url} has no {EXPORT_ROUTE} route (404): it is not `wai record`, or one older than "
                                 "the export stream. Fix: point --rows-from at a current `wai record`")
@@ -188,7 +188,10 @@ class FeedHook(Hook):
         """A recorder that stops answering stops the run with a checkpoint (the cursor where its steps ended)."""
         if isinstance(error, RecorderError) and self.ctx is not None:
             self.ctx.checkpoint(loop.state, loop.teacher)
-            raise RecorderStopped(self.batches.feed.url, self.ctx.run_dir, loop.state.step, error) from None
+            step = loop.state.step
+            raise ServerStopped("recorder", self.batches.feed.url, self.ctx.run_dir, step, error,
+                                f"A checkpoint of the {step} steps trained is written, with the cursor of the traces "
+                                "they trained on.") from None
 
 
 def problems(config: Any, method: Any) -> list[str]:

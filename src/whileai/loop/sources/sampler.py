@@ -24,10 +24,9 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any, Protocol
 
-from whileai.errors import ConfigError, WhileaiError
+from whileai.errors import ConfigError, ServerStopped, WhileaiError
 from whileai.loop.sources.rollouts import sample_batch, step_tasks
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
 from whileai.loop.sources.sync import PushWeights
@@ -194,17 +193,6 @@ class AheadRollouts:
         return rows
 
 
-class ServerStopped(WhileaiError):
-    """The inference server stopped answering or refused a request mid-run; a checkpoint of the steps trained was
-    written."""
-
-    def __init__(self, url: str, run_dir: Path, step: int, cause: BaseException) -> None:
-        super().__init__(f"the inference server at {url} failed at step {step}: {cause}. A checkpoint of the {step} "
-                         "steps trained is written (rows sampled for later steps are dropped and will be sampled "
-                         f"again). Restart or fix the server, then resume with: wai train --resume {run_dir}")
-        self.url, self.run_dir, self.step = url, run_dir, step
-
-
 @dataclass
 class StopOnServerError(Hook):
     """A loop hook: on a ``SamplerError`` during the steps, checkpoint and stop with ``ServerStopped``."""
@@ -215,7 +203,10 @@ class StopOnServerError(Hook):
     def failed(self, loop: Loop, error: BaseException) -> None:
         if isinstance(error, SamplerError):
             self.ctx.checkpoint(loop.state, loop.teacher)
-            raise ServerStopped(self.url, self.ctx.run_dir, loop.state.step, error) from None
+            step = loop.state.step
+            raise ServerStopped("inference server", self.url, self.ctx.run_dir, step, error,
+                                f"A checkpoint of the {step} steps trained is written (rows sampled for later steps "
+                                "are dropped and will be sampled again).") from None
 
 
 def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any) -> Source:

@@ -23,6 +23,7 @@ the distribution it sampled from (vLLM: ``--logprobs-mode processed_logprobs``; 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any
 import httpx
 
 from whileai.errors import WhileaiError
+from whileai.service.auth import TOKEN_ENV
 
 VERSION_HEADER = "x-whileai-weights-version"
 MODE_HEADER = "x-whileai-logprobs-mode"
@@ -78,6 +80,7 @@ class ServerSampler:
         """True: all prompts in one request (``prompt`` as a list of id lists), which ``wai policy`` samples in one
         batched call; False: one request per prompt, ``concurrency`` in flight (vLLM and SGLang batch concurrent
         requests themselves, and give every prompt of a list the request's one seed)"""
+        api_key = api_key or os.environ.get(TOKEN_ENV)  # wai policy's token (docs/record.md, Auth)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 

@@ -17,6 +17,7 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -212,8 +213,16 @@ def remote_backend(url: str, token: str | None, model: str, *, lora_rank: int, s
             session.close()
         client.close()
         raise
-    return Backend(run, f"service at {url}", False, [client.close, session.close], api="wai", url=url,
-                   capabilities=offered)
+    return Backend(run, f"service at {url}", False, [client.close, partial(_close_quietly, session)], api="wai",
+                   url=url, capabilities=offered)
+
+
+def _close_quietly(session: Any) -> None:
+    """Close the run's session; on a server that is gone this fails, and must not hide why the run stopped."""
+    try:
+        session.close()
+    except Exception:  # noqa: BLE001 - the error that stopped the run is the one to report
+        pass
 
 
 def _wai_capabilities(client: Any) -> dict[str, Any]:
