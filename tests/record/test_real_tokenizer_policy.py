@@ -195,3 +195,31 @@ def test_the_trainers_server_sampler_sends_stop_strings_that_stop_as_in_process(
         sampler = HTTPSampler(ServerSampler(server.url, str(qwen_folder)), engine.tokenizer, engine.max_context)
         ((there,),) = sampler.sample([prompt], 1, params)
     assert (there.tokens, there.stop_reason) == (here.tokens, "stop") == (free.tokens[:k + 1], "stop")
+
+
+def test_wai_policys_answers_read_as_traces_in_each_format_on_the_real_folder(plain, qwen_folder, tmp_path):
+    """A `wai policy` chat answer logged as it came (return_token_ids; its logprob text is the token's own), a
+    completions answer with return_tokens_as_token_ids (vLLM's log), and the library row: one trace, read with
+    the folder's tokenizer."""
+    from whileai.loop.sources.traces import load_vocab, scan
+
+    messages = [{"role": "user", "content": "Zähle: 一, 二 🤗"}]
+    chat_body = {"messages": messages, "max_tokens": 10, "seed": 6, "logprobs": True, "return_token_ids": True}
+    chat = answer(plain, ask(plain, chat_body, True))
+    prompt, tokens = chat["prompt_token_ids"], chat["choices"][0]["token_ids"]
+    behaviour = [e["logprob"] for e in chat["choices"][0]["logprobs"]["content"]]
+    comp_body = {"prompt": prompt, "max_tokens": 10, "seed": 6, "logprobs": 0, "return_tokens_as_token_ids": True}
+    comp = answer(plain, ask(plain, comp_body))
+    assert comp["choices"][0]["logprobs"]["tokens"] == [f"token_id:{t}" for t in tokens]
+    lines = {"chat": {"request": chat_body, "response": chat, "reward": 1.0, "task_id": "t"},
+             "comp": {"request": comp_body, "response": comp, "reward": 1.0, "task_id": "t"},
+             "mine": {"task_id": "t", "prompt_tokens": prompt, "tokens": tokens, "behavior_logprobs": behaviour,
+                      "reward": 1.0}}
+    vocab = load_vocab(str(qwen_folder))
+    read = {}
+    for name, line in lines.items():
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(line) + "\n")
+        (read[name],) = scan(tmp_path / f"{name}.jsonl", vocab, trace=True).read([0])
+    for trace in read.values():
+        assert (trace["prompt_tokens"], trace["tokens"]) == (prompt, tokens)
+        assert trace["behavior_logprobs"] == pytest.approx(behaviour, abs=1e-6)
