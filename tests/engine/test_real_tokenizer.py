@@ -173,7 +173,7 @@ def test_an_environments_stop_string_ends_a_turn_on_the_text_in_training_rollout
     assert stop in seen[-1]
 
 
-@pytest.mark.parametrize("lora_rank", [0, 4])
+@pytest.mark.parametrize("lora_rank", [0, pytest.param(4, marks=pytest.mark.slow)])  # about 12 s each
 def test_the_export_keeps_the_folders_dtype_and_tokenizer_files(qwen_folder, tmp_path, lora_rank):
     """RUN_DIR/final of a bfloat16 folder trained in float32 is bfloat16 again (before: float32, twice the size),
     and its tokenizer files are the folder's, with no session flag (before: local_files_only: true)."""
@@ -192,7 +192,7 @@ def test_the_export_keeps_the_folders_dtype_and_tokenizer_files(qwen_folder, tmp
     size = (out / "model.safetensors").stat().st_size / (qwen_folder / "model.safetensors").stat().st_size
     assert size < (1.01 if lora_rank == 0 else 2.02)  # LoRA on the tied head unties it at the merge (state.py)
     saved = json.loads((out / "tokenizer_config.json").read_text())
-    assert "local_files_only" not in saved
+    assert not {"local_files_only", "is_local"} & set(saved)
     assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == [IM_END, EOS]
     reloaded, original = AutoTokenizer.from_pretrained(str(out)), AutoTokenizer.from_pretrained(str(qwen_folder))
     messages = [{"role": "user", "content": "Zähle: 一, 二 🤗"}]
@@ -205,3 +205,19 @@ def test_the_export_keeps_the_folders_dtype_and_tokenizer_files(qwen_folder, tmp
         assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), source.state_dict().values()))
     asked = engine.export(str(tmp_path / "f32"), merged=True, dtype="float32")
     assert json.loads((tmp_path / "f32" / "config.json").read_text()).get("dtype") == "float32" and asked
+
+
+def test_a_stop_string_of_a_character_split_across_tokens_stops_on_the_token_that_completes_it(
+        qwen_tokenizer_dir, tmp_path):
+    """"𝔘" is two tokens here, neither whole UTF-8 (124026 = F0 9D 94, 246 = 98); a model writing only those
+    halves stops on the first 246 that completes a "𝔘", never on a half."""
+    from whileai.engine import TrainingEngine
+
+    first, second = 124026, 246
+    engine = TrainingEngine(str(qwen_model_folder(tmp_path / "halves", favour=[first, second])))
+    prompt = engine.tokenizer.encode("x")
+    (free,) = engine.sample(prompt, 1, {"max_tokens": 16, "seed": 2})
+    (stopped,) = engine.sample(prompt, 1, {"max_tokens": 16, "seed": 2, "stop": ["𝔘"]})
+    end = next(j for j in range(1, 16) if "𝔘" in engine.tokenizer.decode(free.tokens[:j + 1]))
+    assert free.tokens[end - 1:end + 1] == [first, second]
+    assert (stopped.tokens, stopped.stop_reason) == (free.tokens[:end + 1], "stop")

@@ -156,3 +156,70 @@ def test_the_openai_client_on_a_real_folder(qwen_folder, tmp_path):
         streamed_text = "".join(c.choices[0].delta.content or "" for c in client.chat.completions.create(
             model=str(qwen_folder), messages=messages, max_tokens=20, seed=2, stop=[stop], stream=True) if c.choices)
         assert streamed_text == cut.choices[0].message.content
+
+
+def test_one_tokenization_and_one_distribution_from_training_to_wai_policy(plain, qwen_folder):
+    """The chat prompt `wai policy` samples from is the prompt training renders (the folder's template, no BOS),
+    and the reply's behaviour log-probabilities are what the trainer scores the same tokens at (drift ~0)."""
+    import numpy as np
+
+    from whileai.prompts import prompt_ids
+
+    messages = [{"role": "user", "content": "Zähle bis drei: 一, 二, 三 🤗"}]
+    body = {"messages": messages, "max_tokens": 12, "seed": 4, "temperature": 0.7, "logprobs": True,
+            "return_token_ids": True}
+    got = answer(plain, ask(plain, body, True))
+    prompt, tokens = got["prompt_token_ids"], got["choices"][0]["token_ids"]
+    assert prompt == prompt_ids(plain.tokenizer, messages) and prompt[0] == 151644  # <|im_start|>, no BOS
+    behaviour = [e["logprob"] for e in got["choices"][0]["logprobs"]["content"]]
+    scored = plain.served.engine.compute_logprobs(prompt + tokens, sampling_params={"temperature": 0.7})
+    trained = np.asarray(scored["logprobs"][len(prompt):])
+    assert np.abs(trained - np.asarray(behaviour)).max() < 1e-4
+
+
+@pytest.mark.slow
+def test_the_trainers_server_sampler_sends_stop_strings_that_stop_as_in_process(qwen_folder, tmp_path):
+    """`wai train --sampler-url`: an environment's stop string goes to the server as `stop` (before: refused, or
+    sent as the ids of the string alone) and stops the sample on the same token as in-process sampling."""
+    from whileai.engine import SamplingParams, TrainingEngine
+    from whileai.loop.sources.sampler import HTTPSampler
+    from whileai.loop.sources.server_sampler import ServerSampler
+
+    engine = TrainingEngine(str(qwen_folder))
+    prompt = engine.tokenizer.encode("Count: one,")
+    (free,) = engine.sample(prompt, 1, {"max_tokens": 24, "seed": 3})
+    stop, k = mid_token_stop(engine.tokenizer, free.tokens)
+    params = SamplingParams(max_tokens=24, seed=3, stop=[stop])
+    (here,) = engine.sample(prompt, 1, params)
+    with Started(["policy", str(qwen_folder), "--threads", "1"], tmp_path) as server:
+        sampler = HTTPSampler(ServerSampler(server.url, str(qwen_folder)), engine.tokenizer, engine.max_context)
+        ((there,),) = sampler.sample([prompt], 1, params)
+    assert (there.tokens, there.stop_reason) == (here.tokens, "stop") == (free.tokens[:k + 1], "stop")
+
+
+def test_wai_policys_answers_read_as_traces_in_each_format_on_the_real_folder(plain, qwen_folder, tmp_path):
+    """A `wai policy` chat answer logged as it came (return_token_ids; its logprob text is the token's own), a
+    completions answer with return_tokens_as_token_ids (vLLM's log), and the library row: one trace, read with
+    the folder's tokenizer."""
+    from whileai.loop.sources.traces import load_vocab, scan
+
+    messages = [{"role": "user", "content": "Zähle: 一, 二 🤗"}]
+    chat_body = {"messages": messages, "max_tokens": 10, "seed": 6, "logprobs": True, "return_token_ids": True}
+    chat = answer(plain, ask(plain, chat_body, True))
+    prompt, tokens = chat["prompt_token_ids"], chat["choices"][0]["token_ids"]
+    behaviour = [e["logprob"] for e in chat["choices"][0]["logprobs"]["content"]]
+    comp_body = {"prompt": prompt, "max_tokens": 10, "seed": 6, "logprobs": 0, "return_tokens_as_token_ids": True}
+    comp = answer(plain, ask(plain, comp_body))
+    assert comp["choices"][0]["logprobs"]["tokens"] == [f"token_id:{t}" for t in tokens]
+    lines = {"chat": {"request": chat_body, "response": chat, "reward": 1.0, "task_id": "t"},
+             "comp": {"request": comp_body, "response": comp, "reward": 1.0, "task_id": "t"},
+             "mine": {"task_id": "t", "prompt_tokens": prompt, "tokens": tokens, "behavior_logprobs": behaviour,
+                      "reward": 1.0}}
+    vocab = load_vocab(str(qwen_folder))
+    read = {}
+    for name, line in lines.items():
+        (tmp_path / f"{name}.jsonl").write_text(json.dumps(line) + "\n")
+        (read[name],) = scan(tmp_path / f"{name}.jsonl", vocab, trace=True).read([0])
+    for trace in read.values():
+        assert (trace["prompt_tokens"], trace["tokens"]) == (prompt, tokens)
+        assert trace["behavior_logprobs"] == pytest.approx(behaviour, abs=1e-6)

@@ -221,12 +221,18 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
         return f"{endpoint} is not reachable from this machine ({err})"
 
 
+SESSION_FLAGS = ("local_files_only", "is_local")
+"""What transformers records in a loaded tokenizer's init kwargs about this session (and would write into an
+exported tokenizer_config.json, where vLLM or another machine would read it as the tokenizer's)."""
+
+
 def _from_pretrained(name_or_path: str, dtype: torch.dtype, local_only: bool) -> tuple[Any, Any, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(name_or_path, local_files_only=local_only)  # the cheapest file first
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_only)
-    tokenizer.init_kwargs.pop("local_files_only", None)  # this session's flag, not the tokenizer's: never saved
+    for flag in SESSION_FLAGS:  # how this session loaded it, not the tokenizer's: never saved with an export
+        tokenizer.init_kwargs.pop(flag, None)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, local_files_only=local_only)
     source = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
     if isinstance(source, str):

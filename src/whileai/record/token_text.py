@@ -20,6 +20,7 @@ is not their tokens' bytes joined) the offsets are where each token's streamed t
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -112,7 +113,7 @@ def _chars(data: bytes, per_byte: bool) -> tuple[str, list[int]]:
 def offsets(tokenizer: Any, reply: Sequence[int], count: int, text: str, deltas: Sequence[str]) -> list[int]:
     """``text_offset`` of the ``count`` sampled tokens whose first ``len(reply)`` are the reply's (the rest: the end
     token), in ``text`` (the reply's text, cut at a stop string). ``deltas``: what each token adds to the stream."""
-    streamed = [sum(len(d) for d in deltas[:j]) for j in range(count)]
+    streamed = [0, *itertools.accumulate(len(d) for d in deltas)][:count]
     byte_model = chat.is_byte_tokenizer(tokenizer)
     if not (byte_model or _byte_level(tokenizer)):
         return streamed
