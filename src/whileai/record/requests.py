@@ -101,6 +101,18 @@ def guarded(app: Any, token: str | None, server: str) -> None:
         return error_response(500, f"wai {server} failed on this request ({type(err).__name__}: {str(err)[:200]}); "
                                    "the server is still up. Please report it with the request", "server_error")
 
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
+    @app.exception_handler(HTTPException)
+    async def routing(request: Any, err: HTTPException) -> Any:  # no such route, or not with this method
+        return error_response(err.status_code, f"{request.method} {request.url.path}: {err.detail}",
+                              "not_found" if err.status_code == 404 else "invalid_request_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Any, err: RequestValidationError) -> Any:
+        return error_response(422, f"{request.method} {request.url.path}: {str(err.errors())[:300]}")
+
 
 class RequestError(Exception):
     """A 400 (or 404 for an unknown model) with every problem found."""
