@@ -213,10 +213,13 @@ class StopOnServerError(Hook):
     def failed(self, loop: Loop, error: BaseException) -> None:
         if isinstance(error, SamplerError):
             self.ctx.checkpoint(loop.state, loop.teacher)
-            step = loop.state.step
+            step, lag = loop.state.step, self.ctx.plan.lag
+            fresher = (f" At lag {lag} the resumed run samples steps {step + 1}-{step + lag} with the weights of step "
+                       f"{step} (the uninterrupted run used older ones; each row's sampler_step says which)."
+                       if lag else "")
             raise ServerStopped("inference server", self.url, self.ctx.run_dir, step, error,
                                 f"A checkpoint of the {step} steps trained is written (rows sampled for later steps "
-                                "are dropped and will be sampled again).") from None
+                                f"are dropped and will be sampled again).{fresher}") from None
 
 
 def server_rollouts(ctx: Context, trainer: Trainer, taskset: Taskset, method: Method, plan: RunPlan) -> Source:
