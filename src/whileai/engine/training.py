@@ -277,6 +277,74 @@ class TrainingEngine:
             self._fill_unscored(full, item, hidden_TH, want, scorer)
         return loss, {name: full}
 
+    def _batch_logprobs(self, batch: list[Prepared], hidden_BTH: torch.Tensor, masks: list[np.ndarray],
+                        scorer: _Scorer) -> torch.Tensor | None:
+        """The log-probabilities of every datum's targets at its ``masks`` positions, concatenated in datum
+        order (``(P,)``, or ``(P, K)`` for K targets a position): one gather of the hidden states and one chunked
+        projection for the whole micro-batch, not one per datum. None when the datums' target shapes differ."""
+        if len({item.targets.shape[1:] for item in batch}) != 1:
+            return None
+        rows = np.concatenate([np.full(int(m.sum()), b) for b, m in enumerate(masks)])
+        columns = np.concatenate([np.flatnonzero(m) for m in masks])
+        targets = np.concatenate([item.targets[m] for item, m in zip(batch, masks)])
+        hidden_PH = hidden_BTH[torch.from_numpy(rows).to(self.device), torch.from_numpy(columns).to(self.device)]
+        targets_PK = torch.from_numpy(targets).to(self.device)
+        flat = targets_PK.dim() == 1
+        if flat:
+            targets_PK = targets_PK[:, None]
+        # projected datum by datum (a chunk never spans two): each position's log-probability comes out of the same
+        # matrix product, bit for bit, as when each datum was scored alone
+        counts = [int(m.sum()) for m in masks]
+        logp = torch.cat([select_logprobs(scorer.model, h, t, chunk_size=self.logprob_chunk,
+                                          distribution=scorer.distribution)
+                          for h, t in zip(hidden_PH.split(counts), targets_PK.split(counts))])
+        return logp.squeeze(-1) if flat else logp
+
+    def _batch_loss(self, spec: LossSpec, config: dict[str, Any], batch: list[Prepared], hidden_BTH: torch.Tensor,
+                    wants: list[np.ndarray], outputs: list[dict[str, np.ndarray]], backward: bool,
+                    scorer: _Scorer) -> torch.Tensor | None:
+        """``_datum_loss`` for a whole micro-batch of log-probability losses with the per-datum work batched:
+        one projection (``_batch_logprobs``), one copy of the inputs to the device and one of the outputs back,
+        one check for impossible targets; the loss itself per datum (a sequence loss reads its own datum).
+        None where the datums differ in target shape or inputs (then ``_datum_loss`` runs per datum)."""
+        if len({tuple(sorted(item.inputs)) for item in batch}) != 1:
+            return None
+        where = [item.scored if backward else item.scored | wants[item.index] for item in batch]
+        x_all = self._batch_logprobs(batch, hidden_BTH, where, scorer)
+        if x_all is None:
+            return None
+        scored_in_where = np.concatenate([item.scored[w] for item, w in zip(batch, where)])
+        x = x_all if scored_in_where.all() else x_all[torch.from_numpy(scored_in_where).to(self.device)]
+        counts = [int(item.scored.sum()) for item in batch]
+        first = first_impossible(x)
+        if first is not None:
+            b = int(np.searchsorted(np.cumsum(counts), first, side="right"))
+            item = batch[b]
+            _refuse_impossible(x.split(counts)[b], item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
+        inputs = {k: torch.from_numpy(np.concatenate([item.inputs[k][item.scored] for item in batch])).to(self.device)
+                  .split(counts) for k in batch[0].inputs}
+        x_parts = x.double().split(counts)
+        losses = [per_token_loss(spec, x_parts[b], {k: v[b] for k, v in inputs.items()}, config).sum()
+                  for b in range(len(batch))]
+        values = x_all.detach().float().cpu().numpy()
+        rest = [wants[item.index] & ~item.scored if backward else np.zeros(item.length, bool) for item in batch]
+        filled = None
+        if any(r.any() for r in rest):  # asked for, outside the loss: without a gradient
+            with torch.no_grad():
+                filled = self._batch_logprobs(batch, hidden_BTH.detach(), rest, scorer)
+        filled_values = None if filled is None else filled.float().cpu().numpy()
+        start = start_rest = 0
+        for item, w, r in zip(batch, where, rest):
+            full = np.full(item.targets.shape, np.nan, dtype=np.float32)
+            n = int(w.sum())
+            full[w] = values[start:start + n]
+            start += n
+            if filled_values is not None:
+                full[r] = filled_values[start_rest:start_rest + int(r.sum())]
+                start_rest += int(r.sum())
+            outputs[item.index] = {"logprobs": full}
+        return torch.stack(losses).sum()
+
     def _fill_unscored(self, full: np.ndarray, item: Prepared, hidden_TH: torch.Tensor, want: np.ndarray,
                        scorer: _Scorer) -> None:
         """``full`` at the positions asked for that the loss does not read: their log-probabilities, outside the
@@ -338,12 +406,17 @@ class TrainingEngine:
             with torch.set_grad_enabled(backward and not spec.on_values):  # a value loss trains the head only
                 hidden = self._hidden(batch, scorer.model)
             with torch.set_grad_enabled(backward):
-                losses = []
-                for b, item in enumerate(batch):
-                    loss, outputs[item.index] = self._datum_loss(spec, config, item, hidden[b, :item.length],
-                                                                 wants[item.index], backward, scorer)
-                    losses.append(loss)
-                loss_sum = torch.stack(losses).sum()
+                batched = None if spec.on_values else self._batch_loss(spec, config, batch, hidden, wants, outputs,
+                                                                       backward, scorer)
+                if batched is not None:
+                    loss_sum = batched
+                else:
+                    losses = []
+                    for b, item in enumerate(batch):
+                        loss, outputs[item.index] = self._datum_loss(spec, config, item, hidden[b, :item.length],
+                                                                     wants[item.index], backward, scorer)
+                        losses.append(loss)
+                    loss_sum = torch.stack(losses).sum()
         _check_finite_loss(loss_sum, spec.name, batch)
         if backward and loss_sum.requires_grad:
             loss_sum.backward()
