@@ -19,7 +19,8 @@ import whileai as wai
 from whileai.loop import dry_run
 
 GOLDEN = Path(__file__).with_name("layout_pin.json")
-DEFAULT = dict(steps=3, warm_start_steps=2, eval_tasks=4, progress=False)
+DEFAULT = dict(steps=3, warm_start_steps=2, eval_tasks=4, progress=False, threads=1)
+# threads given: the rule reads $OMP_NUM_THREADS and the machine's load (issue 30), which a pin cannot hold
 DRY = {  # name -> dry_run arguments: one per row source, trainer and method family
     "default": {},
     "grpo": dict(method="grpo", knobs={"generations": 4}),
@@ -47,7 +48,7 @@ def _rows(tmp: Path) -> dict[str, Any]:
 
 
 def _plan(args: dict[str, Any]) -> str:
-    plan = dry_run(**args)
+    plan = dry_run(**{"threads": 1, **args})
     return plan.table() + "\n" + json.dumps(plan.values(), sort_keys=True, default=str)
 
 

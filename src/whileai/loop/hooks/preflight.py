@@ -14,6 +14,7 @@ what went wrong when held-out pass@1 did not rise.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,12 @@ TIE = 1e-9
 """rewards closer than this count as equal (a group whose rewards all lie within it is unanimous)"""
 RARE_PASS = 0.02
 """a run whose rollouts passed less often than this, on average over its steps, learned from too rare a signal"""
+FEW_ADMITTED = 0.05
+"""a log whose traces the method admits less often than this at step 0 comes from another model: the run stops"""
+STALE_SHARE = 0.9
+"""a log whose traces the method admits less often than this at step 0 is partly stale (a note names the share)"""
+OVERFIT_GAP = 0.1
+"""a first RL batch passing more than this above held-out (after a warm start) is a memorised warm start"""
 LONG_CAP_FACTOR = 8
 """a cap more than this many times the longest reference answer (+ EOS) earns the 'lower the cap' fix"""
 
@@ -117,7 +124,7 @@ class Preflight:
 def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: float | None = None,
               drift: float | None = None, cap: int | None = None, answer_lengths: Sequence[int] = (),
               cap_ends_answer: bool = False, warm_start_steps: int | None = None,
-              random_init: bool = False) -> Preflight:
+              random_init: bool = False, held_out: float | None = None) -> Preflight:
     """The report for one probe.
 
     ``rows``: the first rollouts (each with ``reward`` and ``task_id``), or the first logged traces; ``spec``:
@@ -145,7 +152,25 @@ def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: f
         answers_within_cap=_share(fits) if fits else None)
     fixes = _Fixes(spec, cap, answer_lengths, warm_start_steps, random_init, len(rewards))
     fatal, notes = _judge(report, groups, group_method, drift, fixes)
+    overfit = memorised(report["pass_rate"], len(rewards), held_out) if warm_start_steps else None
+    if overfit is not None:
+        notes.append(overfit)
     return Preflight(**report, fatal=tuple(fatal), notes=tuple(notes))  # type: ignore[arg-type]
+
+
+def memorised(train_pass: float | None, rollouts: int, held_out: float | None) -> str | None:
+    """The note when the first RL batch (training tasks) passes clearly more often than held-out tasks did just
+    before it: the warm start learned its training answers by heart (a gap above ``OVERFIT_GAP`` and above twice
+    its binomial standard error)."""
+    if train_pass is None or held_out is None or rollouts == 0:
+        return None
+    gap = train_pass - held_out
+    spread = math.sqrt(max(train_pass * (1 - train_pass), 1e-9) / rollouts + held_out * (1 - held_out) / 64)
+    if gap <= OVERFIT_GAP or gap <= 2 * spread:
+        return None
+    return (f"the warm start overfit: the first batch of training tasks passes {train_pass:.2f}, held-out tasks "
+            f"{held_out:.2f} (a gap of {gap:.2f}): it learned the training answers by heart more than the task, and "
+            "RL rewards the training tasks it already passes; fewer warm-start steps, or more training tasks")
 
 
 @dataclass(frozen=True)
@@ -182,7 +207,23 @@ def _judge(report: Mapping[str, Any], groups: Mapping[Any, list[float]], group_m
                            "tokens far from the log's own log-probabilities",
                            ("--model the model the logs came from (the one that served them)",
                             "logs sampled from this model")))
-    if report["rollouts"]:
+    elif report["admitted_share"] is not None and report["admitted_share"] < FEW_ADMITTED:
+        at = f" (drift {drift:.3g})" if drift is not None else ""
+        fatal.append(Fatal(f"the method admits only {report['admitted_share']:.0%} of the logged traces at step "
+                           f"0{at}: nearly every one scores far from its logged log-probabilities, so the logs come "
+                           "from another model", ("--model the model the logs came from (the one that served them)",
+                                                  "logs sampled from this model")))
+    elif report["admitted_share"] is not None and report["admitted_share"] < STALE_SHARE:
+        at = f" (mean drift {drift:.3g})" if drift is not None else ""
+        notes.append(f"the method admits only {report['admitted_share']:.0%} of the logged traces at step 0{at}: the "
+                     "rest score far from their logged log-probabilities, as traces from other weights do (an older "
+                     "checkpoint of this model, or another model); it trains on the admitted share only: --model the "
+                     "weights that served them, or fresher logs")
+    if report["rollouts"] and report["pass_rate"] == 1.0 and fixes.warm_start_steps:
+        notes.append(f"every one of the {report['rollouts']} probe rollouts passes after the warm start: RL has no "
+                     "reward difference to learn from on these tasks, so its steps will leave the model as it is "
+                     "(the run goes on to measure and export it; harder tasks give RL something to do)")
+    elif report["rollouts"]:
         fatal += _reward_fatal(report, groups, group_method, fixes)
         if report["pass_rate"] is not None and 0 < report["pass_rate"] < 0.05:
             notes.append(f"only {report['pass_rate']:.1%} of the probe's rollouts pass: the signal is thin")
@@ -336,7 +377,7 @@ class PreflightHook(Hook):
     def before_update(self, loop: Loop) -> None:
         if loop.state.step > 0 or loop.state.preflight is not None or self.ctx.method.run_spec().source != "rollouts":
             return
-        report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(), **self.measured(loop.trainer))
+        report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(), **self.measured(loop.trainer, loop.state))
         self.ctx.log.write(str(report))
         loop.state.preflight = report.to_dict()
         if not report.ok and not self.ctx.config.force:
@@ -351,19 +392,22 @@ class PreflightHook(Hook):
         return [{"reward": float(source.reward_T[i]), "task_id": source.task_ids[source.task_T[i]]}
                 for i in np.flatnonzero(~source.heldout_T & np.isfinite(source.reward_T))]
 
-    def measured(self, trainer: Any) -> dict[str, Any]:
+    def measured(self, trainer: Any, state: Any) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
         (a run from a file), the cap and the reference answers' lengths, the warm start."""
         plan = self.ctx.plan
         out: dict[str, Any] = {}
         heldout = trace_run.heldout_summary(self.ctx.run_dir) if self.ctx.rows is not None else {}
-        before = heldout.get("heldout_traces", {}).get("before") or {}
+        measured = heldout.get("heldout_traces", {})
+        before = measured.get("before") or measured.get("step0") or {}
         if before:
             out.update(admitted_share=before.get("admitted_share"), drift=before.get("drift"))
         if self.ctx.taskset is not None and self.ctx.rows is None:
             encode = trainer.tokenizer.encode
             out["answer_lengths"] = rules.answer_tokens((t.answer for t in self.ctx.taskset.split("train")),
                                                         lambda text: encode(text, add_special_tokens=False))
+        if self.ctx.rows is None and state.evals and state.evals[0]["step"] == 0:  # held-out pass@1 after the warm start
+            out["held_out"] = state.evals[0]["pass_at_1"]
         sampled = self.ctx.config.rows_from is None  # recorded traffic was capped by its server, not by this plan
         return {**out, "cap": plan.max_tokens if sampled else None, "cap_ends_answer": plan.cap_is_answer_length,
                 "warm_start_steps": plan.warm_start_steps, "random_init": plan.model.startswith("builtin:")}

@@ -249,6 +249,15 @@ def check_ranges(config: TrainConfig) -> list[str]:
         value = getattr(config, name)
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             problems.append(f"{name} = {value!r} must be a finite number > 0")
+        elif value is not None and value > MAX_LEARNING_RATE:
+            problems.append(f"{name} = {value!r} is above {MAX_LEARNING_RATE:g}: Adam would move every weight by about "
+                            f"that much each step and the model diverges at once; rates are 1e-5 .. 1e-2 (did you "
+                            f"mean {value:g}e-3?)")
+    for name in ("steps", "warm_start_steps"):
+        value = getattr(config, name)
+        if isinstance(value, int) and value > MAX_STEPS:
+            problems.append(f"{name} = {value:,} is above {MAX_STEPS:,}: years on a CPU, and each step's record is "
+                            "kept; train in runs of at most that many (--resume --steps N continues one)")
     if config.lr_schedule not in SCHEDULES:
         problems.append(f"lr_schedule = {config.lr_schedule!r} must be one of {', '.join(map(repr, SCHEDULES))}")
     if config.api not in APIS:
@@ -265,6 +274,10 @@ def check_ranges(config: TrainConfig) -> list[str]:
 
 
 SCHEDULES = ("linear", "constant")
+MAX_LEARNING_RATE = 1.0
+"""the largest learning rate a config may hold (a rate above it diverges at the first Adam step)"""
+MAX_STEPS = 10_000_000
+"""the most RL or warm-start steps a config may ask for"""
 APIS = ("wai", "tinker")
 """what answers at --url: a wai serve's own API, or the Tinker API (through the Tinker SDK)"""
 
