@@ -281,23 +281,38 @@ def _share(flags: Any) -> float:
 
 
 # ------------------------------------------------------------------------------------- after the run
+ALL_PASSED = 0.98
+"""a run whose rollouts passed at least this often over its steps had nothing left to learn on its training tasks"""
+
+
 def no_gain_reason(records: Sequence[Mapping[str, Any]], compare: Mapping[str, Any] | None = None,
-                   cap: int | None = None) -> str | None:
-    """One line saying what the metrics show went wrong, or None when held-out pass@1 rose (``compare``:
-    summary.json's ``compare``, its ``delta`` and ``excludes_zero``; None: judge the records alone).
+                   cap: int | None = None, warm_start_steps: int = 0) -> str | None:
+    """One line saying what the measured quantities show when held-out pass@1 did not rise by a resolved margin,
+    or None when it did (``compare``: summary.json's ``compare``, its ``before``, ``after``, ``delta``, ``ci95`` and
+    ``excludes_zero``; None: judge the records alone). Every claim is a measured quantity: rewards and pass rates
+    of the training rollouts, the admitted share and drift, the gradient, reply lengths against ``cap``, the
+    held-out numbers, and ``warm_start_steps`` (the warm start the run had, for the fix it offers).
 
     ``records``: the run's metrics records (metrics.jsonl), each with ``reward``, ``pass_rate``,
     ``admitted_share``, ``grad_norm``, ``drift``, ``reply_tokens`` and ``learning_rate`` where the loop wrote
-    them; ``cap``: the sampling cap, for a run whose replies all ran to it."""
+    them."""
     if compare is not None and compare.get("excludes_zero") and float(compare.get("delta", 0)) > 0:
         return None
     steps = [r for r in records if "step" in r]
     if not steps:
         return "no training step was recorded: the run stopped before its first update"
-    for check in (_never_passed, _all_dropped, _empty_updates, _hit_cap, _rarely_passed, _reward_trend):
-        reason = check(steps, cap)
+    for check in (_never_passed, _all_passed, _all_dropped, _empty_updates, _hit_cap, _rarely_passed):
+        reason = check(steps, cap, warm_start_steps)
         if reason is not None:
             return reason
+    if compare is not None and float(compare.get("delta", 0)) > 0:
+        low, high = compare.get("ci95", (0.0, 0.0))
+        return (f"held-out pass@1 rose {compare['delta']:+.3f} ({compare['before']:.3f} -> {compare['after']:.3f}) but "
+                f"its 95% interval [{low:+.3f}, {high:+.3f}] includes 0: a gain this size is not resolved over "
+                f"{compare.get('tasks', '?')} tasks (more held-out tasks, --eval-tasks, or seeds)")
+    reason = _reward_trend(steps, compare)
+    if reason is not None:
+        return reason
     return "the metrics show no single cause: training reward moved but held-out pass@1 did not (more steps, " \
            "more held-out tasks, or a different learning rate)"
 
@@ -306,15 +321,27 @@ def _values(steps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [float(r[key]) for r in steps if r.get(key) is not None]
 
 
-def _never_passed(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _never_passed(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     rewards, passes = _values(steps, "reward"), _values(steps, "pass_rate")
     if rewards and max(rewards) - min(rewards) <= TIE and (not passes or max(passes) == 0):
+        fix = (f"a longer warm start than its {warm} steps" if warm else "a warm start") + \
+            ", a lower cap, or easier tasks"
         return (f"reward was {rewards[0]:g} on every one of {len(rewards)} steps: no rollout ever passed, so "
-                "every update was empty (a warm start, a lower cap, or easier tasks)")
+                f"every update was empty ({fix})")
     return None
 
 
-def _all_dropped(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _all_passed(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
+    passes = _values(steps, "pass_rate")
+    if passes and statistics.fmean(passes) >= ALL_PASSED:
+        after = f" after a warm start of {warm} steps" if warm else ""
+        return (f"rollouts passed {statistics.fmean(passes):.1%} of the time over {len(passes)} steps{after}: nothing "
+                "was left for RL to learn on the training tasks, since equal rewards give no advantage (harder "
+                "training tasks; the held-out numbers are the model's as it started)")
+    return None
+
+
+def _all_dropped(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     admitted = _values(steps, "admitted_share")
     if admitted and max(admitted) <= 0:
         drift = _values(steps, "drift")
@@ -324,7 +351,7 @@ def _all_dropped(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | N
     return None
 
 
-def _empty_updates(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _empty_updates(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     norms = _values(steps, "grad_norm")
     if norms and max(norms) == 0:
         return (f"the gradient was 0 on every one of {len(norms)} steps: every batch's rewards were equal (every "
@@ -332,7 +359,7 @@ def _empty_updates(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str |
     return None
 
 
-def _hit_cap(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _hit_cap(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     lengths = _values(steps, "reply_tokens")
     if cap is not None and lengths and min(lengths) >= 0.95 * cap:
         return (f"replies averaged {statistics.fmean(lengths):.0f} tokens against a cap of {cap} on every step: "
@@ -340,7 +367,7 @@ def _hit_cap(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
     return None
 
 
-def _rarely_passed(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _rarely_passed(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     passes = _values(steps, "pass_rate")
     if passes and statistics.fmean(passes) < RARE_PASS:
         return (f"rollouts passed {statistics.fmean(passes):.1%} of the time over {len(passes)} steps: too rare a "
@@ -348,7 +375,8 @@ def _rarely_passed(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str |
     return None
 
 
-def _reward_trend(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _reward_trend(steps: Sequence[Mapping[str, Any]], compare: Mapping[str, Any] | None) -> str | None:
+    """Training reward first fifth against last, told only where held-out agrees (did not rise)."""
     rewards = _values(steps, "reward")
     if len(rewards) < 5:
         return None
@@ -356,12 +384,14 @@ def _reward_trend(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | 
     first, last = statistics.fmean(rewards[:fifth]), statistics.fmean(rewards[-fifth:])
     rates = _values(steps, "learning_rate")
     rate = f" at learning rate {rates[0]:g}" if rates else ""
+    held = (f" and held-out pass@1 went {compare['before']:.3f} -> {compare['after']:.3f}"
+            if compare is not None and "before" in compare else "")
     if last < first - 0.05:
-        return (f"training reward fell from {first:.3f} to {last:.3f} (first to last fifth){rate}: the updates "
-                "undid what the model knew (a lower --learning-rate)")
+        return (f"training reward fell from {first:.3f} to {last:.3f} (first to last fifth){rate}{held}: the "
+                "updates undid what the model knew (a lower --learning-rate)")
     if abs(last - first) <= 0.02:
-        return (f"training reward stayed at {first:.3f} -> {last:.3f} (first to last fifth){rate}: the updates "
-                "did not move the policy (more steps, or a higher --learning-rate)")
+        return (f"training reward stayed at {first:.3f} -> {last:.3f} (first to last fifth){rate}{held}: the "
+                "updates did not move the policy (more steps, or a higher --learning-rate)")
     return None
 
 
