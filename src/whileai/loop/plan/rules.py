@@ -39,7 +39,7 @@ WARM_START_CHECK_EVERY = 50
 """steps between two measurements of the held-out slice's pass rate"""
 WARM_START_CHECK_TASKS = 64
 """most train tasks held out of the warm start to measure it (a fifth of the split when that is fewer)"""
-WARM_START_CHECK_SAMPLES = 2
+WARM_START_CHECK_SAMPLES = 4
 """samples per held-out-of-train task at each check"""
 WARM_START_SPLIT_MIN = 40
 """fewest train tasks that leave a slice to hold out"""
@@ -47,7 +47,7 @@ WARM_START_MIN_STEPS = 150
 """the rule stops no warm start before this many steps (unless every held-out-of-train task passes)"""
 WARM_START_MIN_GAIN = 0.02
 """a check improves on the best before it when it passes more by at least this"""
-WARM_START_PATIENCE = 2
+WARM_START_PATIENCE = 3
 """checks in a row without such a gain that end the warm start"""
 WARM_START_LEARNING_RATE = 3e-3
 """the warm start's supervised learning rate on a taskset of the user's own (own_tasks benchmark, docs/decisions.md)"""
