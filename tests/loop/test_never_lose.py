@@ -69,6 +69,10 @@ def test_ctrl_c_in_the_warm_start_checkpoints_within_a_step_and_resume_continues
     out, err = process.communicate(timeout=240)
     assert process.returncode == 130, err
     assert "interrupted during the warm start, after its step" in err and f"--resume {folder}" in err
+    assert "warm start step 1/40: loss 5.5" in out  # --no-progress: a line at the first step, then every 25
+    from test_run import _event_tags
+
+    assert {"warm_start/loss", "warm_start/pass_estimate"} <= _event_tags(folder / "tensorboard")
     steps = [json.loads(line)["warm_start_step"] for line in (folder / "warm_start.jsonl").read_text().splitlines()]
     assert steps == list(range(1, len(steps) + 1)) and 3 <= len(steps) <= 8  # within one step of the signal
     resumed = wai.train(resume=str(folder), progress=False)
