@@ -27,6 +27,8 @@ def finish(ctx: Context, state: LoopState, seconds: float) -> tuple[dict[str, An
     summary["resolved"] = resolved(ctx)
     summary["method"] = as_run(method, summary["resolved"])
     summary["plan"] = {"values": plan.values(), "sources": dict(plan.sources)}
+    if plan.notes:  # what the checks before the warm start said (whileai.loop.plan.inputs)
+        summary["notes"] = list(plan.notes)
     records = ctx.metrics.read()
     summary.update(fifths(records, spec.source == "rows", ctx.rows is not None))
     if ctx.can_eval():
