@@ -78,7 +78,7 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
     (a resume); under the rule, ended early by ``rules.warm_start_stop`` on the held-out slice of the train split.
     ``each(record, result)`` after every step: True stops the warm start there (Ctrl-C). ``keep()`` saves the
     weights at each check that beats every check before it, and ``restore()`` sets them back there at the end
-    when the last check passed less than that best by ``rules.WARM_START_MIN_GAIN`` or more (a late dip)."""
+    when the last check fell ``rules.WARM_START_DIP`` below that best (``rules.warm_start_restore``)."""
     from whileai.engine.datums import make_datum
 
     result = done or WarmStartResult()
@@ -111,11 +111,10 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
         if (each is not None and each(record, result)) or result.stopped is not None:
             break
     finished = result.stopped is not None or len(result.records) == plan.warm_start_steps
-    if finished and result.checks and restore is not None:
-        best = max(result.checks, key=lambda c: c[1])
-        if result.checks[-1][1] <= best[1] - rules.WARM_START_MIN_GAIN:
-            restore()
-            result.restored = best
+    best = rules.warm_start_restore(result.checks) if finished else None
+    if best is not None and restore is not None:
+        restore()
+        result.restored = best
     return result
 
 
