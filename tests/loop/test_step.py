@@ -92,9 +92,9 @@ def test_step_stats_report_reply_lengths_over_every_row_and_the_failed_ones():
     rows = [{"reward": 1.0, "tokens": [1, 2, 3]},
             {"reward": 0.0, "tokens": [1, 2, 3, 4, 5], "action_mask": [True, False, False, True, True]},
             {"reward": 0.5, "tokens": [7]}]
-    stats = step_stats(SimpleNamespace(admitted=[True] * 3, stats={}), rows)
+    stats = step_stats(SimpleNamespace(admitted=[True] * 3, stats={}, drift=None), rows)
     assert stats["reply_tokens"] == pytest.approx(7 / 3) and stats["failed_reply_tokens"] == 2.0
-    passed = step_stats(SimpleNamespace(admitted=[True], stats={}), rows[:1])
+    passed = step_stats(SimpleNamespace(admitted=[True], stats={}, drift=None), rows[:1])
     assert passed["reply_tokens"] == 3.0 and "failed_reply_tokens" not in passed
 
 

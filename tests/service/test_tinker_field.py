@@ -30,7 +30,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning")
 
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    args = ["--max-samples", "8", "--max-body-mb", "1", "--order-timeout", "3"]
+    args = ["--max-samples", "8", "--max-datums", "4", "--max-body-mb", "1", "--order-timeout", "3"]
     with start_server(tmp_path_factory.mktemp("limited") / "data", token="tml-" + secrets.token_urlsafe(24),
                       args=args) as server:
         yield server
@@ -50,8 +50,8 @@ def sft_datum() -> Any:
 
 
 def test_a_refused_request_leaves_the_run_exactly_as_it_was(sdk: Any) -> None:
-    """num_samples=0, a state name that is not a file name and 9 samples over --max-samples 8 are refused at
-    submit; the run's next training and sampling calls then run at once (before the fix each waited for the
+    """num_samples=0, a state name that is not a file name, 9 samples over --max-samples 8 and 5 datums over
+    --max-datums 4 are refused at submit; the run's next training and sampling calls then run at once (before the fix each waited for the
     number the refused request had taken and failed with OrderTimeout)."""
     training = sdk.create_lora_training_client(base_model="builtin:tiny", rank=4).result()
     sampler = training.save_weights_and_get_sampling_client().result()
@@ -62,6 +62,8 @@ def test_a_refused_request_leaves_the_run_exactly_as_it_was(sdk: Any) -> None:
         training.save_state("bad name").result(timeout=30)
     with pytest.raises(tinker.APIStatusError, match=r"9 samples = 9 sequences; the limit is 8 \(--max-samples\)"):
         sampler.sample(prompt, 9, types.SamplingParams(max_tokens=2)).result(timeout=30)
+    with pytest.raises(tinker.APIStatusError, match=r"5 datums in one request; the limit is 4 \(--max-datums\)"):
+        training.forward_backward([sft_datum()] * 5, "cross_entropy").result(timeout=30)
     started = time.monotonic()
     loss = training.forward_backward([sft_datum()], "cross_entropy").result(timeout=30).metrics["loss:sum"]
     assert training.optim_step(types.AdamParams(learning_rate=1e-2)).result(timeout=30).metrics["step"] == 1.0
@@ -137,3 +139,45 @@ def test_a_full_fine_tune_reports_lora_rank_none(limited: LocalServer) -> None:
     assert (info.is_lora, info.lora_rank) == (False, None)
     rest = tinker.RestClient(base_url=limited.url, api_key=limited.token)
     assert rest.get_training_run(model_id).result(timeout=30).lora_rank is None
+
+
+def test_bad_input_on_tinker_routes_is_a_4xx_naming_the_field_never_a_500(limited: LocalServer) -> None:
+    """Cases a fuzzer found answering 500 (rank 1e9 tried to allocate 256 GB; a target tensor of the wrong size or
+    dtype; a request id past SQLite's integers), and their neighbours."""
+    http = httpx.Client(base_url=limited.url, headers={"X-API-Key": limited.token}, timeout=60)
+    session = http.post("/api/v1/create_session", json=types.CreateSessionRequest(
+        tags=[], user_metadata=None, sdk_version="0.38.0").model_dump(mode="json")).json()["session_id"]
+
+    def model(seq: int, **lora: Any) -> dict[str, Any]:
+        return {"session_id": session, "model_seq_id": seq, "base_model": "builtin:tiny", "lora_config": lora}
+
+    def sample(**fields: Any) -> dict[str, Any]:
+        return {"prompt": {"chunks": [{"type": "encoded_text", "tokens": [1, 2, 3]}]}, "base_model": "builtin:tiny",
+                "sampling_params": {"max_tokens": 1}, **fields}
+
+    run = http.post("/api/v1/create_model", json=model(0, rank=4)).json()["model_id"]
+    cases = [
+        ("/api/v1/create_model", model(1, rank=-3), "lora_rank=-3: Input should be greater than or equal to 0"),
+        ("/api/v1/create_model", model(2, rank=10**9), "lora_rank=1000000000: Input should be less than or equal"),
+        ("/api/v1/create_model", model(3, rank=4, seed=1e30), "lora_config.seed"),
+        ("/api/v1/asample", sample(target_prompt_logprobs={"data": [1.5, 2.0], "dtype": "float32", "shape": [2, 1]}),
+         "target_prompt_logprobs has dtype float32; it holds token ids: int64"),
+        ("/api/v1/asample", sample(target_prompt_logprobs={"data": [1, 2, 3], "dtype": "int64", "shape": [2, 1]}),
+         "target_prompt_logprobs has 3 values for the shape [2, 1]"),
+        ("/api/v1/asample", sample(target_prompt_logprobs={"data": [1], "dtype": "int64", "shape": [2, 1],
+                                                           "sparse_crow_indices": [0, 5, 2],
+                                                           "sparse_col_indices": [0]}),
+         "the sparse CSR indices do not describe a [2, 1] tensor"),
+        ("/api/v1/asample", sample(prompt_alt_tokens_k=10**6), "prompt_alt_tokens_k: Input should be less than"),
+        ("/api/v1/retrieve_future", {"request_id": f"{run}.999999999999999999999"}, "is unknown here"),
+        (f"/api/v1/sessions/{session}/finish", {"reason": "success"}, "reason: Input should be an object"),
+    ]
+    for route, body, message in cases:
+        answer = http.post(route, json=body)
+        assert 400 <= answer.status_code < 500 and message in answer.json()["error"], (route, answer.text)
+    for query, message in [("training_runs?limit=abc", "limit='abc' is not an integer"),
+                           ("sessions?offset=-3", "offset >= 0"), ("checkpoints?limit=10000", "limit must be in"),
+                           (f"external_files/{run}/x/y?expires=soon&signature=0", "expires='soon' is not an integer")]:
+        answer = http.get(f"/api/v1/{query}")
+        assert 400 <= answer.status_code < 500 and message in answer.json()["error"], (query, answer.text)
+    assert http.get("/healthz").status_code == 200

@@ -94,9 +94,12 @@ def test_a_checkpoint_whose_ttl_passed_is_deleted(sdk: Any, tml_server: LocalSer
 
 
 def test_finishing_a_session_is_first_wins_with_its_reason_checked(tml_server: LocalServer) -> None:
-    client = tinker.ServiceClient(base_url=tml_server.url, api_key=tml_server.token)
+    client = tinker.ServiceClient(base_url=tml_server.url, api_key=tml_server.token, project_id="p1",
+                                  display_name="nightly sweep", user_metadata={"team": "rl"})
     client.create_lora_training_client(base_model="builtin:tiny", rank=4).result()
     session_id = client.holder.get_session_id()
+    session = rest_of(tml_server).get_session(session_id).result(timeout=30)
+    assert (session.display_name, session.user_metadata) == ("nightly sweep", {"team": "rl"})
     http = http_of(tml_server)
     finish = f"/api/v1/sessions/{session_id}/finish"
     wrong = http.post(finish, json={"reason": {"type": "cancelled"}})
@@ -111,7 +114,11 @@ def test_finishing_a_session_is_first_wins_with_its_reason_checked(tml_server: L
     found = rest_of(tml_server).search_sessions(types.SessionSearchRequest(
         session_id=session_id, statuses=[types.ClientFinishedSessionStatusQuery(reasons=["success"])])).result(30)
     assert [s.session_id for s in found.sessions] == [session_id]
-    assert found.sessions[0].status.reason.type == "success"
+    assert found.sessions[0].status.reason.type == "success" and found.sessions[0].project_id == "p1"
+    search = rest_of(tml_server).search_sessions
+    assert [s.session_id for s in search(types.SessionSearchRequest(display_name="SWEEP night", user_metadata={
+        "team": "rl"})).result(30).sessions] == [session_id]
+    assert search(types.SessionSearchRequest(session_id=session_id, project_ids=["other"])).result(30).sessions == []
 
 
 def test_the_futures_poller_and_joined_clones_are_served(sdk: Any, tml_server: LocalServer) -> None:
@@ -132,6 +139,15 @@ def test_the_futures_poller_and_joined_clones_are_served(sdk: Any, tml_server: L
     polled = http.post("/api/v1/retrieve_futures", json={"target": {
         "sampling_session_id": sampler._sampling_session_id, "cloned_sampler_id": 7}, "timeout": 0}).json()
     assert polled == {"completions": [], "cursor": 0}
+    request = types.SampleRequest(prompt=types.ModelInput.from_ints(PROMPT), sampling_params=params,
+                                  sampling_session_id=sampler._sampling_session_id, seq_id=7 * 10**9)
+    sent = [http.post("/api/v1/asample", json=request.model_dump(mode="json")).json() for _ in range(2)]  # a retry
+    assert sent[0]["request_id"] == sent[1]["request_id"]
+    target = {"sampling_session_id": sampler._sampling_session_id, "cloned_sampler_id": 7}
+    polled = http.post("/api/v1/retrieve_futures", json={"target": target}).json()
+    assert polled == {"completions": [{"state": "finished", "request_id": sent[0]["request_id"]}], "cursor": 1}
+    assert http.post("/api/v1/retrieve_futures", json={"target": target, "prev_cursor": 1, "timeout": 0}).json() \
+        == {"completions": [], "cursor": 1}
 
 
 def test_unload_model_frees_the_run_and_keeps_its_states(sdk: Any, tml_server: LocalServer) -> None:
@@ -214,3 +230,22 @@ def test_save_options_are_honoured_or_refused_never_ignored(sdk: Any, tml_server
     inflight = types.SaveWeightsForSamplerRequest(model_id=training.model_id, seq_id=102, path="live", kind="inflight")
     refused = http.post("/api/v1/save_weights_for_sampler", json=inflight.model_dump(mode="json"))
     assert refused.status_code == 400 and "kind='inflight'" in refused.text and "not available" in refused.text
+
+
+def test_a_data_dir_from_before_sessions_kept_their_project_still_opens(tmp_path: Path) -> None:
+    """tinker_sessions had no project_id column in the first version that made it; the column is added."""
+    import sqlite3
+
+    from whileai.service.store import Store
+    from whileai.service.tinker_rest import Records
+
+    old = sqlite3.connect(tmp_path / "service.db")
+    old.execute("CREATE TABLE tinker_sessions (id TEXT PRIMARY KEY, display_name TEXT, user_metadata TEXT, "
+                "reason TEXT, detail TEXT, finished REAL)")
+    old.execute("INSERT INTO tinker_sessions VALUES ('session-old', 'before', NULL, 'success', NULL, 1.0)")
+    old.commit()
+    old.close()
+    records = Records(Store(tmp_path))
+    records.add_session("session-new", "after", None, "p1")
+    assert records.session("session-old")["project_id"] is None and records.session("session-old")["reason"] == "success"
+    assert records.session("session-new")["project_id"] == "p1"

@@ -106,7 +106,7 @@ def test_sampling_by_model_path_or_base_model_needs_no_sampling_session(trained:
     assert refused.status_code == 404 and "sampling takes sampler weights" in refused.json()["error"]
 
 
-@pytest.mark.parametrize("temperature", [0.5, 1.8])
+@pytest.mark.parametrize("temperature", [0.5, 0.7, 1.2, 1.5, 1.8])  # the cookbook check's temperatures
 def test_sampled_logprob_differences_scale_by_one_over_the_temperature(trained: Any, temperature: float) -> None:
     """At every sampled position, log p_τ(a) - log p_τ(b) = (log p_1(a) - log p_1(b)) / τ for the sampled token a
     and the most likely token b, with p_1 scored by compute_logprobs-style prompt top-k on the same tokens."""

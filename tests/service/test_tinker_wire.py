@@ -123,3 +123,15 @@ def test_an_empty_stop_list_keeps_the_servers_eos_stop_and_ignore_eos_drops_it()
     assert "stop" not in prompt_seed({"max_tokens": 4, "stop": None}, 0)
     assert prompt_seed({"max_tokens": 4, "stop": [], "ignore_eos": True}, 0)["stop"] == []
     assert prompt_seed({"max_tokens": 4, "stop": [7]}, 0)["stop"] == [7]
+
+
+def test_the_tinker_provider_refuses_sample_scores_it_cannot_pass_on():
+    from whileai.service import schemas
+    from whileai.service.tinker_provider import TinkerRun
+
+    run = TinkerRun.__new__(TinkerRun)  # refused before the run's SDK client is touched
+    body = schemas.Sample(seq_id=0, prompt_tokens=[1, 2], sampling_params={"max_tokens": 1}, topk_sample_logprobs=2,
+                          prompt_alt_tokens_k=1)
+    with pytest.raises(ConfigError, match="topk_sample_logprobs, prompt_alt_tokens_k cannot be passed on by the "
+                                          "tinker provider"):
+        run.op_sample(body)

@@ -89,7 +89,7 @@ class Async(Method):
         notes = list(inner.notes) + no_behavior_note(batch, f"the {self.correction} correction")
         notes += self._notes(batch, affected_N)
         return Update(f"async({inner.method}, {self.correction})", coefficients, inner.advantages, inner.admitted,
-                      stats, notes, inner.value_targets, inner.state)
+                      stats, notes, inner.value_targets, inner.state, inner.drift)
 
     def _factor(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """The per-token multiplier, and the action tokens it changed."""

@@ -233,6 +233,9 @@ class Update:
     value_targets: list[np.ndarray] | None = None
     state: dict[str, Any] | None = None
     """a stateful method's state after this update (when ``update`` was given ``state=``)"""
+    drift: float | None = None
+    """the method's own measure of how far the sampler's policy is from the trained one (FlashReinforce's mean
+    sequence Bernoulli KL); None: the loop's k3 estimate stands in"""
 
     @property
     def coefficients_flat(self) -> np.ndarray:

@@ -91,6 +91,7 @@ class FlashReinforce(Method):
             admitted=admitted_B,
             stats=stats,
             notes=self._notes(batch, mean_kl_B, admitted_B),
+            drift=stats["mean_sequence_kl"],
         )
 
     def _notes(self, batch: Batch, mean_kl_B: np.ndarray, admitted_B: np.ndarray) -> list[str]:

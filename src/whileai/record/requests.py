@@ -69,14 +69,18 @@ async def read_json(request: Any, limits: Limits) -> Any:
 
 def text_bytes(value: Any) -> int:
     """The UTF-8 bytes of every string inside ``value`` (a prompt, or chat messages), counted without
-    tokenizing: a tokenizer cannot make fewer tokens than bytes / (longest token's bytes)."""
-    if isinstance(value, str):
-        return len(value.encode("utf-8", "surrogatepass"))
-    if isinstance(value, Mapping):
-        return sum(text_bytes(v) for v in value.values())
-    if isinstance(value, list):
-        return sum(text_bytes(v) for v in value)
-    return 0
+    tokenizing (and without recursion: a body may nest deeply): a tokenizer cannot make fewer tokens than
+    bytes / (longest token's bytes)."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            total += len(item.encode("utf-8", "surrogatepass"))
+        elif isinstance(item, Mapping):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return total
 
 
 def error_response(status: int, message: str, kind: str = "invalid_request_error", param: str | None = None) -> Any:
@@ -100,6 +104,18 @@ def guarded(app: Any, token: str | None, server: str) -> None:
     async def failed(request: Any, err: Exception) -> Any:
         return error_response(500, f"wai {server} failed on this request ({type(err).__name__}: {str(err)[:200]}); "
                                    "the server is still up. Please report it with the request", "server_error")
+
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
+
+    @app.exception_handler(HTTPException)
+    async def routing(request: Any, err: HTTPException) -> Any:  # no such route, or not with this method
+        return error_response(err.status_code, f"{request.method} {request.url.path}: {err.detail}",
+                              "not_found" if err.status_code == 404 else "invalid_request_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Any, err: RequestValidationError) -> Any:
+        return error_response(422, f"{request.method} {request.url.path}: {str(err.errors())[:300]}")
 
 
 class RequestError(Exception):
@@ -217,7 +233,7 @@ def parse_ask(body: Any, chat: bool, served: str, adapters: Collection[str] = ()
     if not isinstance(body, Mapping):
         raise RequestError("the body must be a JSON object (the OpenAI request fields)")
     known = CHAT if chat else COMPLETIONS
-    problems = [f"unknown field {k!r}: this server cannot apply it, and ignoring it would change what was "
+    problems = [f"unknown field {_shown(k)}: this server cannot apply it, and ignoring it would change what was "
                 f"sampled; known fields: {sorted(known)}" for k in sorted(set(body) - known)]
     if body.get("model") not in (None, served, *adapters):
         also = f" and the LoRA adapters {sorted(adapters)}" if adapters else ""
@@ -258,7 +274,8 @@ def parse_ask(body: Any, chat: bool, served: str, adapters: Collection[str] = ()
         problems.append(f"'prompt' holds {len(ask.prompt)} prompts; this server takes at most {limits.max_batch} "
                         "in one request (--max-batch): split the batch")
     if problems:
-        raise RequestError("; ".join(problems) + ". Fix each field and send again")
+        more = f"; and {len(problems) - 10} more problems" if len(problems) > 10 else ""
+        raise RequestError("; ".join(problems[:10]) + more + ". Fix each field and send again")
     return ask
 
 

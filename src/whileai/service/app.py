@@ -29,8 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
 from whileai.errors import WhileaiError
 from whileai.service import schemas
@@ -182,6 +184,17 @@ def create_app(config: ServeConfig, provider: Provider | None = None) -> FastAPI
     @app.exception_handler(Refusal)
     async def refused(request: Request, err: Refusal) -> Response:
         return reply(err.answer)
+
+    @app.exception_handler(HTTPException)
+    async def routing(request: Request, err: HTTPException) -> Response:  # no such route, or not with this method
+        kind = "NotFound" if err.status_code == 404 else "MethodNotAllowed" if err.status_code == 405 else "HTTPError"
+        return reply(error_answer(err.status_code, kind, f"{request.method} {request.url.path}: {err.detail}; "
+                                                         "the routes are listed in docs/service.md"))
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, err: RequestValidationError) -> Response:
+        return reply(error_answer(422, "ValidationError", f"{request.method} {request.url.path}: "
+                                                          f"{str(err.errors())[:300]}"))
 
     @app.exception_handler(Exception)
     async def failed(request: Request, err: Exception) -> Response:  # a bug: still the documented error shape

@@ -176,8 +176,8 @@ class _Http:
                     self.gave_up = True
                     raise ServiceError(0, f"{method} {path} failed: the server at {self.url} did not answer "
                                           f"({type(err).__name__}: {err}) after {attempt + 1} attempts over "
-                                          f"{time.monotonic() - began:.0f} s; is `wai serve` running at that "
-                                          "address?", "ConnectionError") from err
+                                          f"{time.monotonic() - began:.0f} s (check that `wai serve` runs at that "
+                                          "address)", "ConnectionError") from err
             else:
                 self.connected, self.gave_up = True, False
                 if response.status_code not in RETRY_STATUSES or last:

@@ -23,7 +23,8 @@ class Body(BaseModel):
 
 class CreateRun(Body):
     base_model: str = Field("builtin:tiny", description="a model the server lists in capabilities()['models']")
-    lora_rank: int = Field(0, ge=0, description="LoRA rank; 0 trains every weight")
+    lora_rank: int = Field(0, ge=0, le=4096, description="LoRA rank; 0 trains every weight (at most 4096: a rank "
+                                                         "past a model's width adds nothing but memory)")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="initialises built-in models and LoRA matrices")
     kind: Literal["policy", "critic"] = Field("policy", description="'critic' adds a value head (ppo_critic)")
     critic_learning_rate: float = Field(1e-5, gt=0, description="the value head's own AdamW rate (critic runs)")

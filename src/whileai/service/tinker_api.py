@@ -12,8 +12,14 @@ model and ``seq_id``, or same sampling session and ``seq_id``) reaches the same 
 it from its record, or a 409 if the bytes differ. The SDK submits one client's requests in turn, so arrival
 order is the SDK's order. ``request_id`` is ``<run>.<seq>``; ``retrieve_future`` long-polls the run's answer
 and shapes it into the SDK's type (protobuf for ``forward_backward`` and ``sample``). A failed operation comes
-back as ``{"error", "category"}``, which the SDK raises as ``RequestFailedError`` with the message. A route we
-do not serve is a 404 that names it.
+back as ``{"error", "category"}``, which the SDK raises as ``RequestFailedError`` with the message.
+Everything that can refuse a request (its body through the service's one body reader, the service's limits,
+names and paths, the context) is checked before it takes a sequence number or makes a run, so a refused
+request leaves the run as it was.
+
+The routes live by topic: sessions here, training in ``tinker_training.py``, sampling in ``tinker_sample.py``,
+the RestClient's routes (and those refused by name) in ``tinker_rest.py``, the futures poller and clones in
+``tinker_futures.py``, external weights in ``tinker_external.py``. docs/tinker.md's conformance table lists every SDK call and its route.
 
 What lives only in memory (lost on restart, as the engine's sampler weights are): the map from SDK request
 to sequence number, sampling sessions, named sampler-weight paths, and the SDK-made model ids of clients
@@ -35,7 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from whileai.errors import ConfigError, WhileaiError
+from whileai.errors import WhileaiError
 from whileai.service import schemas
 from whileai.service.runs import status_of
 
@@ -62,7 +68,7 @@ class TinkerError(WhileaiError):
         self.status = status
 
 
-def _json(body: Any, status: int = 200) -> Response:
+def json_answer(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body), status_code=status, media_type="application/json")
 
 
@@ -150,7 +156,7 @@ class TinkerFront:
                shape: dict[str, Any]) -> Response:
         """Queue a training client's ``op`` (``submit``) and answer with the SDK's future."""
         request_id = self.submit(run, ("train", body.seq_id), op, fields, raw, shape)
-        return _json({"request_id": request_id, "model_id": body.model_id})
+        return json_answer({"request_id": request_id, "model_id": body.model_id})
 
     def checked(self, op: str, fields: dict[str, Any], route: str) -> schemas.Op:
         """The operation's body, validated and within the service's limits (``--max-samples``,
@@ -195,12 +201,12 @@ class TinkerFront:
     async def retrieve(self, request_id: str, owner: str) -> Response:
         if request_id in self.ready:
             self.run(self.ready[request_id]["model_id"], owner, "/api/v1/retrieve_future")  # the owner's only
-            return _json(self.ready[request_id])
+            return json_answer(self.ready[request_id])
         if request_id in self.refused:
             return self.shaped(request_id, *self.refused[request_id])
         run_id, _, seq = request_id.rpartition(".")
         self.run(run_id, owner, "/api/v1/retrieve_future")
-        found = self.service.runner.answer_of(run_id, int(seq)) if seq.isdigit() else None
+        found = self.service.runner.answer_of(run_id, int(seq)) if seq.isdigit() and len(seq) < 19 else None
         if found is None or request_id not in self.shapes:
             raise TinkerError(410, f"/api/v1/retrieve_future: request {request_id!r} is unknown here (the server "
                                    "may have restarted); the SDK sends it again")
@@ -209,7 +215,7 @@ class TinkerFront:
         try:
             status, text = await asyncio.wait_for(asyncio.shield(found), POLL_SECONDS)
         except asyncio.TimeoutError:
-            return _json({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+            return json_answer({"type": "try_again", "request_id": request_id, "queue_state": "active"})
         return self.shaped(request_id, status, text)
 
     def shaped(self, request_id: str, status: int, text: str) -> Response:
@@ -217,7 +223,7 @@ class TinkerFront:
         shape, answer = self.shapes[request_id], json.loads(text)
         if status != 200:
             error = answer.get("error", {})
-            return _json({"error": f"{shape['route']}: {error.get('type')}: {error.get('message')}",
+            return json_answer({"error": f"{shape['route']}: {error.get('type')}: {error.get('message')}",
                           "category": "user" if status < 500 else "server"})
         run_id, result = answer["run_id"], answer["result"]
         kind = shape["kind"]
@@ -228,16 +234,16 @@ class TinkerFront:
             from whileai.service.tinker_wire import sample_output
             return Response(sample_output(result, shape.get("last_n"), shape.get("sparse")), media_type=PROTO)
         if kind == "optim_step":
-            return _json({"metrics": result["metrics"]})
+            return json_answer({"metrics": result["metrics"]})
         if kind == "external":
             if self.external.unpack(run_id, result["archive"], shape["name"]) and shape["ttl"] is not None:
                 self.records.set_ttl(run_id, f"external_weights/{shape['name']}", shape["ttl"])
-            return _json({"path": f"tinker://{run_id}/external_weights/{shape['name']}",
+            return json_answer({"path": f"tinker://{run_id}/external_weights/{shape['name']}",
                           "type": "save_weights_external"})
         if kind in ("save_weights", "load_weights"):
             self.start_ttl(run_id, f"weights/{shape['name']}", shape.get("ttl"))
-            return _json({"path": f"tinker://{run_id}/weights/{shape['name']}", "type": kind})
-        return _json(self.sampler_saved(run_id, result["version"], shape))
+            return json_answer({"path": f"tinker://{run_id}/weights/{shape['name']}", "type": kind})
+        return json_answer(self.sampler_saved(run_id, result["version"], shape))
 
     def sampler_saved(self, run_id: str, version: int, shape: dict[str, Any]) -> dict[str, Any]:
         if shape["name"] is not None:
@@ -263,7 +269,12 @@ class TinkerFront:
 
     # ------------------------------------------------------------------ models
     async def open_run(self, session_id: str, owner: str, base_model: str, rank: int, seed: int) -> str:
-        spec = schemas.CreateRun.model_validate({"base_model": base_model, "lora_rank": rank, "seed": seed}).model_dump()
+        try:
+            spec = schemas.CreateRun.model_validate({"base_model": base_model, "lora_rank": rank,
+                                                     "seed": seed}).model_dump()
+        except ValidationError as err:
+            problems = [f"{'.'.join(str(p) for p in e['loc'])}={e['input']!r}: {e['msg']}" for e in err.errors()]
+            raise TinkerError(400, f"/api/v1/create_model: {'; '.join(problems)}") from None
         try:
             return await self.service.runner.create_run(session_id, owner, spec)  # type: ignore[no-any-return]
         except WhileaiError as err:
@@ -301,7 +312,7 @@ class TinkerFront:
             self.keep_metadata(run_id, body.user_metadata)
         request_id = self.submit(self.run(alias, owner, route), ("from_state",), "load_state", fields, raw,
                                  {"kind": "load_weights", "route": route, "name": found["name"]})
-        return _json({"request_id": request_id, "model_id": alias})
+        return json_answer({"request_id": request_id, "model_id": alias})
 
     def keep_metadata(self, run_id: str, metadata: dict[str, Any] | None) -> None:
         """A run's ``user_metadata`` (from create_model or a load), for the RestClient's training run."""
@@ -329,38 +340,39 @@ def mount(app: FastAPI, service: Any) -> None:
     except ImportError:
         @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST"])
         async def missing(rest: str) -> Response:
-            return _json({"error": f"/api/v1/{rest}: this wai serve has no Tinker support; install it with "
+            return json_answer({"error": f"/api/v1/{rest}: this wai serve has no Tinker support; install it with "
                                    "`pip install whileai[tinker]` and restart"}, 501)
         return
     front = TinkerFront(service)
 
     @app.exception_handler(TinkerError)
     async def refused(request: Request, err: TinkerError) -> Response:
-        return _json({"error": str(err)}, err.status)
+        return json_answer({"error": str(err)}, err.status)
 
     _session_routes(app, front)
-    _training_routes(app, front)
+    from whileai.service.tinker_training import mount_training
+
+    mount_training(app, front)
     from whileai.service.tinker_sample import mount_sampling
 
-    mount_sampling(app, front, _json)
+    mount_sampling(app, front, json_answer)
     from whileai.service.tinker_futures import mount_futures
     from whileai.service.tinker_rest import Checkpoints, Records, mount_rest, refusal
 
     front.records = Records(service.store)
     front.checkpoints = Checkpoints(front, front.records)
-    mount_rest(app, front, _json)
-    mount_futures(app, front, _json)
+    mount_rest(app, front, json_answer)
+    mount_futures(app, front, json_answer)
     from whileai.service.tinker_external import mount_external
 
-    mount_external(app, front, _json)
+    mount_external(app, front, json_answer)
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def unsupported(rest: str, request: Request) -> Response:
-        front.owner(request)
         refused = refusal(request.method, rest)
         if refused is not None:
-            return _json({"error": refused}, 400)
-        return _json({"error": f"{request.method} /api/v1/{rest} is not a Tinker route (wai serve serves every "
+            return json_answer({"error": refused}, 400)
+        return json_answer({"error": f"{request.method} /api/v1/{rest} is not a Tinker route (wai serve serves every "
                                "route of the Tinker SDK 0.38; docs/tinker.md lists them)"}, 404)
 
 
@@ -373,23 +385,23 @@ def _session_routes(app: FastAPI, front: TinkerFront) -> None:
     @app.post("/api/v1/client/dynamic_config")
     async def client_config(request: Request) -> Response:
         # API-key auth, uncompressed protobuf (the SDK's defaults), and the two sampling routes served here
-        return _json(CLIENT_CONFIG)
+        return json_answer(CLIENT_CONFIG)
 
     @app.get("/api/v1/healthz")
     async def healthz() -> Response:
-        return _json({"status": "ok"})
+        return json_answer({"status": "ok"})
 
     @app.post("/api/v1/telemetry")
     async def telemetry(request: Request) -> Response:
         front.owner(request)
         await front.body(request, "/api/v1/telemetry")  # read within the body limit, then dropped
-        return _json({"status": "accepted"})  # the SDK's usage events are meant for Tinker Cloud; none kept
+        return json_answer({"status": "accepted"})  # the SDK's usage events are meant for Tinker Cloud; none kept
 
     @app.get("/api/v1/get_server_capabilities")
     async def capabilities(request: Request) -> Response:
         front.owner(request)
         models = front.service.capabilities()["models"]
-        return _json({"supported_models": [{"model_name": m, "trainable": True, "sampleable": True}
+        return json_answer({"supported_models": [{"model_name": m, "trainable": True, "sampleable": True}
                                            for m in models]})
 
     @app.post("/api/v1/create_session")
@@ -397,125 +409,13 @@ def _session_routes(app: FastAPI, front: TinkerFront) -> None:
         body, _, owner = await front.parsed(request, T.CreateSessionRequest, "/api/v1/create_session")
         session_id = f"session-{uuid.uuid4().hex[:12]}"
         store.add_session(session_id, owner)
-        front.records.add_session(session_id, body.display_name, body.user_metadata)
-        return _json({"session_id": session_id, "type": "create_session"})
+        front.records.add_session(session_id, body.display_name, body.user_metadata, body.project_id)
+        return json_answer({"session_id": session_id, "type": "create_session"})
 
     @app.post("/api/v1/session_heartbeat")
     async def heartbeat(request: Request) -> Response:
         body, _, owner = await front.parsed(request, T.SessionHeartbeatRequest, "/api/v1/session_heartbeat")
         row = store.session(body.session_id)
         if row is None or row["owner"] != owner or row["closed"] is not None:
-            return _json({"error": f"session {body.session_id!r} is finished"}, 410)
-        return _json({"type": "session_heartbeat"})
-
-
-def _training_routes(app: FastAPI, front: TinkerFront) -> None:
-    from tinker import types as T
-
-    from whileai.service import tinker_wire
-
-    @app.post("/api/v1/create_model")
-    async def create_model(request: Request) -> Response:
-        body, _, owner = await front.parsed(request, T.CreateModelRequest, "/api/v1/create_model")
-        front.session(body.session_id, owner, "/api/v1/create_model")
-        lora = body.lora_config or T.LoraConfig(rank=0)
-        if not (lora.train_mlp and lora.train_attn and lora.train_unembed):
-            raise TinkerError(400, "/api/v1/create_model: train_mlp / train_attn / train_unembed = False is not "
-                                   "supported; wai serve adapts every linear layer (leave them True)")
-        if body.optimizer_config.type != "adamw":
-            raise TinkerError(400, f"/api/v1/create_model: optimizer {body.optimizer_config.type!r} is not "
-                                   "supported; wai serve trains with AdamW")
-        request_id = f"create.{body.session_id}.{body.model_seq_id}"
-        if request_id not in front.ready:  # a retry gets the run made the first time
-            run_id = await front.open_run(body.session_id, owner, body.base_model, lora.rank, lora.seed or 0)
-            front.ready[request_id] = {"model_id": run_id, "type": "create_model"}
-            front.keep_metadata(run_id, body.user_metadata)
-        return _json({"request_id": request_id, "model_id": front.ready[request_id]["model_id"]})
-
-    @app.post("/api/v1/get_info")
-    async def get_info(request: Request) -> Response:
-        body, _, owner = await front.parsed(request, T.GetInfoRequest, "/api/v1/get_info")
-        spec = front.run(body.model_id, owner, "/api/v1/get_info")["spec"]
-        data = {"arch": "qwen2" if spec["base_model"].startswith("builtin:") else None,
-                "model_name": spec["base_model"], "tokenizer_id": front.tokenizer_id(spec["base_model"])}
-        return _json({"model_data": data, "model_id": body.model_id, "is_lora": spec["lora_rank"] > 0,
-                      "lora_rank": spec["lora_rank"] or None, "model_name": spec["base_model"], "type": "get_info"})
-
-    @app.post("/api/v1/forward_backward")
-    async def forward_backward(request: Request) -> Response:
-        owner = front.owner(request)
-        raw = await front.body(request, "/api/v1/forward_backward")
-        try:
-            msg, fields = tinker_wire.forward_backward_body(raw)
-        except ConfigError as err:
-            raise TinkerError(400, str(err)) from None
-        run = front.run(msg.model_id, owner, "/api/v1/forward_backward")
-        op = "forward" if msg.forward_only else "forward_backward"
-        return front.queued(run, msg, op, fields, raw,
-                            {"kind": "forward_backward", "route": f"/api/v1/forward_backward ({op})"})
-
-    @app.post("/api/v1/optim_step")
-    async def optim_step(request: Request) -> Response:
-        body, raw, run = await front.on_model(request, T.OptimStepRequest, "/api/v1/optim_step")
-        try:
-            adam = tinker_wire.adam_params(body)
-        except ConfigError as err:
-            raise TinkerError(400, str(err)) from None
-        return front.queued(run, body, "optim_step", {"adam_params": adam}, raw,
-                            {"kind": "optim_step", "route": "/api/v1/optim_step"})
-
-    @app.post("/api/v1/save_weights")
-    async def save_weights(request: Request) -> Response:
-        route = "/api/v1/save_weights"
-        body, raw, run = await front.on_model(request, T.SaveWeightsRequest, route)
-        name = body.path or f"state-{body.seq_id}"
-        front.check_saving(route, body.ttl_seconds)
-        first = (run["id"], "train", body.seq_id) not in front.seqs  # not the SDK's retry of a save that ran
-        if first and not body.overwrite and name in {s["name"] for s in front.service.store.states(run["id"])}:
-            raise TinkerError(400, f"{route}: run {body.model_id} already has a state {name!r}; pick another name "
-                                   "or pass overwrite=True")
-        front.keep_checkpoint_metadata(run["id"], f"weights/{name}", body.user_metadata)
-        return front.queued(run, body, "save_state", {"name": name}, raw,
-                            {"kind": "save_weights", "route": route, "name": name, "ttl": body.ttl_seconds})
-
-    @app.post("/api/v1/load_weights")
-    async def load_weights(request: Request) -> Response:
-        body, raw, owner = await front.parsed(request, T.LoadWeightsRequest, "/api/v1/load_weights")
-        if body.weights_access_token is not None:
-            raise TinkerError(400, "/api/v1/load_weights: weights_access_token (reading another account's weights) "
-                                   "is not available on wai serve: a client loads the states of its own api_key")
-        if body.optimizer_config is not None and body.optimizer_config.type != "adamw":
-            raise TinkerError(400, f"/api/v1/load_weights: optimizer {body.optimizer_config.type!r} is not "
-                                   "supported; wai serve trains with AdamW")
-        front.checkpoints.sweep()  # a state whose TTL passed is gone before anyone loads it
-        if body.model_id is None:
-            return await front.from_state(body, owner, raw)
-        run = front.run(body.model_id, owner, "/api/v1/load_weights")
-        found = WEIGHTS_PATH.match(body.path)
-        if found is None or found["kind"] != "weights" or front.aliases.get(found["run"], found["run"]) != run["id"]:
-            raise TinkerError(400, f"/api/v1/load_weights: path {body.path!r}: a training client loads a state it "
-                                   "saved itself (tinker://<its model_id>/weights/<name>); for another run's state "
-                                   "use ServiceClient.create_training_client_from_state(path)")
-        return front.queued(run, body, "load_state", {"name": found["name"], "optimizer": body.optimizer}, raw,
-                            {"kind": "load_weights", "route": "/api/v1/load_weights", "name": found["name"]})
-
-    @app.post("/api/v1/save_weights_for_sampler")
-    async def save_for_sampler(request: Request) -> Response:
-        route = "/api/v1/save_weights_for_sampler"
-        body, raw, run = await front.on_model(request, T.SaveWeightsForSamplerRequest, route)
-        front.check_saving(route, body.ttl_seconds)
-        if body.kind != "snapshot":
-            raise TinkerError(400, f"{route}: kind={body.kind!r} (a sampler that follows the weights as they train) "
-                                   "is not available on wai serve: its samplers are snapshots (kind='snapshot')")
-        if body.path is not None and not re.match(schemas.STATE_NAME, body.path):
-            raise TinkerError(400, f"{route}: name {body.path!r}: {PATH_RULE}")
-        if body.path is not None:
-            front.keep_checkpoint_metadata(run["id"], f"sampler_weights/{body.path}", body.user_metadata)
-        sampler = f"{run['session_id']}:sample:{body.sampling_session_seq_id}"
-        shape = {"kind": "sampler", "route": route, "name": body.path, "sampler": sampler, "ttl": body.ttl_seconds}
-        return front.queued(run, body, "save_weights_for_sampler", {}, raw, shape)
-
-    @app.post("/api/v1/retrieve_future")
-    async def retrieve_future(request: Request) -> Response:
-        body, _, owner = await front.parsed(request, T.FutureRetrieveRequest, "/api/v1/retrieve_future")
-        return await front.retrieve(body.request_id, owner)
+            return json_answer({"error": f"session {body.session_id!r} is finished"}, 410)
+        return json_answer({"type": "session_heartbeat"})

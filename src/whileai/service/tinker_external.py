@@ -75,6 +75,7 @@ def mount_external(app: FastAPI, front: Any, as_json: Any) -> None:
 
     from whileai.service.schemas import STATE_NAME
     from whileai.service.tinker_api import TinkerError
+    from whileai.service.tinker_rest import int_param
 
     external = front.external = External(Path(front.service.config.data_dir))
 
@@ -104,8 +105,10 @@ def mount_external(app: FastAPI, front: Any, as_json: Any) -> None:
         return as_json(external.urls(str(request.base_url).rstrip("/"), run["id"], name))  # type: ignore[no-any-return]
 
     @app.get("/api/v1/external_files/{run_id}/{name}/{file:path}")
-    async def external_file(run_id: str, name: str, file: str, expires: int, signature: str) -> Response:
+    async def external_file(run_id: str, name: str, file: str, request: Request) -> Response:
         route = "/api/v1/external_files"
+        expires = int_param(request, "expires", 0, route)
+        signature = request.query_params.get("signature", "")
         if not hmac.compare_digest(external.sign(run_id, name, file, expires), signature):
             raise TinkerError(403, f"{route}: the signature does not match; ask get_external_weights_urls for a URL")
         if expires < time.time():

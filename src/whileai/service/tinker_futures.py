@@ -31,6 +31,7 @@ class Log:
     """One (sampling session, clone)'s completions, numbered from 1."""
 
     events: list[tuple[int, str, str]] = field(default_factory=list)  # (cursor, request_id, finished|failed)
+    watched: set[str] = field(default_factory=set)  # an SDK retry of a request is logged once
     last: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -45,6 +46,9 @@ class Futures:
     def watch(self, sampler: str, seq_id: int | None, request_id: str, future: asyncio.Future[Any]) -> None:
         """Log ``request_id`` in its sampling client's log once its answer is known."""
         log = self.logs[(sampler, (seq_id or 0) // CLONE_BLOCK)]
+        if request_id in log.watched:
+            return
+        log.watched.add(request_id)
 
         def done(f: asyncio.Future[Any]) -> None:
             log.last += 1
@@ -53,9 +57,11 @@ class Futures:
 
         future.add_done_callback(done)
 
-    async def poll(self, sampler: str, clone: int, prev: int, timeout: float | None) -> dict[str, Any]:
+    async def poll(self, sampler: str, clone: int, prev: int, timeout: float | None,
+                   retrieved: list[str]) -> dict[str, Any]:
         log = self.logs[(sampler, clone)]
         log.events = [e for e in log.events if e[0] > prev]  # seen by the SDK: forgotten
+        log.watched.difference_update(retrieved)  # answers the SDK has fetched: nothing more to tell of them
         wait = POLL_SECONDS if timeout is None else min(max(timeout, 0.0), POLL_SECONDS)
         if not log.events and wait > 0:
             log.wake.clear()
@@ -89,7 +95,7 @@ def mount_futures(app: FastAPI, front: Any, as_json: Any) -> None:
         target = body.target
         owned_sampler(target.sampling_session_id, owner, "/api/v1/retrieve_futures")
         answer = await front.futures.poll(target.sampling_session_id, target.cloned_sampler_id, body.prev_cursor,
-                                          body.timeout)
+                                          body.timeout, body.retrieved_request_ids)
         return as_json(answer)  # type: ignore[no-any-return]
 
     @app.post("/api/v1/join_sampling_session")

@@ -36,12 +36,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tinker_sessions (id TEXT PRIMARY KEY, display_name TEXT, user_metadata TEXT,
-                                            reason TEXT, detail TEXT, finished REAL);
+                                            reason TEXT, detail TEXT, finished REAL, project_id TEXT);
 CREATE TABLE IF NOT EXISTS tinker_ttl (run_id TEXT NOT NULL, checkpoint TEXT NOT NULL, expires REAL NOT NULL,
                                        PRIMARY KEY (run_id, checkpoint));
 """
 KINDS = {"weights": "training", "sampler_weights": "sampler", "external_weights": "external"}
 MAX_PAGE = 1000
+DEFAULT_PROJECT = "default"  # a session created without project_id (a label here: there are no project rights)
 REFUSED = {
     ("POST", "copy_weights"): ("copy_weights", "wai serve has no projects to copy a checkpoint between; its files "
                                                "are under --data-dir/runs/<model_id>/states"),
@@ -103,6 +104,9 @@ class Records:
         self.store = store
         with store.lock:
             store.db.executescript(SCHEMA)
+            columns = {row[1] for row in store.db.execute("PRAGMA table_info(tinker_sessions)")}
+            if "project_id" not in columns:  # a data dir written before sessions kept their project
+                store.db.execute("ALTER TABLE tinker_sessions ADD COLUMN project_id TEXT")
 
     def write(self, sql: str, *args: Any) -> None:
         with self.store._write() as db:
@@ -110,14 +114,16 @@ class Records:
 
     def session(self, session_id: str) -> dict[str, Any]:
         rows = self.store.rows("SELECT * FROM tinker_sessions WHERE id = ?", session_id)
-        return rows[0] if rows else {"display_name": None, "user_metadata": None, "reason": None}
+        return rows[0] if rows else {"display_name": None, "user_metadata": None, "reason": None, "project_id": None}
 
-    def add_session(self, session_id: str, display_name: str | None, metadata: dict[str, Any] | None) -> None:
+    def add_session(self, session_id: str, display_name: str | None, metadata: dict[str, Any] | None,
+                    project_id: str | None) -> None:
         meta = None if not metadata else json.dumps({str(k): str(v) for k, v in metadata.items()})
-        self.write("INSERT INTO tinker_sessions VALUES (?, ?, ?, NULL, NULL, NULL)", session_id, display_name, meta)
+        self.write("INSERT INTO tinker_sessions VALUES (?, ?, ?, NULL, NULL, NULL, ?)", session_id, display_name, meta,
+                   project_id)
 
     def finish(self, session_id: str, reason: str, detail: str | None, when: float) -> None:
-        self.write("INSERT INTO tinker_sessions VALUES (?, NULL, NULL, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+        self.write("INSERT INTO tinker_sessions VALUES (?, NULL, NULL, ?, ?, ?, NULL) ON CONFLICT(id) DO UPDATE SET "
                    "reason = excluded.reason, detail = excluded.detail, finished = excluded.finished "
                    "WHERE tinker_sessions.reason IS NULL", session_id, reason, detail, when)
 
@@ -214,6 +220,18 @@ def training_run(front: Any, run: dict[str, Any], alias: str) -> dict[str, Any]:
             "user_metadata": front.metadata.get(run["id"])}
 
 
+def int_param(request: Request, name: str, default: int, route: str) -> int:
+    """A query parameter as an integer; a 400 in the front's error shape (not FastAPI's 422) when it is not one."""
+    from whileai.service.tinker_api import TinkerError
+
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not text.lstrip("-").isdigit() or len(text) > 18:
+        raise TinkerError(400, f"{route}: {name}={text!r} is not an integer")
+    return int(text)
+
+
 def _page(items: list[Any], limit: int, offset: int, route: str) -> list[Any]:
     from whileai.service.tinker_api import TinkerError
 
@@ -257,14 +275,16 @@ def mount_rest(app: FastAPI, front: Any, as_json: Any) -> None:
         extra = records.session(row["id"])
         runs = store.runs(row["id"])
         return {"session_id": row["id"], "created_at": _time(row["created"]), "owner": row["owner"],
-                "project_id": "default", "status": session_status(store, records, row["id"]),
+                "project_id": extra["project_id"] or DEFAULT_PROJECT,
+                "status": session_status(store, records, row["id"]),
                 "checkpoints_count": sum(len(store.states(r["id"])) for r in runs),
                 "display_name": extra["display_name"],
                 "user_metadata": json.loads(extra["user_metadata"]) if extra["user_metadata"] else None}
 
     @app.get("/api/v1/training_runs")
-    async def list_training_runs(request: Request, limit: int = 20, offset: int = 0) -> Response:
+    async def list_training_runs(request: Request) -> Response:
         owner = front.owner(request)
+        limit, offset = (int_param(request, k, d, "/api/v1/training_runs") for k, d in (("limit", 20), ("offset", 0)))
         runs = owned_runs(owner)
         page = _page(runs, limit, offset, "/api/v1/training_runs")
         return as_json({"training_runs": [training_run(front, r, r["id"]) for r in page],  # type: ignore[no-any-return]
@@ -282,8 +302,9 @@ def mount_rest(app: FastAPI, front: Any, as_json: Any) -> None:
         return as_json({"checkpoints": checkpoints.of_run(run, model_id), "cursor": None})  # type: ignore[no-any-return]
 
     @app.get("/api/v1/checkpoints")
-    async def list_user_checkpoints(request: Request, limit: int = 100, offset: int = 0) -> Response:
+    async def list_user_checkpoints(request: Request) -> Response:
         owner = front.owner(request)
+        limit, offset = (int_param(request, k, d, "/api/v1/checkpoints") for k, d in (("limit", 100), ("offset", 0)))
         rows = [c for r in owned_runs(owner) for c in checkpoints.of_run(r, r["id"])]
         page = _page(rows, limit, offset, "/api/v1/checkpoints")
         return as_json({"checkpoints": page, "cursor": _cursor(limit, offset, len(rows))})  # type: ignore[no-any-return]
@@ -334,8 +355,9 @@ def mount_rest(app: FastAPI, front: Any, as_json: Any) -> None:
         return as_json({"effective_rate_usd_per_gigabyte_month": None, "data": [item]})  # type: ignore[no-any-return]
 
     @app.get("/api/v1/sessions")
-    async def list_sessions(request: Request, limit: int = 20, offset: int = 0) -> Response:
+    async def list_sessions(request: Request) -> Response:
         owner = front.owner(request)
+        limit, offset = (int_param(request, k, d, "/api/v1/sessions") for k, d in (("limit", 20), ("offset", 0)))
         ids = [s["id"] for s in store.rows("SELECT id FROM sessions WHERE owner = ? ORDER BY created", owner)]
         return as_json({"sessions": _page(ids, limit, offset, "/api/v1/sessions")})  # type: ignore[no-any-return]
 
@@ -344,9 +366,9 @@ def mount_rest(app: FastAPI, front: Any, as_json: Any) -> None:
         from tinker import types as T
 
         body, _, owner = await front.parsed(request, T.SessionSearchRequest, "/api/v1/sessions/search")
-        if body.project_ids or body.owner.type != "own":
-            raise TinkerError(400, "/api/v1/sessions/search: project_ids and other owners are not available on "
-                                   "wai serve: it has no projects; a search covers this api_key's sessions")
+        if body.owner.type != "own":
+            raise TinkerError(400, "/api/v1/sessions/search: other owners' sessions are not available on wai serve: "
+                                   "a search covers this api_key's sessions")
         rows = [summary(r) for r in store.rows("SELECT * FROM sessions WHERE owner = ? ORDER BY created DESC, id",
                                                owner)]
 
@@ -359,7 +381,8 @@ def mount_rest(app: FastAPI, front: Any, as_json: Any) -> None:
                 q.type == s["status"]["type"] and (q.type != "client_finished" or q.reasons is None
                                                    or s["status"]["reason"]["type"] in q.reasons)
                 for q in body.statuses)
-            return named and meta and status
+            project = body.project_ids is None or s["project_id"] in body.project_ids
+            return named and meta and status and project
 
         found = [s for s in rows if matches(s)]
         if body.cursor is not None:

@@ -170,7 +170,11 @@ def targets_of(tensor: Any, prompt_length: int) -> tuple[list[list[int]], Any]:
     if len(shape) != 2 or shape[0] != prompt_length - 1:
         raise ConfigError(f"{where} has shape {shape}; it must be [len(prompt) - 1, K] = [{prompt_length - 1}, K] "
                           "(row i is scored at prompt position i + 1)")
+    if tensor.dtype != "int64" or any(not isinstance(t, int) for t in tensor.data):
+        raise ConfigError(f"{where} has dtype {tensor.dtype}; it holds token ids: int64")
     if tensor.sparse_crow_indices is None:
+        if len(tensor.data) != shape[0] * shape[1]:
+            raise ConfigError(f"{where} has {len(tensor.data)} values for the shape {shape}")
         return np.asarray(tensor.data, np.int64).reshape(shape).tolist(), None  # type: ignore[no-any-return]
     crow, col = list(tensor.sparse_crow_indices), list(tensor.sparse_col_indices or [])
     if len(crow) != shape[0] + 1 or len(col) != len(tensor.data) or crow[-1] != len(col) or \

@@ -6,11 +6,14 @@ from (its weights live on that server, so nothing newer can be saved once it is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.errors import ServerStopped
 from whileai.loop.hooks.context import Context, Interrupted
 from whileai.loop.types import Hook, Loop
+
+if TYPE_CHECKING:
+    from whileai.loop.step import StepResult
 
 
 @dataclass
@@ -24,7 +27,7 @@ class Checkpoints(Hook):
     def before(self, loop: Loop) -> None:
         self.saved = loop.state.step if self.ctx.resuming else None
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         step, steps, stop = record["step"], self.ctx.plan.steps, self.ctx.stop["stop"]
         if step % self.ctx.plan.save_every == 0 or step == steps or stop:
             self.ctx.checkpoint(loop.state, loop.teacher)

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,10 @@ from whileai.loop.hooks.context import Context
 from whileai.loop.plan import rules
 from whileai.loop.sources import trace_run
 from whileai.loop.types import Hook, Loop
+
+if TYPE_CHECKING:
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.run_spec import RunSpec
 
 PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""
@@ -114,7 +118,7 @@ class Preflight:
                 "above, or pass --force to train anyway")
 
 
-def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: float | None = None,
+def preflight(rows: Sequence[Mapping[str, Any]], spec: RunSpec, *, admitted_share: float | None = None,
               drift: float | None = None, cap: int | None = None, answer_lengths: Sequence[int] = (),
               cap_ends_answer: bool = False, warm_start_steps: int | None = None,
               random_init: bool = False) -> Preflight:
@@ -152,7 +156,7 @@ def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: f
 class _Fixes:
     """What the fixes may suggest, from the plan."""
 
-    spec: Any
+    spec: RunSpec
     cap: int | None
     answer_lengths: Sequence[int]
     warm_start_steps: int | None
@@ -234,7 +238,7 @@ def _split(rewards: Sequence[float]) -> bool:
     return max(rewards) - min(rewards) > TIE
 
 
-def _share(flags: Any) -> float:
+def _share(flags: Iterable[object]) -> float:
     flags = list(flags)
     return sum(bool(f) for f in flags) / len(flags) if flags else 0.0
 
@@ -351,7 +355,7 @@ class PreflightHook(Hook):
         return [{"reward": float(source.reward_T[i]), "task_id": source.task_ids[source.task_T[i]]}
                 for i in np.flatnonzero(~source.heldout_T & np.isfinite(source.reward_T))]
 
-    def measured(self, trainer: Any) -> dict[str, Any]:
+    def measured(self, trainer: Trainer) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
         (a run from a file), the cap and the reference answers' lengths, the warm start."""
         plan = self.ctx.plan

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -32,6 +32,12 @@ from whileai.loop.sources.trace_formats import Vocab, read_line
 from whileai.loop.sources.traces import TRACE_FIELDS, lacking
 from whileai.loop.types import Hook, LagQueue, Loop, LoopState, Source
 from whileai.service.auth import TOKEN_ENV
+
+if TYPE_CHECKING:
+    from whileai.loop.hooks.context import Context
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.step import StepResult
+    from whileai.methods.base import Method
 
 POLL_S = 1.0  # seconds between polls of the recorder while too few scored traces are new
 ADAPTER = "policy"  # the adapter name the trained LoRA weights are served under (clients ask for model="policy")
@@ -162,7 +168,7 @@ class FeedHook(Hook):
     batches: Recorded
     push: Any
     write: Callable[[str], None]
-    ctx: Any = None
+    ctx: Context | None = None
 
     def before(self, loop: Loop) -> None:
         source = loop.state.source or {}
@@ -171,7 +177,7 @@ class FeedHook(Hook):
         self.write(f"rows: the traces scored at {self.batches.feed.url}, {self.batches.size} a step, {where}; each "
                    f"new weights go to {self.push.sampler.url} after every {self.push.every} step(s)")
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         gaps = [record["step"] - 1 - int(r["sampler_step"]) for r in loop.batch if "sampler_step" in r]
         record.update({"recorded/scored_seqs": list(self.batches.seqs), "recorded/cursor": self.batches.cursor,
                        "recorded/refused": len(self.batches.refused), "time/wait_s": self.batches.waited,
@@ -194,7 +200,7 @@ class FeedHook(Hook):
                                 "they trained on.") from None
 
 
-def problems(config: Any, method: Any) -> list[str]:
+def problems(config: TrainConfig, method: Method) -> list[str]:
     """The config rules of a run from a recorder (``check`` adds them to the rest)."""
     if config.rows_from is None:
         return []
@@ -222,7 +228,7 @@ def problems(config: Any, method: Any) -> list[str]:
     return out
 
 
-def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> Source:
+def source(ctx: Context, state: LoopState, write: Callable[[str], None]) -> Source:
     """The batches source and the hooks of a run from a recorder: the push, ``FeedHook``, and the stop with a
     checkpoint when the server stops answering (``StopOnServerError``; the recorder's: ``FeedHook.failed``)."""
     from whileai.loop.sources.sampler import StopOnServerError
@@ -231,6 +237,7 @@ def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> Source:
     from whileai.loop.sources.traces import load_vocab
 
     config, plan = ctx.config, ctx.plan
+    assert config.sampler_url is not None and config.rows_from is not None  # plan.checks: --rows-from needs both
     server = ServerSampler(config.sampler_url, model=config.model)
     push = PushWeights(server, Path(ctx.run_dir) / "sync", every=plan.sync_every, name=ADAPTER,
                        versioned=not config.lora_rank)

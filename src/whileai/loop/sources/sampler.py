@@ -24,13 +24,22 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.errors import ConfigError, ServerStopped, WhileaiError
 from whileai.loop.sources.rollouts import sample_batch, step_tasks
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
 from whileai.loop.sources.sync import PushWeights
-from whileai.loop.types import Hook, LagQueue, Loop, Source, prompts
+from whileai.loop.types import Hook, LagQueue, Loop, Source, Tokenizer, prompts
+
+if TYPE_CHECKING:
+    from whileai.engine.sampling import SamplingParams
+    from whileai.envs.core import Taskset
+    from whileai.loop.hooks.context import Context
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
 IN_PROCESS = "in-process"
 """The plan's ``sampler`` when the trainer samples its own rollouts."""
@@ -40,9 +49,9 @@ class Sampler(Protocol):
     """What rollouts are sampled with (``whileai.loop.sources.rollouts.rollouts`` calls only this)."""
 
     @property
-    def tokenizer(self) -> Any: ...
+    def tokenizer(self) -> Tokenizer: ...
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any) -> list[Any]: ...
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: SamplingParams) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -59,13 +68,14 @@ class HTTPSampler:
     """A ``Sampler`` over ``ServerSampler``: the engine's ``SamplingParams`` sent as a completions request; the
     versions and settings every answer reported since ``take`` are kept for the rows."""
 
-    def __init__(self, server: ServerSampler, tokenizer: Any, max_context: int | None) -> None:
+    def __init__(self, server: ServerSampler, tokenizer: Tokenizer, max_context: int | None) -> None:
         self.server, self.max_context = server, max_context
         self.tokenizer = copy.deepcopy(tokenizer)  # the sampling thread's own: a fast tokenizer is not shared safely
         self.versions: set[str] = set()
         self.settings: dict[str, Any] = {}
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any) -> list[list[Completion]]:
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int,
+               sampling_params: SamplingParams) -> list[list[Completion]]:
         stop_ids, texts = [], [s for s in sampling_params.stop if isinstance(s, str)]
         for stop in sampling_params.stop:
             if isinstance(stop, str):
@@ -97,7 +107,7 @@ class AheadRollouts:
     """The loop's ``Batches`` from a server, sampled ahead by a thread within the lag; the ``PushGate`` of its
     ``PushWeights`` (a push waits for the draws of the weights it replaces)."""
 
-    def __init__(self, sampler: HTTPSampler, push: PushWeights, taskset: Any, method: Any, plan: Any) -> None:
+    def __init__(self, sampler: HTTPSampler, push: PushWeights, taskset: Taskset, method: Method, plan: RunPlan) -> None:
         self.sampler, self.push, self.taskset, self.method, self.plan = sampler, push, taskset, method, plan
         push.gate = self
         self.lock = threading.Condition()
@@ -197,19 +207,22 @@ class AheadRollouts:
 class StopOnServerError(Hook):
     """A loop hook: on a ``SamplerError`` during the steps, checkpoint and stop with ``ServerStopped``."""
 
-    ctx: Any
+    ctx: Context
     url: str
 
     def failed(self, loop: Loop, error: BaseException) -> None:
         if isinstance(error, SamplerError):
             self.ctx.checkpoint(loop.state, loop.teacher)
-            step = loop.state.step
+            step, lag = loop.state.step, self.ctx.plan.lag
+            fresher = (f" At lag {lag} the resumed run samples steps {step + 1}-{step + lag} with the weights of step "
+                       f"{step} (the uninterrupted run used older ones; each row's sampler_step says which)."
+                       if lag else "")
             raise ServerStopped("inference server", self.url, self.ctx.run_dir, step, error,
                                 f"A checkpoint of the {step} steps trained is written (rows sampled for later steps "
-                                "are dropped and will be sampled again).") from None
+                                f"are dropped and will be sampled again).{fresher}") from None
 
 
-def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any) -> Source:
+def server_rollouts(ctx: Context, trainer: Trainer, taskset: Taskset, method: Method, plan: RunPlan) -> Source:
     """The batches of a run sampled from ``plan.sampler`` and the hooks that push its weights there and stop the run
     cleanly when the server dies."""
     name, kind = ServerSampler(plan.sampler, "").served()
@@ -220,7 +233,7 @@ def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any
     return Source(batches, pushing=[push, StopOnServerError(ctx, plan.sampler)], closers=[batches.close])
 
 
-def problems(config: Any, method: Any, plan: Any) -> list[str]:
+def problems(config: TrainConfig, method: Method, plan: RunPlan) -> list[str]:
     """What --sampler-url cannot do, each with a fix."""
     if config.sampler_url is None or config.rows_from is not None:  # --rows-from: loop.recorded's rules
         return []

@@ -90,7 +90,7 @@ class ServerSampler:
     def __enter__(self) -> ServerSampler:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ sampling
