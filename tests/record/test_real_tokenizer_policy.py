@@ -12,8 +12,7 @@ import json
 import openai
 import pytest
 
-from tests.engine.test_real_tokenizer import mid_token_stop
-from tests.fixtures.qwen import EOS, IM_END, qwen_model_folder
+from tests.fixtures.qwen import EOS, IM_END, mid_token_stop, qwen_model_folder
 from whileai.record.launch import Started
 from whileai.record.policy import Policy, answer, load, stream
 from whileai.record.requests import parse_ask
