@@ -25,25 +25,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from typing import Any
 
 import torch
 
-SHAPES = {
-    "narrow": dict(vocab_size=259, hidden_size=64, intermediate_size=128, num_hidden_layers=24, num_attention_heads=4,
-                   num_key_value_heads=2, max_position_embeddings=1024),
-    "0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                 num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=4096, tie_word_embeddings=True),
-}
-
-
-def build(shape: str, device: str, dtype: torch.dtype) -> Any:
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(**SHAPES[shape], pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    return Qwen2ForCausalLM(config).to(device=device, dtype=dtype).eval()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shaped_model import SHAPES, build  # noqa: E402
 
 
 def _sync(device: str) -> None:
@@ -51,18 +40,18 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def sides(graph: bool) -> dict[str, Any]:
+def sides(graph: bool, samples: int) -> dict[str, Any]:
     from whileai.engine import sampling
     from whileai.engine.sampling import SamplingParams, sample
 
     def ours(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
-        sample(model, prompts, 1, SamplingParams(max_tokens=tokens, seed=seed), cuda_graph=graph)
+        sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed), cuda_graph=graph)
 
     def forward(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
         original = sampling.decode_step
         sampling.decode_step = lambda model: None
         try:
-            sample(model, prompts, 1, SamplingParams(max_tokens=tokens, seed=seed))
+            sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed))
         finally:
             sampling.decode_step = original
 
@@ -71,6 +60,7 @@ def sides(graph: bool) -> dict[str, Any]:
         ids = torch.tensor(prompts, device=model.device)
         with torch.inference_mode():
             model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=tokens,
+                           num_return_sequences=samples,
                            min_new_tokens=tokens, top_k=0, top_p=1.0, temperature=1.0, eos_token_id=None,
                            pad_token_id=0)
 
@@ -81,7 +71,7 @@ def run_case(model: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]
     generator = torch.Generator().manual_seed(batch)
     vocab = model.config.vocab_size
     prompts = torch.randint(3, vocab, (batch, args.prompt_length), generator=generator).tolist()
-    functions = sides(args.graph)
+    functions = sides(args.graph, args.samples)
     times: dict[str, list[float]] = {name: [] for name in functions}
     cpu: dict[str, list[float]] = {name: [] for name in functions}
     for fn in functions.values():  # warm-up
@@ -95,10 +85,11 @@ def run_case(model: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]
             _sync(args.device)
             times[name].append((time.perf_counter() - start) / args.tokens)
             cpu[name].append((time.process_time() - start_cpu) / args.tokens)
-    out: dict[str, Any] = {"batch": batch, "tokens": args.tokens, "prompt_length": args.prompt_length}
+    out: dict[str, Any] = {"batch": batch, "samples": args.samples, "tokens": args.tokens,
+                           "prompt_length": args.prompt_length}
     for name, values in times.items():
         out[name] = {"ms_per_step": [1e3 * v for v in values], "median_ms": 1e3 * statistics.median(values),
-                     "tokens_per_s": batch / statistics.median(values),
+                     "tokens_per_s": batch * args.samples / statistics.median(values),
                      "median_cpu_ms": 1e3 * statistics.median(cpu[name])}
     base, base_cpu = out["generate"]["median_ms"], out["generate"]["median_cpu_ms"]
     out["ratio_to_generate"] = {name: out[name]["median_ms"] / base for name in functions}
@@ -113,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="narrow")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--batches", default="1", help="comma-separated batch sizes (default 1)")
+    parser.add_argument("--batches", default="1", help="comma-separated numbers of prompts (default 1)")
+    parser.add_argument("--samples", type=int, default=1, help="samples per prompt (default 1): rows = prompts x samples")
     parser.add_argument("--tokens", type=int, default=128, help="new tokens per row (default 128)")
     parser.add_argument("--prompt-length", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
@@ -131,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch in (int(b) for b in args.batches.split(",")):
         r = run_case(model, batch, args)
         results.append(r)
-        print(f"batch {batch} x {args.tokens} tokens, prompts of {args.prompt_length}: ms per decode step "
+        print(f"{batch} prompts x {args.samples} samples x {args.tokens} tokens, prompts of {args.prompt_length}: ms per decode step "
               f"(median of {args.repeats}): " + ", ".join(f"{k} {r[k]['median_ms']:.2f}" for k in r["ratio_to_generate"])
               + f"; whileai / generate {r['ratio_to_generate']['whileai']:.2f}x (goal <= 0.5x: "
               f"{'met' if r['ratio_to_generate']['whileai'] <= 0.5 else 'NOT met'}), model-forward sampler / "

@@ -69,6 +69,10 @@ def test_ctrl_c_in_the_warm_start_checkpoints_within_a_step_and_resume_continues
     out, err = process.communicate(timeout=240)
     assert process.returncode == 130, err
     assert "interrupted during the warm start, after its step" in err and f"--resume {folder}" in err
+    assert "warm start step 1/40: loss 5.5" in out  # --no-progress: a line at the first step, then every 25
+    from test_run import _event_tags
+
+    assert {"warm_start/loss", "warm_start/pass_estimate"} <= _event_tags(folder / "tensorboard")
     steps = [json.loads(line)["warm_start_step"] for line in (folder / "warm_start.jsonl").read_text().splitlines()]
     assert steps == list(range(1, len(steps) + 1)) and 3 <= len(steps) <= 8  # within one step of the signal
     resumed = wai.train(resume=str(folder), progress=False)
@@ -106,3 +110,42 @@ def test_an_error_after_work_keeps_the_run_and_says_so(tmp_path: Path, capsys):
                   max_tokens=1, progress=False, export=False, run_dir=str(tmp_path / "r"))
     assert (tmp_path / "r" / "warm_start.jsonl").is_file() and (tmp_path / "r" / "tensorboard").is_dir()
     assert f"run directory {tmp_path / 'r'} kept" in capsys.readouterr().err
+
+
+def test_the_warm_start_keeps_its_best_check_and_sets_the_weights_back_after_a_late_dip(monkeypatch, tmp_path: Path):
+    """Scripted checks (0.3, 0.6, 0.2, 0.2, 0.2): the weights are kept at the two that beat every check before
+    them, the warm start runs its 10 steps (a plateau is no end), and the weights go back to the 0.6 check's (sum3 in own_tasks: a
+    spike at step 750 ended the warm start at 0.44 after 0.78 at step 650)."""
+    import dataclasses
+
+    import whileai.loop.hooks.warm_start as ws
+    from whileai.engine import TrainingEngine
+    from whileai.envs import load_taskset
+    from whileai.loop.plan import rules
+
+    scripted = iter([0.3, 0.6, 0.2, 0.2, 0.2])
+    monkeypatch.setattr(ws, "held_out", lambda *a, **k: {"pass_at_1": next(scripted)})
+    monkeypatch.setattr(rules, "WARM_START_CHECK_EVERY", 2)
+    plan = dataclasses.replace(wai.loop.dry_run(taskset=UPPER), warm_start_steps=10, warm_start_early_stop=True)
+    events: list[str] = []
+    result = ws.warm_start(TrainingEngine("builtin:tiny", seed=0), load_taskset(UPPER), plan,
+                           keep=lambda: events.append("keep"), restore=lambda: events.append("restore"))
+    assert result.checks == [(2, 0.3), (4, 0.6), (6, 0.2), (8, 0.2), (10, 0.2)] and len(result.records) == 10
+    assert events == ["keep", "keep", "restore"] and result.restored == (4, 0.6)
+    assert result.stopped is None
+
+
+def test_a_run_sets_its_warm_start_back_through_its_backend_and_says_so(monkeypatch, tmp_path: Path, capsys):
+    import whileai.loop.hooks.warm_start as ws
+    from whileai.loop.plan import rules
+
+    scripted = iter([0.3, 0.6, 0.2, 0.2, 0.2])
+    monkeypatch.setattr(ws, "held_out", lambda *a, **k: {"pass_at_1": next(scripted)})
+    monkeypatch.setattr(rules, "WARM_START_CHECK_EVERY", 2)
+    monkeypatch.setattr(rules, "WARM_START_MAX_STEPS", 10)  # the rule's budget: 10 steps, 5 checks
+    run = wai.train(taskset=UPPER, steps=1, rollouts_per_step=8, eval_tasks=4, eval_samples=1, progress=False,
+                    export=False, force=True, run_dir=str(tmp_path / "r"))
+    lines = [json.loads(line) for line in (run.dir / "warm_start.jsonl").read_text().splitlines()]
+    assert lines[-1] == {"restored_step": 4, "held_out_of_train_pass": 0.6} and len(lines) == 11
+    assert not (run.dir / "checkpoint" / ws.BEST_FOLDER).exists()
+    assert "the weights set back to step 4's (held-out-of-train pass 0.60)" in capsys.readouterr().out

@@ -38,6 +38,7 @@ from whileai.loop.hooks.traces import TraceHook
 from whileai.loop.hooks.warm_start import LOG_FILE as WARM_START_LOG
 from whileai.loop.hooks.warm_start import WarmStart
 from whileai.loop.plan import config as config_io
+from whileai.loop.plan import inputs
 from whileai.loop.plan.checks import PYTHON_ROWS, _knobs_of, _load_taskset, check, needs_of, resolve_method
 from whileai.loop.plan.config import TrainConfig
 from whileai.loop.plan.run_plan import FILE, USER, RunPlan, make_plan, saved_plan, threads_rule, with_cap
@@ -155,11 +156,16 @@ def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Method
              taskset_obj: Taskset | None) -> tuple[Method | None, Taskset | None, RunPlan]:
     """The method, the taskset and the plan, or every problem at once (nothing loads)."""
     method, problems = resolve_method(config, method_obj)
+    problems += inputs.model_problems(config)  # a missing folder named as one (no rule reads a model that is not there)
     taskset, more = (taskset_obj, []) if taskset_obj is not None else _load_taskset(config)
     plan = make_plan(config, origins, method, taskset)
     method = with_cap(method, config, plan)
     problems += more + check(config, method, taskset, plan)
     problems += [f"rows[{i}] is not a dict of fields" for i, r in enumerate(rows_data or []) if not isinstance(r, Mapping)]
+    if not problems:  # the inputs against the model and the plan: the grader, the prompts, the numbers
+        more, notes = inputs.report(config, taskset, plan)
+        problems += more
+        plan = replace(plan, notes=tuple(notes))
     if problems:
         raise ConfigError(config_io._listing(problems))
     return method, taskset, plan

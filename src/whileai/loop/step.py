@@ -75,6 +75,12 @@ def value_datum(row: Mapping[str, Any], values: Sequence[float], returns: Sequen
     return out
 
 
+def completions(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Each row's completion length: the last positions whose log-probabilities a scoring forward asks for (the
+    prompt's positions are not projected through the output layer)."""
+    return [len(r["tokens"]) for r in rows]
+
+
 def completion_part(values: ArrayLike, n: int) -> list[float]:
     """The last ``n`` positions of a per-position output: the completion's tokens."""
     return np.asarray(values, dtype=np.float64)[-n:].tolist()
@@ -151,7 +157,7 @@ def score(trainer: Trainer, rows: Sequence[Mapping[str, Any]], *, sampling_param
     def one(group: list[Mapping[str, Any]], params: Scoring) -> list[list[float]]:
         # weights 0: the forward returns every position's log-probability, -inf (truncated away) included
         out = trainer.forward([datum(r, weights=[0.0] * len(r["tokens"])) for r in group], "cross_entropy",
-                              sampling_params=sent(params), reference=reference)
+                              sampling_params=sent(params), reference=reference, logprobs_for=completions(group))
         return [np.maximum(completion_part(o["logprobs"], len(r["tokens"])), REMOVED_LOGPROB).tolist()
                 for o, r in zip(out.loss_fn_outputs, group)]
 
@@ -183,7 +189,7 @@ def student_topk(trainer: Trainer, rows: Sequence[Mapping[str, Any]], sampling_p
     """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), one call per distribution."""
     def one(group: list[Mapping[str, Any]], params: Scoring) -> list[list[list[float]]]:
         out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in group], "cross_entropy",
-                              sampling_params=sent(params))
+                              sampling_params=sent(params), logprobs_for=completions(group))
         return [np.asarray(o["logprobs"], dtype=np.float64)[-len(r["tokens"]):].tolist()
                 for o, r in zip(out.loss_fn_outputs, group)]
 
@@ -287,7 +293,7 @@ def _policy_backward(trainer: Trainer, spec: RunSpec, update: Update, work: list
             data = [loss_datum(work[i], update.advantages[i], i) for i in indices if update.admitted[i]]
         if data:
             out = trainer.forward_backward(data, spec.loss, dict(spec.loss_config) or None,
-                                           sampling_params=sent(params))
+                                           sampling_params=sent(params), logprobs_for="scored")
             metrics["loss"] = metrics.get("loss", 0.0) + float(out.metrics.get("loss:sum", 0.0))
     return metrics
 
@@ -348,7 +354,8 @@ def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], s
                    for c, lp in zip(update.coefficients, logprobs))
         return loss, {}
 
-    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sent(sampling_params))
+    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sent(sampling_params),
+                                          logprobs_for="scored")
     return holder["update"], {"loss": float(out.metrics["loss:sum"])}
 
 

@@ -35,6 +35,10 @@ Scoring = Union["SamplingParams", Mapping[str, object], None]
 as a dict (the JSON wire form; a logged trace's own settings); None: the model's own distribution."""
 Adam = Union["AdamParams", Mapping[str, float], None]
 """A step's optimizer settings: the engine's ``AdamParams`` or its fields (``{"learning_rate": ...}``)."""
+LogprobsFor = str | Sequence[int]
+"""Which positions' log-probabilities a forward returns (engine.training.LOGPROBS_FOR): "every", "scored" or, per
+datum, its last n positions."""
+
 
 class Tokenizer(Protocol):
     """What the loop reads of a tokenizer (transformers' or the built-in byte tokenizer)."""

@@ -339,27 +339,30 @@ class RunClient:
 
     # ------------------------------------------------------------------ the engine's operations
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Any = None) -> ForwardResult:
+                         *, sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
         result = self.call("forward_backward", {"data": data, "loss_function": loss_fn,
-                                                "loss_config": loss_fn_config, "sampling_params": sampling_params})
+                                                "loss_config": loss_fn_config, "sampling_params": sampling_params,
+                                                "logprobs_for": logprobs_for})
         return ForwardResult(result["loss_fn_outputs"], result["metrics"], self.last_version or 0)
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
-                reference: bool = False) -> ForwardResult:
+                reference: bool = False, logprobs_for: Any = "every") -> ForwardResult:
         result = self.call("forward", {"data": data, "loss_function": loss_fn, "loss_config": loss_fn_config,
-                                       "sampling_params": sampling_params, "reference": reference})
+                                       "sampling_params": sampling_params, "reference": reference,
+                                       "logprobs_for": logprobs_for})
         return ForwardResult(result["loss_fn_outputs"], result["metrics"], self.last_version or 0)
 
     def forward_backward_custom(self, data: Sequence[Any], loss_fn: Callable[..., Any], *,
-                                sampling_params: Any = None) -> ForwardResult:
+                                sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
         """As Tinker's SDK does it: ``forward`` for the log-probabilities, your ``loss_fn(data, logprobs)`` on
         torch tensors here, then ``cross_entropy`` with weights = -dloss/dlogprob (the same gradient)."""
         from whileai.service.custom import custom_weights
 
         scored = self.forward(data, "cross_entropy", sampling_params=sampling_params)
         weighted, loss, metrics = custom_weights(data, scored.loss_fn_outputs, loss_fn)
-        out = self.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params)
+        out = self.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params,
+                                    logprobs_for=logprobs_for)
         return ForwardResult(out.loss_fn_outputs, {**metrics, "loss:sum": loss}, out.version)
 
     def optim_step(self, adam_params: Any = None) -> OptimResult:

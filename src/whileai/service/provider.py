@@ -143,12 +143,13 @@ class LocalRun(RunOps):
     # ------------------------------------------------------------------ operations
     def op_forward_backward(self, body: schemas.ForwardBackward) -> Outcome:
         out = self.engine.forward_backward(body.data, body.loss_function, body.loss_config,
-                                           sampling_params=body.sampling_params)
+                                           sampling_params=body.sampling_params, logprobs_for=body.logprobs_for)
         return self._done(out.to_dict())
 
     def op_forward(self, body: schemas.Forward) -> Outcome:
         out = self.engine.forward(body.data, body.loss_function, body.loss_config,
-                                  sampling_params=body.sampling_params, reference=body.reference)
+                                  sampling_params=body.sampling_params, reference=body.reference,
+                                  logprobs_for=body.logprobs_for)
         return self._done(out.to_dict())
 
     def op_optim_step(self, body: schemas.OptimStep) -> Outcome:

@@ -44,6 +44,8 @@ class ForwardBackward(Op):
     loss_function: str = Field(description="a loss name from capabilities()['losses']")
     loss_config: dict[str, Any] | None = Field(None, description="that loss's config keys; None = defaults")
     sampling_params: dict[str, Any] | None = Field(None, description="score under the sampler's distribution")
+    logprobs_for: str | list[int] = Field("every", description="'every' position, the loss's ('scored'), or per "
+                                          "datum its last n positions (TrainingEngine.forward)")
 
 
 class Forward(ForwardBackward):

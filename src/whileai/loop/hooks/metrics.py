@@ -111,7 +111,7 @@ class Progress:
         if "held_out_of_train_pass" in record:
             shown["check"] = record["held_out_of_train_pass"]
         if self.bar is not None:
-            self.bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()}, refresh=False)
+            self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
             self.bar.update(1)
         elif step == 1 or step % every == 0 or step == total or "check" in shown:
             check = f", held-out-of-train pass {shown['check']:.2f}" if "check" in shown else ""

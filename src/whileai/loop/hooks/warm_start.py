@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,7 @@ from whileai.loop.types import Hook, Loop, prompts
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
 LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (and its held-out-of-train checks)
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
+BEST_FOLDER = "warm_start_best"  # in RUN_DIR/checkpoint while the warm start runs: the weights of its best check
 PRINT_EVERY = 25  # under --no-progress: a line every this many warm-start steps (and every check)
 ESTIMATE_WINDOW = 20  # steps the shown pass estimate averages over
 
@@ -49,6 +51,8 @@ class WarmStartResult:
     records: list[dict[str, Any]] = field(default_factory=list)
     checks: list[tuple[int, float]] = field(default_factory=list)
     stopped: str | None = None
+    restored: tuple[int, float] | None = None
+    """(step, pass) of the best check, when the weights were set back to it at the end"""
 
     @property
     def losses(self) -> list[float]:
@@ -68,10 +72,13 @@ def pass_estimate(records: Sequence[dict[str, Any]]) -> float:
 
 
 def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult | None = None,
-               each: Callable[[dict[str, Any], WarmStartResult], bool] | None = None) -> WarmStartResult:
+               each: Callable[[dict[str, Any], WarmStartResult], bool] | None = None,
+               keep: Callable[[], None] | None = None, restore: Callable[[], None] | None = None) -> WarmStartResult:
     """Up to ``plan.warm_start_steps`` supervised steps on reference episodes, from where ``done`` left off
     (a resume); under the rule, ended early by ``rules.warm_start_stop`` on the held-out slice of the train split.
-    ``each(record, result)`` after every step: True stops the warm start there (Ctrl-C)."""
+    ``each(record, result)`` after every step: True stops the warm start there (Ctrl-C). ``keep()`` saves the
+    weights at each check that beats every check before it, and ``restore()`` sets them back there at the end
+    when the last check fell ``rules.WARM_START_DIP`` below that best (``rules.warm_start_restore``)."""
     from whileai.engine.datums import make_datum
 
     result = done or WarmStartResult()
@@ -97,10 +104,17 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
             measured = held_out(trainer, taskset, held, prompts(trainer.tokenizer, held),
                                 rules.WARM_START_CHECK_SAMPLES, plan.sampling(), plan.seed)
             record["held_out_of_train_pass"] = measured["pass_at_1"]
+            if keep is not None and measured["pass_at_1"] > max((v for _, v in result.checks), default=-1.0):
+                keep()
             result.checks.append((k + 1, measured["pass_at_1"]))
             result.stopped = rules.warm_start_stop(result.checks)
         if (each is not None and each(record, result)) or result.stopped is not None:
             break
+    finished = result.stopped is not None or len(result.records) == plan.warm_start_steps
+    best = rules.warm_start_restore(result.checks) if finished else None
+    if best is not None and restore is not None:
+        restore()
+        result.restored = best
     return result
 
 
@@ -155,7 +169,9 @@ class WarmStart(Hook):
             state.warm_start_steps_done = step
             return bool(ctx.stop["stop"])
 
-        result = warm_start(loop.trainer, ctx.taskset, plan, done, each)
+        best = ctx.run_dir / "checkpoint" / BEST_FOLDER
+        result = warm_start(loop.trainer, ctx.taskset, plan, done, each, keep=lambda: ctx.backend.save(best),
+                            restore=lambda: ctx.backend.load(best))
         ctx.log.phase(None, plan.steps, state.step)
         if ctx.stop["stop"] and len(result.records) < plan.warm_start_steps and result.stopped is None:
             ctx.checkpoint(state)
@@ -163,6 +179,13 @@ class WarmStart(Hook):
                                                               f"{state.warm_start_steps_done} of {plan.warm_start_steps}")
         losses = result.losses
         why = f"; stopped early: {result.stopped}" if result.stopped else ""
+        if result.restored is not None:
+            why += (f"; the weights set back to step {result.restored[0]}'s (held-out-of-train pass "
+                    f"{result.restored[1]:.2f})")
+            with path.open("a") as f:
+                f.write(json.dumps({"restored_step": result.restored[0], "held_out_of_train_pass": result.restored[1]})
+                        + "\n")
+        shutil.rmtree(best, ignore_errors=True)  # the warm start's own copy, not a checkpoint of the run
         ctx.log.write(f"warm start: {len(losses)} supervised steps on reference answers at learning rate "
                       f"{plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
                       f"{pass_estimate(result.records):.2f}){why}")

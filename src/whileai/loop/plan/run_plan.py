@@ -88,6 +88,8 @@ class RunPlan:
     """the warm start's steps are the rule's: it holds a slice of the train split out and ends when that slice's pass
     rate stops rising (whileai.loop.plan.rules.warm_start_stop)"""
     sources: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+    """what the checks before the warm start found worth saying (whileai.loop.plan.inputs): printed under the table"""
 
     def source(self, name: str) -> str:
         """Where ``name``'s value came from (a rule's: "rule: " and its sentence)."""
@@ -95,7 +97,7 @@ class RunPlan:
 
     def values(self) -> dict[str, Any]:
         """Every setting's value (config.toml's [plan], summary.json's ``plan``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("sources", "notes")}
 
     def table(self, columns: int = 2) -> str:
         """The compact table `wai train` prints at start: each setting's value and [source], ``columns`` a line."""
@@ -106,7 +108,8 @@ class RunPlan:
         lines = ["  " + "   ".join(c.ljust(width) for c in cells[i:i + columns]).rstrip()
                  for i in range(0, len(cells), columns)]
         why = [f"  {k}: {self.source(k)[len(RULE) + 2:]}" for k in short if short[k] == RULE]
-        return "run plan (value [source]):\n" + "\n".join(lines + (["rules:", *why] if why else []))
+        notes = ["notes:", *(f"  {n}" for n in self.notes)] if self.notes else []
+        return "run plan (value [source]):\n" + "\n".join(lines + (["rules:", *why] if why else []) + notes)
 
     def learning_rate_at(self, step: int) -> float:
         """The policy learning rate of step ``step`` (0-based) under ``lr_schedule`` over ``steps``."""
@@ -131,7 +134,7 @@ class RunPlan:
     @classmethod
     def from_saved(cls, values: Mapping[str, Any], sources: Mapping[str, str]) -> RunPlan:
         """The plan a run wrote to config.toml (TOML has no null: a missing optional value is None)."""
-        fields = [f for f in dataclasses.fields(cls) if f.name != "sources"]
+        fields = [f for f in dataclasses.fields(cls) if f.name not in ("sources", "notes")]
         filled: dict[str, Any] = {f.name: values.get(f.name) for f in fields  # a setting added later: its default
                                   if f.name in values or f.default is dataclasses.MISSING}
         return cls(**filled, sources=tuple(sorted(sources.items())))
@@ -231,7 +234,7 @@ def max_tokens_rule(config: TrainConfig, method: Method, taskset: Any, values: M
     lengths: list[int] = []
     grader = config.taskset_options.get("grader", "exact" if str(config.taskset).endswith(".jsonl") else None)
     whole = rules.whole_answer(grader, int(values.get("warm_start_steps", 0)))
-    if _own_tasks(config, taskset) and whole:
+    if _own_tasks(config, taskset) and whole and _loadable(config.model):
         from whileai.service.client import (
             load_tokenizer,  # transformers: only for a taskset of the user's own
         )
@@ -244,6 +247,13 @@ def max_tokens_rule(config: TrainConfig, method: Method, taskset: Any, values: M
     if lengths and whole:
         return value, f"{RULE}: {why}"
     return value, METHOD if method_cap is not None else DEFAULT
+
+
+def _loadable(model: str) -> bool:
+    """The model's tokenizer can be read (a missing folder is reported by the run's checks, not as a hub error)."""
+    from whileai.engine.models import model_problem
+
+    return model_problem(model) is None
 
 
 def critic_learning_rate_rule(config: TrainConfig, method: Method, taskset: Any,

@@ -142,11 +142,16 @@ def _described(settings: Mapping[str, Any]) -> str:
 
 
 # ----------------------------------------------------------------------------- held-out traces
+STEP0_TRACES = 64
+"""with --eval-taskset (no traces held out): the first this many training traces are measured at step 0, so the
+preflight still sees whether the logs came from this model"""
+
+
 def heldout_measure(engine: Trainer, method: Method, source: RowsFile, sampling_params: Scoring,
-                    state: MethodState) -> dict[str, Any] | None:
-    """The held-out traces under the current policy: the method's surrogate (the sum of c * log pi that its
-    step would raise), the drift from the logged log-probabilities and the share the method admits."""
-    indices = source.heldout()
+                    state: MethodState, indices: np.ndarray | None = None) -> dict[str, Any] | None:
+    """The held-out traces (or ``indices``) under the current policy: the method's surrogate (the sum of c * log pi
+    that its step would raise), the drift from the logged log-probabilities and the share the method admits."""
+    indices = source.heldout() if indices is None else indices
     if not len(indices):
         return None
     rows = source.read(indices.tolist())
@@ -197,9 +202,14 @@ def start(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, 
           state: MethodState, write: Callable[[str], None]) -> None:
     """Before the first step (and again on resume: the held-out slice is a fixed function of the seed)."""
     announce(source, method, config, run_dir, write)
-    if method.run_spec().source != "rollouts" or config.eval_taskset is not None:
+    if method.run_spec().source != "rollouts":
         return
     path = run_dir / HELDOUT_FILE
+    if config.eval_taskset is not None:  # no traces held out: the first training traces tell the model apart
+        if not (path.exists() and "step0" in json.loads(path.read_text())):
+            first = np.flatnonzero(~source.heldout_T)[:STEP0_TRACES]
+            save_heldout(run_dir, "step0", heldout_measure(engine, method, source, sampling_params, state, first))
+        return
     if path.exists() and "before" in json.loads(path.read_text()):
         return
     measured = heldout_measure(engine, method, source, sampling_params, state)

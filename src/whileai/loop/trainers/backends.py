@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from whileai.errors import ConfigError
-from whileai.loop.types import Adam, Scoring, Tokenizer
+from whileai.loop.types import Adam, LogprobsFor, Scoring, Tokenizer
 
 
 class LossOutput(Protocol):
@@ -59,13 +59,13 @@ class Trainer(Protocol):
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Scoring = None,
-                reference: bool = False) -> LossOutput: ...
+                reference: bool = False, logprobs_for: LogprobsFor = "every") -> LossOutput: ...
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Scoring = None) -> LossOutput: ...
+                         *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> LossOutput: ...
 
     def forward_backward_custom(self, data: Sequence[Any], loss_fn: Callable[..., Any], *,
-                                sampling_params: Scoring = None) -> LossOutput: ...
+                                sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> LossOutput: ...
 
     def optim_step(self, adam_params: Adam = None) -> OptimOutput: ...
 

@@ -22,7 +22,7 @@ import httpx
 
 from whileai.errors import ConfigError
 from whileai.loop.trainers.backends import Backend, Needs, refusals
-from whileai.loop.types import Adam, Scoring, Tokenizer
+from whileai.loop.types import Adam, LogprobsFor, Scoring, Tokenizer
 from whileai.service import tinker_map
 from whileai.service.client import ForwardResult, OptimResult, SampledSequence, load_tokenizer
 
@@ -93,19 +93,21 @@ class TinkerTrainer:
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Scoring = None,
-                reference: bool = False) -> ForwardResult:
+                reference: bool = False, logprobs_for: LogprobsFor = "every") -> ForwardResult:
+        """Tinker returns every position's log-probability: ``logprobs_for`` asks for a subset of them."""
         _own_distribution(sampling_params, reference)
         out = self.training.forward([tinker_map.to_datum(d) for d in data], loss_fn, loss_fn_config).result()
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Scoring = None) -> ForwardResult:
+                         *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         _own_distribution(sampling_params, False)
         out = self.training.forward_backward([tinker_map.to_datum(d) for d in data], loss_fn,
                                              loss_fn_config).result()
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Scoring = None) -> Any:
+    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Scoring = None,
+                                logprobs_for: LogprobsFor = "every") -> Any:
         """As the SDK does it: ``forward`` for the log-probabilities, ``loss_fn(data, logprobs)`` here, then
         ``cross_entropy`` with weights = -dloss/dlogprob (``whileai.service.custom``, the service client's too)."""
         from whileai.service.custom import custom_weights
