@@ -1,7 +1,8 @@
 """The warm start's learning curve on a taskset, step by step, exactly as `wai train` runs it (same engine seed,
-same task order, same loss): the per-token loss, the pass estimate exp(-loss x answer tokens) that
-`whileai.loop.plan.rules.warm_start_reached` reads, and every `--every` steps the sampled pass rate on 64 train
-tasks, to check the estimate against. docs/tasksets.md ("Your own taskset") quotes its output.
+same task order, same loss): the per-token loss, the pass estimate exp(-loss x answer tokens) that the previous
+rule stopped at (0.7 over 20 steps, at 1e-2; the loop's warm start now measures a held-out slice instead:
+whileai.loop.plan.rules.warm_start_stop), and every `--every` steps the sampled pass rate on 64 train tasks, to
+check the estimate against. docs/tasksets.md ("Your own taskset", the previous rule) quotes its output.
 
     python examples/tasksets/warm_curve.py examples/tasksets/parity.jsonl --steps 2000 --seed 0
 """
@@ -16,8 +17,16 @@ from whileai.engine import TrainingEngine
 from whileai.engine.datums import make_datum
 from whileai.envs import load_taskset, render_prompt
 from whileai.envs.episode import reference_episode
-from whileai.loop.plan.rules import WARM_START_LEARNING_RATE, warm_start_reached
 from whileai.loop.sources.rollouts import Sampling, rollouts, step_tasks
+
+PREVIOUS_RATE, PREVIOUS_TARGET, WINDOW, MIN_STEPS = 1e-2, 0.7, 20, 60  # the previous rule's constants
+
+
+def warm_start_reached(losses: list[float], tokens: list[float]) -> bool:
+    """The previous rule: the pass estimate over the last 20 steps reached 0.7, at least 60 steps in."""
+    if len(losses) < MIN_STEPS:
+        return False
+    return math.exp(-sum(losses[-WINDOW:]) / WINDOW * sum(tokens[-WINDOW:]) / WINDOW) >= PREVIOUS_TARGET
 
 
 def main() -> None:
@@ -43,7 +52,7 @@ def main() -> None:
         count = sum(sum(mask) for _, _, mask in data)
         out = engine.forward_backward([make_datum(p, a, weights=[float(m) / count for m in mask])
                                        for p, a, mask in data], "cross_entropy")
-        engine.optim_step({"learning_rate": WARM_START_LEARNING_RATE})
+        engine.optim_step({"learning_rate": PREVIOUS_RATE})
         losses.append(float(out.metrics["loss:sum"]))
         tokens.append(count / len(data))
         if reached is None and warm_start_reached(losses, tokens):

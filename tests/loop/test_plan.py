@@ -85,16 +85,16 @@ def _own_taskset(path: Path, answer: str = "y") -> str:
 
 
 def test_a_taskset_of_your_own_gets_the_rules_each_with_its_sentence(tmp_path: Path, capsys):
-    """No Recommended: the warm start runs until the rule's pass estimate, the cap comes from the answers
+    """No Recommended: the warm start runs until its held-out slice of the train split stops rising, the cap comes from the answers
     (1 token + a margin of 1 + EOS = 3, not FlashReinforce's 8192), and RL after a warm start runs at 1e-3."""
     tasks = _own_taskset(tmp_path / "tasks.jsonl")
     assert main(["train", "--taskset", tasks, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "warm_start_steps 2000 [rule]" in out and "warm_start_until_pass True [derived]" in out
+    assert "warm_start_steps 800 [rule]" in out and "warm_start_early_stop True [derived]" in out
     assert "max_tokens 3 [rule]" in out and "learning_rate 0.001 [rule]" in out
     assert "max_tokens: 3: the longest reference answer (1 token) + a margin of 1 + EOS" in out
     built_in = wai.loop.dry_run()  # a built-in taskset keeps its measured settings and the loop's rate
-    assert (built_in.warm_start_steps, built_in.learning_rate, built_in.warm_start_until_pass) == (14, 1e-2, False)
+    assert (built_in.warm_start_steps, built_in.learning_rate, built_in.warm_start_early_stop) == (14, 1e-2, False)
 
 
 def test_the_preflight_stops_a_run_with_no_signal_before_the_first_rl_step(tmp_path: Path):
@@ -135,3 +135,39 @@ def test_dr_grpo_divides_by_the_plans_cap_unless_the_knob_is_set():
     wrapped = wai.Async(wai.DrGRPO())
     config = build(None, taskset="builtin:case")
     assert with_cap(wrapped, config, make_plan(config, {}, wrapped, taskset)).method.max_tokens == 4
+
+
+def test_a_dr_grpo_object_divides_by_the_runs_cap_as_its_name_does(tmp_path: Path, quick, capsys):
+    """``wai.train(method=wai.DrGRPO())`` and ``--method dr_grpo`` are one run: the object's max_tokens was left at
+    its default, so the plan's cap (4 on builtin:case) is its L_max too, and the first step's loss (the same
+    rollouts, sum c log p) is the same number; with the paper's 1024 kept the object's would be 256 times smaller.
+    The plan says the cap came from the taskset, and no note calls the method's 1024 a --set."""
+    losses, texts = {}, {}
+    for label, method in (("name", "dr_grpo"), ("object", wai.DrGRPO())):
+        run = wai.train(method=method, **{**quick, "steps": 1}, run_dir=str(tmp_path / label))
+        losses[label] = run.metrics()[0]["loss"]
+        texts[label] = (tmp_path / label / "config.toml").read_text()
+        assert run.summary["resolved"]["max_tokens"] == 4
+    assert losses["name"] != 0.0
+    assert losses["object"] == pytest.approx(losses["name"], rel=1e-9)
+    assert "max_tokens" not in texts["object"].split("[plan]")[0]  # the knob was not the user's
+    assert "(--set)" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "opd", "opsd", "dapo"])
+def test_the_loops_rollouts_message_names_a_knob_the_method_has(name):
+    """A group method at one rollout per prompt is refused with `--set rollouts_per_prompt=2`; that --set builds
+    every sampling method (OPD's count was once `samples`, and the message said `generations`)."""
+    import re
+    import warnings
+
+    from whileai.loop.plan.checks import check
+    from whileai.loop.plan.config import build
+
+    config = build(None, method="grpo", knobs={"rollouts_per_prompt": 1})
+    problems = check(config, wai.method("grpo", rollouts_per_prompt=1))
+    key, value = re.search(r"--set (\w+)=(\d+)", " ".join(problems)).groups()
+    assert (key, value) == ("rollouts_per_prompt", "2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert wai.method(name, **{key: int(value)}).run_spec().rollouts_per_prompt == 2

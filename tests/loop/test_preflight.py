@@ -86,12 +86,36 @@ def test_everything_passing_is_fatal():
     assert fatal.reason.startswith("every one of the 4 probe rows passes")
 
 
+def test_everything_passing_after_a_warm_start_is_a_note_not_a_stop():
+    """The warm start solved the task: the run goes on to measure and export it (it used to stop, losing both)."""
+    report = preflight(rows([1], [1], [1]), ONE, warm_start_steps=200)
+    assert report.ok and report.notes[0].startswith("every one of the 3 probe rollouts passes after the warm start")
+
+
+def test_a_memorised_warm_start_is_named_when_training_tasks_pass_far_more_than_held_out():
+    """sort3 in issue 30: the first RL batch passed 0.97 of its training tasks, held-out 0.79, and it said ok."""
+    batch = rows(*([[1]] * 31 + [[0]]))  # 31/32 = 0.97
+    note = next(n for n in preflight(batch, ONE, warm_start_steps=800, held_out=0.79).notes)
+    assert note.startswith("the warm start overfit: the first batch of training tasks passes 0.97, held-out tasks "
+                           "0.79 (a gap of 0.18)")
+    assert not preflight(batch, ONE, warm_start_steps=800, held_out=0.92).notes  # a gap of 0.05: within noise
+    assert not preflight(batch, ONE, warm_start_steps=0, held_out=0.5).notes  # no warm start: not its doing
+
+
+def test_a_log_mostly_from_another_model_stops_and_a_partly_stale_one_is_named_with_its_share():
+    (fatal,) = preflight(rows([0], [1]), ONE, admitted_share=0.02, drift=0.1).fatal
+    assert fatal.reason.startswith("the method admits only 2% of the logged traces at step 0 (drift 0.1)")
+    report = preflight(rows([0], [1]), ONE, admitted_share=0.42, drift=0.05)
+    assert report.ok and report.notes[0].startswith("the method admits only 42% of the logged traces at step 0 "
+                                                    "(mean drift 0.05)")
+
+
 def test_every_trace_dropped_at_step_0_is_fatal_and_names_the_model():
     report = preflight(rows([0], [1]), ONE, admitted_share=0.0, drift=5.3)
     (fatal,) = report.fatal
     assert "dropped every logged trace at step 0 (drift 5.3)" in fatal.reason
     assert fatal.fixes[0].startswith("--model the model the logs came from")
-    assert preflight(rows([0], [1]), ONE, admitted_share=0.6).ok
+    assert preflight(rows([0], [1]), ONE, admitted_share=0.6).ok  # a note (a partly stale log), not a stop
 
 
 def test_no_answer_under_the_cap_is_fatal():

@@ -19,7 +19,10 @@ EXAMPLES = """examples:
   wai train --rows-from http://127.0.0.1:8400 --sampler-url http://127.0.0.1:8300 --lora-rank 8
                                                     train on a recorder's traces as they are scored, pushing
                                                     each step's adapter to the server (docs/record.md)
-  wai train --resume runs/flash_reinforce-20261201-120000
+  wai train --taskset my_tasks.jsonl --no-progress   your own tasks: the rules fill the warm start, cap and rates
+                                                    (a line every 25 warm-start steps; the plan says why each)
+  wai train --taskset my_tasks.jsonl --threads 1    torch threads (default: $OMP_NUM_THREADS, else free cores)
+  wai train --resume runs/flash_reinforce-20261201-120000   continue after Ctrl-C (a stopped warm start too)
   wai train --method grpo --dry-run                 print the run plan (every setting, its value, its source)
   wai train --url http://127.0.0.1:8321 --token T   train on a running `wai serve` (token also from $WAI_TOKEN)
   wai train --sampler-url http://127.0.0.1:8300 --lag 1   sample from an inference server (vLLM, SGLang, wai policy)
@@ -61,7 +64,8 @@ def _add(subparsers: Any, name: str, summary: str) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE", help="a TOML file of settings (a [train] table or top-level keys); "
                    "flags override it")
-    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint (its saved config)")
+    p.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint with its saved config (--steps, --threads "
+                   "and --progress may change); a run still training is refused")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a method knob, e.g. "
                    "--set trust=0.01 (`wai methods NAME` lists them)")
     p.add_argument("--taskset-option", action="append", default=[], metavar="KEY=VALUE",
@@ -103,10 +107,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.resume:
         given = [f for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None
-                 and f not in ("steps", "progress")]
+                 and f not in ("steps", "progress", "threads")]
         if given or args.config or args.set or args.taskset_option:
-            raise ConfigError(f"--resume uses the run's saved config (only --steps, to train longer, and --progress "
-                              f"may change); drop {', '.join('--' + g.replace('_', '-') for g in given) or '--config/--set'}")
+            raise ConfigError(f"--resume uses the run's saved config (only --steps, to train longer, --threads and "
+                              f"--progress may change); drop {', '.join('--' + g.replace('_', '-') for g in given) or '--config/--set'}")
     overrides = {f: getattr(args, f) for f in TrainConfig.__dataclass_fields__ if getattr(args, f, None) is not None}
     for field_name in ("rows", "taskset", "eval_taskset", "teacher", "run_dir", "model", "method", "device", "url",
                        "sampler_url"):

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from whileai.engine.decode import captured, decode_step, graph_ready
+from whileai.engine.stops import TextStops
 from whileai.errors import BatchError, ConfigError, WhileaiError
 from whileai.knobs import Knob, number
 
@@ -382,7 +383,7 @@ def sample(
             graphed = cuda_graph and graph_ready(model)
             cascade = int(num_samples) > 1 and not graphed and shares_prefixes(model)
             run = _Run(model, prompts, int(num_samples), params, stops, context, cascade, graphed)
-            run.text_stops = _TextStops(texts, decode) if texts else None
+            run.text_stops = TextStops(texts, decode) if texts else None
             return run.generate()
     finally:
         model.train(was_training)
@@ -415,7 +416,7 @@ class _Run:
         self.fast = decode_step(model)  # the same arithmetic with transformers' per-layer wrappers left out
         self.graphed = graphed
         self.static: Any = None
-        self.text_stops: _TextStops | None = None
+        self.text_stops: TextStops | None = None
         # the running batch, set by _prefill: its rows, which still run, their last position, the mask
         self.cache: Any = None
         self.shared: _SharedPrefix | None = None
@@ -539,23 +540,6 @@ class _Run:
                 for t, lp, n, s in zip(tokens, logprobs, lengths, stopped)]
         n = self.num_samples
         return [rows[i * n : (i + 1) * n] for i in range(len(self.prompts))]
-
-
-class _TextStops:
-    """Stop strings, matched on the decoded text of each row's latest tokens after every step.
-
-    A row stops at the first token after which its decoded completion contains a stop string; rows are
-    checked every step, so the string is new in the last few tokens. The window covers a string of c
-    characters even when every character takes 4 byte tokens, plus margin for a tokenizer that changes
-    a token's text at the start of a decode (a leading space, a partial UTF-8 character)."""
-
-    def __init__(self, texts: list[str], decode: Any) -> None:
-        self.texts, self.decode = texts, decode
-        self.window = 4 * max(len(t) for t in texts) + 8
-
-    def found(self, tails: list[list[int]]) -> list[bool]:
-        decoded = [self.decode(tail) for tail in tails]
-        return [any(t in text for t in self.texts) for text in decoded]
 
 
 def _check_logits(logits_BV: torch.Tensor, rows_B: torch.Tensor, step: int, num_samples: int) -> None:

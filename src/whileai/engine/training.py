@@ -618,13 +618,14 @@ class TrainingEngine:
         a list of prompts -> one such list per prompt. ``sampling_params`` is a ``SamplingParams`` or a
         dict of its fields (``max_tokens`` has no default on purpose). ``version`` picks saved sampler weights."""
         from whileai.engine.sampling import SamplingParams, sample
+        from whileai.engine.stops import eos_ids
 
         sampling_params = as_params(SamplingParams, sampling_params, "sampling_params")
         single = len(prompt_tokens) > 0 and isinstance(prompt_tokens[0], (int, np.integer))
         prompts = [prompt_tokens] if single else prompt_tokens
         with self.weights(version), self.loaded.precision():
             out = sample(self.model, prompts, num_samples, sampling_params,
-                         eos_token_id=self.tokenizer.eos_token_id, max_context=self.max_context,
+                         eos_token_id=eos_ids(self.tokenizer, self.model), max_context=self.max_context,
                          decode=self.tokenizer.decode)
         return out[0] if single else out
 
@@ -649,9 +650,10 @@ class TrainingEngine:
         """Restore what ``save_state`` wrote (the latest complete snapshot under ``path``)."""
         state_io.load_state(self, path)
 
-    def export(self, path: str, merged: bool = False, overwrite: bool = False) -> str:
-        """A PEFT adapter directory (``merged=False``, LoRA only) or a full merged model directory."""
-        return state_io.export(self, path, merged=merged, overwrite=overwrite)
+    def export(self, path: str, merged: bool = False, overwrite: bool = False, dtype: Any = None) -> str:
+        """A PEFT adapter directory (``merged=False``, LoRA only) or a full merged model directory, in ``dtype``
+        (None: the model folder's own dtype)."""
+        return state_io.export(self, path, merged=merged, overwrite=overwrite, dtype=dtype)
 
 
 CHECKPOINT_PARAMETERS = 1_000_000_000

@@ -11,15 +11,18 @@ curves.png}. Ctrl-C finishes the current step, writes a checkpoint and exits wit
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.errors import ConfigError
 from whileai.loop.auto import route_method
@@ -32,11 +35,13 @@ from whileai.loop.hooks.preflight import PreflightHook
 from whileai.loop.hooks.summary import finish
 from whileai.loop.hooks.teacher import TeacherHook
 from whileai.loop.hooks.traces import TraceHook
+from whileai.loop.hooks.warm_start import LOG_FILE as WARM_START_LOG
 from whileai.loop.hooks.warm_start import WarmStart
 from whileai.loop.plan import config as config_io
+from whileai.loop.plan import inputs
 from whileai.loop.plan.checks import PYTHON_ROWS, _knobs_of, _load_taskset, check, needs_of, resolve_method
 from whileai.loop.plan.config import TrainConfig
-from whileai.loop.plan.run_plan import FILE, USER, RunPlan, make_plan, saved_plan, with_cap
+from whileai.loop.plan.run_plan import FILE, USER, RunPlan, make_plan, saved_plan, threads_rule, with_cap
 from whileai.loop.sources import recorder, trace_run
 from whileai.loop.sources.pushed import Pushed
 from whileai.loop.sources.rollouts import Rollouts
@@ -46,6 +51,15 @@ from whileai.loop.trainers.backends import Backend, local_backend, remote_backen
 from whileai.loop.trainers.tinker import tinker_backend
 from whileai.loop.types import LoopState, Source
 
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from whileai.envs.core import Taskset
+    from whileai.methods.base import Method
+
+LOCK_FILE = "run.lock"
+"""RUN_DIR/run.lock: the process training the run (pid and host), there while it runs; a resume of a run whose
+lock names a live process is refused"""
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
 PYTHON_TASKSET = "<taskset passed in Python>"
 __all__ = ["Interrupted", "Run", "check", "dry_run", "train"]
@@ -86,7 +100,7 @@ class Run:
 
 
 # ----------------------------------------------------------------------------- the run
-def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = None, taskset: Any = "",
+def train(config: TrainConfig | None = None, *, method: Method | str | None = None, rows: Any = None, taskset: Any = "",
           resume: str | None = None, config_file: str | None = None, token: str | None = None,
           **overrides: Any) -> Run:
     """Train a model; return the run. Keyword arguments override the config's fields (see ``TrainConfig``).
@@ -98,10 +112,10 @@ def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = 
     field) trains on the ``wai serve`` there; ``token``: its bearer token (default $WAI_TOKEN).
     """
     if resume is not None:
-        extra = sorted(set(overrides) - {"steps", "progress"})
+        extra = sorted(set(overrides) - {"steps", "progress", "threads"})
         if extra or config is not None or config_file is not None or method is not None or rows is not None \
                 or taskset != "":
-            raise ConfigError(f"resume takes the run's saved config; only steps (to train longer) and progress may "
+            raise ConfigError(f"resume takes the run's saved config; only steps (to train longer), threads and progress may "
                               f"change, not {extra or 'config/method/rows/taskset'}")
         return _resume(resume, token, **overrides)
     config, origins, method_obj, rows_data, taskset_obj = _inputs(config, method, rows, taskset, config_file,
@@ -109,7 +123,7 @@ def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = 
     return _start(config, origins, method_obj, rows_data, taskset_obj, token)
 
 
-def _inputs(config: TrainConfig | None, method: Any, rows: Any, taskset: Any, config_file: str | None,
+def _inputs(config: TrainConfig | None, method: Method | str | None, rows: Any, taskset: Taskset | None, config_file: str | None,
             overrides: dict[str, Any]) -> tuple[TrainConfig, dict[str, str], Any, Any, Any]:
     """The config (defaults, then the file, then the arguments) and where each set field came from."""
     if isinstance(method, str):
@@ -138,21 +152,26 @@ def _inputs(config: TrainConfig | None, method: Any, rows: Any, taskset: Any, co
     return built, origins, method_obj, rows_data, taskset_obj
 
 
-def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, rows_data: Any,
-             taskset_obj: Any) -> tuple[Any, Any, RunPlan]:
+def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None, rows_data: Any,
+             taskset_obj: Taskset | None) -> tuple[Method | None, Taskset | None, RunPlan]:
     """The method, the taskset and the plan, or every problem at once (nothing loads)."""
     method, problems = resolve_method(config, method_obj)
+    problems += inputs.model_problems(config)  # a missing folder named as one (no rule reads a model that is not there)
     taskset, more = (taskset_obj, []) if taskset_obj is not None else _load_taskset(config)
     plan = make_plan(config, origins, method, taskset)
     method = with_cap(method, config, plan)
     problems += more + check(config, method, taskset, plan)
     problems += [f"rows[{i}] is not a dict of fields" for i, r in enumerate(rows_data or []) if not isinstance(r, Mapping)]
+    if not problems:  # the inputs against the model and the plan: the grader, the prompts, the numbers
+        more, notes = inputs.report(config, taskset, plan)
+        problems += more
+        plan = replace(plan, notes=tuple(notes))
     if problems:
         raise ConfigError(config_io._listing(problems))
     return method, taskset, plan
 
 
-def dry_run(config: TrainConfig | None = None, *, method: Any = None, rows: Any = None, taskset: Any = "",
+def dry_run(config: TrainConfig | None = None, *, method: Method | str | None = None, rows: Any = None, taskset: Any = "",
             config_file: str | None = None, **overrides: Any) -> RunPlan:
     """The run plan ``train`` would use, checked, with nothing loaded or written (``wai train --dry-run``)."""
     config_obj, origins, method_obj, rows_data, taskset_obj = _inputs(config, method, rows, taskset, config_file,
@@ -160,7 +179,8 @@ def dry_run(config: TrainConfig | None = None, *, method: Any = None, rows: Any 
     return _prepare(config_obj, origins, method_obj, rows_data, taskset_obj)[2]
 
 
-def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, rows_data: Any, taskset_obj: Any,
+def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None, rows_data: Any,
+           taskset_obj: Taskset | None,
            token: str | None) -> Run:
     method, taskset, plan = _prepare(config, origins, method_obj, rows_data, taskset_obj)
     run_dir = Path(config.run_dir or f"runs/{config.method}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -176,13 +196,35 @@ def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, row
     try:
         rows = open_rows(config, run_dir, config.rows == PYTHON_ROWS, method) if config.rows is not None else None
         return _execute(config, plan, method, taskset, rows, run_dir, None, token)
-    except BaseException:  # an error, or Ctrl-C before the handler was in place
-        if not (run_dir / "checkpoint" / "LATEST").exists():  # nothing to resume: leave no half-made run behind
+    except BaseException:  # an error, a second Ctrl-C, or Ctrl-C before the handler was in place
+        if holds_work(run_dir):
+            print(kept_message(run_dir), file=sys.stderr, flush=True)
+        else:  # the run wrote nothing but its config: leave no half-made run behind
             _remove_run_files(run_dir, created)
         raise
 
 
-RUN_FILES = ("config.toml", "rows.jsonl", "route.txt", "metrics.jsonl", "summary.json", "evals.json", "curves.png",
+WORK = ("checkpoint", "metrics.jsonl", WARM_START_LOG, "tensorboard", "heldout-before.jsonl", "summary.json",
+        "final")
+"""what a run writes once it has done work: a stopped or failed run holding any of these is never removed"""
+
+
+def holds_work(run_dir: Path) -> bool:
+    """The run directory holds a checkpoint, metrics, the warm start's log or TensorBoard numbers (the
+    TensorBoard folder is made at the first scalar, ``Metrics.board``)."""
+    return any((run_dir / name).exists() for name in WORK)
+
+
+def kept_message(run_dir: Path) -> str:
+    """What a run stopped by an error or a second Ctrl-C says about the directory it leaves (never removed)."""
+    if (run_dir / "checkpoint" / "LATEST").exists():
+        return f"wai train: run directory {run_dir} kept; resume it with: wai train --resume {run_dir}"
+    held = ", ".join(name for name in WORK if (run_dir / name).exists())
+    return (f"wai train: run directory {run_dir} kept ({held}); it has no checkpoint to resume from, so start the "
+            "run again with another --run-dir (nothing was deleted)")
+
+
+RUN_FILES = ("config.toml", "rows.jsonl", "route.txt", LOCK_FILE, "metrics.jsonl", "summary.json", "evals.json", "curves.png",
              "heldout.jsonl", "heldout-before.jsonl", trace_run.HELDOUT_FILE, "tensorboard", "checkpoint", "final",
              "sync")
 
@@ -210,6 +252,10 @@ def _resume(run_dir_text: str, token: str | None, **changes: Any) -> Run:
     if not (run_dir / "checkpoint" / "LATEST").is_file():
         raise ConfigError(f"--resume {run_dir_text!r}: the run has no checkpoint yet (it stopped before its first "
                           "save), so there is nothing to resume; start it again in a new --run-dir")
+    holder = live_holder(run_dir / LOCK_FILE)
+    if holder is not None:
+        raise ConfigError(f"--resume {run_dir_text!r}: the run is still training ({holder}, {LOCK_FILE}); stop it "
+                          "first (Ctrl-C there writes a checkpoint), then resume it")
     saved = config_io.load_toml(str(run_dir / "config.toml"))
     # TOML has no null: a run saved without a taskset (rows only) must not get the default one back
     config = config_io.build(str(run_dir / "config.toml"), **changes, **({} if "taskset" in saved else {"taskset": None}))
@@ -225,6 +271,7 @@ def _resume(run_dir_text: str, token: str | None, **changes: Any) -> Run:
     plan = saved_plan(run_dir / "config.toml") or make_plan(config, {}, method, taskset)
     if "steps" in changes:
         plan = plan.with_steps(int(changes["steps"]))
+    plan = plan.with_threads(*((int(changes["threads"]), USER) if "threads" in changes else threads_rule()))
     method = with_cap(method, config, plan)
     problems += more + check(config, method, taskset, plan)
     if problems:
@@ -244,7 +291,7 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
         return
     previous = signal.getsignal(signal.SIGINT)
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         if flag["stop"]:
             raise KeyboardInterrupt
         flag["stop"] = True
@@ -258,7 +305,7 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def backend_for(config: TrainConfig, plan: RunPlan, method: Any, token: str | None,
+def backend_for(config: TrainConfig, plan: RunPlan, method: Method | None, token: str | None,
                 resume: Path | None = None) -> Backend:
     """The trainer the config names (in-process, a wai serve's API, a Tinker-API server); ``resume``: the
     checkpoint folder a remote trainer starts from (the state it names on the server)."""
@@ -272,8 +319,73 @@ def backend_for(config: TrainConfig, plan: RunPlan, method: Any, token: str | No
                 resume=saved)
 
 
-def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows: RowsFile | None, run_dir: Path,
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold RUN_DIR/run.lock while the run trains: a second ``--resume`` of a live run is refused (two processes
+    writing one checkpoint would corrupt it). A lock left by a process that died (kill -9) is taken over."""
+    path = run_dir / LOCK_FILE
+    mine = f"{os.getpid()} {socket.gethostname()}\n"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            holder = live_holder(path)
+            if holder is not None:
+                raise ConfigError(f"run directory {run_dir} is in use: the run is still training ({holder}, "
+                                  f"{LOCK_FILE}); stop it first (Ctrl-C there writes a checkpoint), then "
+                                  f"--resume it") from None
+            path.unlink(missing_ok=True)  # its process is gone: a stale lock
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(mine)
+        break
+    try:
+        yield
+    finally:
+        if path.is_file() and path.read_text() == mine:
+            path.unlink()
+
+
+def live_holder(path: Path) -> str | None:
+    """'pid N on HOST' when the lock names a process that is alive on this host (or on another host, which this
+    process cannot check); None for a stale or unreadable lock."""
+    try:
+        pid_text, host = path.read_text().split()
+        pid = int(pid_text)
+    except (OSError, ValueError):
+        return None
+    if host != socket.gethostname():
+        return f"pid {pid} on {host}"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return f"pid {pid}"
+
+
+def _execute(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: Taskset | None, rows: RowsFile | None, run_dir: Path,
              resumed: LoopState | None, token: str | None) -> Run:
+    with run_lock(run_dir), torch_threads(plan.threads):
+        return _locked(config, plan, method, taskset, rows, run_dir, resumed, token)
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's CPU threads at ``count`` inside the block (the plan's ``threads``), set back after it."""
+    import torch
+
+    was = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(was)
+
+
+def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: Taskset | None, rows: RowsFile | None, run_dir: Path,
+            resumed: LoopState | None, token: str | None) -> Run:
     started = time.perf_counter()
     state = resumed or LoopState()
     with transformers_bars(config.progress):  # --no-progress: no weight-loading / shard-writing bars
@@ -318,6 +430,7 @@ def source_for(ctx: Context, state: LoopState) -> Source:
     if ctx.rows is not None:
         pushed = Pushed(ctx.rows, trace_run.grouped(method), plan)
         return Source(pushed, feed=[TraceHook(ctx, pushed)])
+    assert ctx.taskset is not None  # a run on rollouts has a taskset (plan.checks)
     if plan.sampler != IN_PROCESS:
         return server_rollouts(ctx, ctx.backend.trainer, ctx.taskset, method, plan)
     return Source(Rollouts(ctx.backend.trainer, ctx.taskset, method, plan))
@@ -338,7 +451,7 @@ def announce(ctx: Context) -> None:
     if spec.critic is not None:
         write(f"critic learning rate {plan.critic_learning_rate:g} (" + ("--critic-learning-rate"
               if config.critic_learning_rate else "the method's") + ")")
-    held = len(ctx.taskset.split("test")) if ctx.can_eval() else 0
+    held = len(ctx.taskset.split("test")) if ctx.can_eval() and ctx.taskset is not None else 0
     if ctx.can_eval() and plan.eval_tasks > held:
         write(f"note: eval_tasks {plan.eval_tasks}, but the taskset's test split holds {held} tasks: every "
               f"evaluation scores all {held}")
@@ -349,5 +462,5 @@ def announce(ctx: Context) -> None:
               f"{plan.max_tokens}, is (--max-tokens sets it); the knob still reaches an update that reads it "
               "(Dr. GRPO's length normaliser)")
     if sampling and plan.max_tokens >= LONG_CAP and config.max_tokens is None:
-        write(f"note: generations may run to {plan.max_tokens} tokens (the method's max_tokens; the taskset sets "
+        write(f"note: replies may run to {plan.max_tokens} tokens (the method's max_tokens; the taskset sets "
               "none): set --max-tokens, or max_tokens in the taskset, for short answers")

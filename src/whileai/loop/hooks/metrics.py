@@ -13,6 +13,7 @@ from whileai.loop.types import Hook, Loop
 
 if TYPE_CHECKING:  # the context holds the metrics, so the hook names it as a type only
     from whileai.loop.hooks.context import Context
+    from whileai.loop.step import StepResult
 
 # What the progress bar shows, and under which short name.
 LIVE = (("reward", "reward"), ("pass_rate", "pass"), ("drift", "drift"), ("admitted_share", "admit"),
@@ -30,10 +31,18 @@ class Metrics:
             _atomic_write(self.path, "".join(line + "\n" for line in kept))
         elif self.path.exists():
             self.path.unlink()
-        from tensorboardX import SummaryWriter
+        self.board_dir, self.purge_step = run_dir / "tensorboard", None if resume_step is None else resume_step + 1
+        self._board: Any = None
 
-        self.board = SummaryWriter(str(run_dir / "tensorboard"),
-                                   purge_step=None if resume_step is None else resume_step + 1)
+    @property
+    def board(self) -> Any:
+        """The TensorBoard writer, made at the first scalar: a tensorboard/ folder holds a run's numbers (a run
+        stopped before any is written leaves none, and ``whileai.loop.run`` reads its presence as work done)."""
+        if self._board is None:
+            from tensorboardX import SummaryWriter
+
+            self._board = SummaryWriter(str(self.board_dir), purge_step=self.purge_step)
+        return self._board
 
     def write(self, record: Mapping[str, Any]) -> None:
         with self.path.open("a") as f:
@@ -54,7 +63,8 @@ class Metrics:
             if self.path.exists() else []
 
     def close(self) -> None:
-        self.board.close()
+        if self._board is not None:
+            self._board.close()
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -63,7 +73,7 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     _atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
@@ -72,6 +82,7 @@ class Progress:
 
     def __init__(self, total: int, initial: int, enabled: bool, description: str) -> None:
         self.bar = None
+        self.description = description
         if enabled:
             from tqdm.auto import tqdm
 
@@ -82,6 +93,30 @@ class Progress:
             return
         self.bar.set_postfix({short: f"{record[key]:.3g}" for key, short in LIVE if key in record}, refresh=False)
         self.bar.update(1)
+
+    def phase(self, description: str | None, total: int, initial: int) -> None:
+        """The bar counts another phase: the warm start's steps (``description`` 'warm start'), then RL's
+        (None: the method's name again)."""
+        if self.bar is None:
+            return
+        self.bar.reset(total=total)
+        self.bar.update(initial)
+        self.bar.set_description(description or self.description)
+
+    def warm(self, record: Mapping[str, Any], total: int, every: int) -> None:
+        """One warm-start step: on the bar (loss, pass estimate, the held-out-of-train pass when measured); with
+        the bar off, a line at its first step, every ``every`` steps, at each check and at the last step."""
+        step = int(record["warm_start_step"])
+        shown = {"loss": record["loss"], "est": record["pass_estimate"]}
+        if "held_out_of_train_pass" in record:
+            shown["check"] = record["held_out_of_train_pass"]
+        if self.bar is not None:
+            self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
+            self.bar.update(1)
+        elif step == 1 or step % every == 0 or step == total or "check" in shown:
+            check = f", held-out-of-train pass {shown['check']:.2f}" if "check" in shown else ""
+            print(f"warm start step {step}/{total}: loss {record['loss']:.3f}, pass estimate "
+                  f"{record['pass_estimate']:.2f}{check}", flush=True)
 
     def write(self, text: str) -> None:
         """A line above the bar (printed plainly when the bar is off)."""
@@ -136,7 +171,7 @@ class Record(Hook):
 
     ctx: Context
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         self.ctx.metrics.write(record)
         self.ctx.log.update(record)
         for note in result.update.notes[:2] if record["step"] % 10 == 0 else ():

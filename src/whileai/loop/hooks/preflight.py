@@ -14,11 +14,12 @@ what went wrong when held-out pass@1 did not rise.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,7 +27,11 @@ from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context
 from whileai.loop.plan import rules
 from whileai.loop.sources import trace_run
-from whileai.loop.types import Hook, Loop
+from whileai.loop.types import Hook, Loop, LoopState
+
+if TYPE_CHECKING:
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.run_spec import RunSpec
 
 PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""
@@ -34,6 +39,12 @@ TIE = 1e-9
 """rewards closer than this count as equal (a group whose rewards all lie within it is unanimous)"""
 RARE_PASS = 0.02
 """a run whose rollouts passed less often than this, on average over its steps, learned from too rare a signal"""
+FEW_ADMITTED = 0.05
+"""a log whose traces the method admits less often than this at step 0 comes from another model: the run stops"""
+STALE_SHARE = 0.9
+"""a log whose traces the method admits less often than this at step 0 is partly stale (a note names the share)"""
+OVERFIT_GAP = 0.1
+"""a first RL batch passing more than this above held-out (after a warm start) is a memorised warm start"""
 LONG_CAP_FACTOR = 8
 """a cap more than this many times the longest reference answer (+ EOS) earns the 'lower the cap' fix"""
 
@@ -114,10 +125,10 @@ class Preflight:
                 "above, or pass --force to train anyway")
 
 
-def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: float | None = None,
+def preflight(rows: Sequence[Mapping[str, Any]], spec: RunSpec, *, admitted_share: float | None = None,
               drift: float | None = None, cap: int | None = None, answer_lengths: Sequence[int] = (),
               cap_ends_answer: bool = False, warm_start_steps: int | None = None,
-              random_init: bool = False) -> Preflight:
+              random_init: bool = False, held_out: float | None = None) -> Preflight:
     """The report for one probe.
 
     ``rows``: the first rollouts (each with ``reward`` and ``task_id``), or the first logged traces; ``spec``:
@@ -145,14 +156,32 @@ def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: f
         answers_within_cap=_share(fits) if fits else None)
     fixes = _Fixes(spec, cap, answer_lengths, warm_start_steps, random_init, len(rewards))
     fatal, notes = _judge(report, groups, group_method, drift, fixes)
+    overfit = memorised(report["pass_rate"], len(rewards), held_out) if warm_start_steps else None
+    if overfit is not None:
+        notes.append(overfit)
     return Preflight(**report, fatal=tuple(fatal), notes=tuple(notes))  # type: ignore[arg-type]
+
+
+def memorised(train_pass: float | None, rollouts: int, held_out: float | None) -> str | None:
+    """The note when the first RL batch (training tasks) passes clearly more often than held-out tasks did just
+    before it: the warm start learned its training answers by heart (a gap above ``OVERFIT_GAP`` and above twice
+    its binomial standard error)."""
+    if train_pass is None or held_out is None or rollouts == 0:
+        return None
+    gap = train_pass - held_out
+    spread = math.sqrt(max(train_pass * (1 - train_pass), 1e-9) / rollouts + held_out * (1 - held_out) / 64)
+    if gap <= OVERFIT_GAP or gap <= 2 * spread:
+        return None
+    return (f"the warm start overfit: the first batch of training tasks passes {train_pass:.2f}, held-out tasks "
+            f"{held_out:.2f} (a gap of {gap:.2f}): it learned the training answers by heart more than the task, and "
+            "RL rewards the training tasks it already passes; fewer warm-start steps, or more training tasks")
 
 
 @dataclass(frozen=True)
 class _Fixes:
     """What the fixes may suggest, from the plan."""
 
-    spec: Any
+    spec: RunSpec
     cap: int | None
     answer_lengths: Sequence[int]
     warm_start_steps: int | None
@@ -182,7 +211,23 @@ def _judge(report: Mapping[str, Any], groups: Mapping[Any, list[float]], group_m
                            "tokens far from the log's own log-probabilities",
                            ("--model the model the logs came from (the one that served them)",
                             "logs sampled from this model")))
-    if report["rollouts"]:
+    elif report["admitted_share"] is not None and report["admitted_share"] < FEW_ADMITTED:
+        at = f" (drift {drift:.3g})" if drift is not None else ""
+        fatal.append(Fatal(f"the method admits only {report['admitted_share']:.0%} of the logged traces at step "
+                           f"0{at}: nearly every one scores far from its logged log-probabilities, so the logs come "
+                           "from another model", ("--model the model the logs came from (the one that served them)",
+                                                  "logs sampled from this model")))
+    elif report["admitted_share"] is not None and report["admitted_share"] < STALE_SHARE:
+        at = f" (mean drift {drift:.3g})" if drift is not None else ""
+        notes.append(f"the method admits only {report['admitted_share']:.0%} of the logged traces at step 0{at}: the "
+                     "rest score far from their logged log-probabilities, as traces from other weights do (an older "
+                     "checkpoint of this model, or another model); it trains on the admitted share only: --model the "
+                     "weights that served them, or fresher logs")
+    if report["rollouts"] and report["pass_rate"] == 1.0 and fixes.warm_start_steps:
+        notes.append(f"every one of the {report['rollouts']} probe rollouts passes after the warm start: RL has no "
+                     "reward difference to learn from on these tasks, so its steps will leave the model as it is "
+                     "(the run goes on to measure and export it; harder tasks give RL something to do)")
+    elif report["rollouts"]:
         fatal += _reward_fatal(report, groups, group_method, fixes)
         if report["pass_rate"] is not None and 0 < report["pass_rate"] < 0.05:
             notes.append(f"only {report['pass_rate']:.1%} of the probe's rollouts pass: the signal is thin")
@@ -234,29 +279,44 @@ def _split(rewards: Sequence[float]) -> bool:
     return max(rewards) - min(rewards) > TIE
 
 
-def _share(flags: Any) -> float:
+def _share(flags: Iterable[object]) -> float:
     flags = list(flags)
     return sum(bool(f) for f in flags) / len(flags) if flags else 0.0
 
 
 # ------------------------------------------------------------------------------------- after the run
+ALL_PASSED = 0.98
+"""a run whose rollouts passed at least this often over its steps had nothing left to learn on its training tasks"""
+
+
 def no_gain_reason(records: Sequence[Mapping[str, Any]], compare: Mapping[str, Any] | None = None,
-                   cap: int | None = None) -> str | None:
-    """One line saying what the metrics show went wrong, or None when held-out pass@1 rose (``compare``:
-    summary.json's ``compare``, its ``delta`` and ``excludes_zero``; None: judge the records alone).
+                   cap: int | None = None, warm_start_steps: int = 0) -> str | None:
+    """One line saying what the measured quantities show when held-out pass@1 did not rise by a resolved margin,
+    or None when it did (``compare``: summary.json's ``compare``, its ``before``, ``after``, ``delta``, ``ci95`` and
+    ``excludes_zero``; None: judge the records alone). Every claim is a measured quantity: rewards and pass rates
+    of the training rollouts, the admitted share and drift, the gradient, reply lengths against ``cap``, the
+    held-out numbers, and ``warm_start_steps`` (the warm start the run had, for the fix it offers).
 
     ``records``: the run's metrics records (metrics.jsonl), each with ``reward``, ``pass_rate``,
     ``admitted_share``, ``grad_norm``, ``drift``, ``reply_tokens`` and ``learning_rate`` where the loop wrote
-    them; ``cap``: the sampling cap, for a run whose replies all ran to it."""
+    them."""
     if compare is not None and compare.get("excludes_zero") and float(compare.get("delta", 0)) > 0:
         return None
     steps = [r for r in records if "step" in r]
     if not steps:
         return "no training step was recorded: the run stopped before its first update"
-    for check in (_never_passed, _all_dropped, _empty_updates, _hit_cap, _rarely_passed, _reward_trend):
-        reason = check(steps, cap)
+    for check in (_never_passed, _all_passed, _all_dropped, _empty_updates, _hit_cap, _rarely_passed):
+        reason = check(steps, cap, warm_start_steps)
         if reason is not None:
             return reason
+    if compare is not None and float(compare.get("delta", 0)) > 0:
+        low, high = compare.get("ci95", (0.0, 0.0))
+        return (f"held-out pass@1 rose {compare['delta']:+.3f} ({compare['before']:.3f} -> {compare['after']:.3f}) but "
+                f"its 95% interval [{low:+.3f}, {high:+.3f}] includes 0: a gain this size is not resolved over "
+                f"{compare.get('tasks', '?')} tasks (more held-out tasks, --eval-tasks, or seeds)")
+    reason = _reward_trend(steps, compare)
+    if reason is not None:
+        return reason
     return "the metrics show no single cause: training reward moved but held-out pass@1 did not (more steps, " \
            "more held-out tasks, or a different learning rate)"
 
@@ -265,15 +325,27 @@ def _values(steps: Sequence[Mapping[str, Any]], key: str) -> list[float]:
     return [float(r[key]) for r in steps if r.get(key) is not None]
 
 
-def _never_passed(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _never_passed(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     rewards, passes = _values(steps, "reward"), _values(steps, "pass_rate")
     if rewards and max(rewards) - min(rewards) <= TIE and (not passes or max(passes) == 0):
+        fix = (f"a longer warm start than its {warm} steps" if warm else "a warm start") + \
+            ", a lower cap, or easier tasks"
         return (f"reward was {rewards[0]:g} on every one of {len(rewards)} steps: no rollout ever passed, so "
-                "every update was empty (a warm start, a lower cap, or easier tasks)")
+                f"every update was empty ({fix})")
     return None
 
 
-def _all_dropped(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _all_passed(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
+    passes = _values(steps, "pass_rate")
+    if passes and statistics.fmean(passes) >= ALL_PASSED:
+        after = f" after a warm start of {warm} steps" if warm else ""
+        return (f"rollouts passed {statistics.fmean(passes):.1%} of the time over {len(passes)} steps{after}: nothing "
+                "was left for RL to learn on the training tasks, since equal rewards give no advantage (harder "
+                "training tasks; the held-out numbers are the model's as it started)")
+    return None
+
+
+def _all_dropped(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     admitted = _values(steps, "admitted_share")
     if admitted and max(admitted) <= 0:
         drift = _values(steps, "drift")
@@ -283,7 +355,7 @@ def _all_dropped(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | N
     return None
 
 
-def _empty_updates(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _empty_updates(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     norms = _values(steps, "grad_norm")
     if norms and max(norms) == 0:
         return (f"the gradient was 0 on every one of {len(norms)} steps: every batch's rewards were equal (every "
@@ -291,7 +363,7 @@ def _empty_updates(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str |
     return None
 
 
-def _hit_cap(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _hit_cap(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     lengths = _values(steps, "reply_tokens")
     if cap is not None and lengths and min(lengths) >= 0.95 * cap:
         return (f"replies averaged {statistics.fmean(lengths):.0f} tokens against a cap of {cap} on every step: "
@@ -299,7 +371,7 @@ def _hit_cap(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
     return None
 
 
-def _rarely_passed(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _rarely_passed(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) -> str | None:
     passes = _values(steps, "pass_rate")
     if passes and statistics.fmean(passes) < RARE_PASS:
         return (f"rollouts passed {statistics.fmean(passes):.1%} of the time over {len(passes)} steps: too rare a "
@@ -307,7 +379,8 @@ def _rarely_passed(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str |
     return None
 
 
-def _reward_trend(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | None:
+def _reward_trend(steps: Sequence[Mapping[str, Any]], compare: Mapping[str, Any] | None) -> str | None:
+    """Training reward first fifth against last, told only where held-out agrees (did not rise)."""
     rewards = _values(steps, "reward")
     if len(rewards) < 5:
         return None
@@ -315,12 +388,14 @@ def _reward_trend(steps: Sequence[Mapping[str, Any]], cap: int | None) -> str | 
     first, last = statistics.fmean(rewards[:fifth]), statistics.fmean(rewards[-fifth:])
     rates = _values(steps, "learning_rate")
     rate = f" at learning rate {rates[0]:g}" if rates else ""
+    held = (f" and held-out pass@1 went {compare['before']:.3f} -> {compare['after']:.3f}"
+            if compare is not None and "before" in compare else "")
     if last < first - 0.05:
-        return (f"training reward fell from {first:.3f} to {last:.3f} (first to last fifth){rate}: the updates "
-                "undid what the model knew (a lower --learning-rate)")
+        return (f"training reward fell from {first:.3f} to {last:.3f} (first to last fifth){rate}{held}: the "
+                "updates undid what the model knew (a lower --learning-rate)")
     if abs(last - first) <= 0.02:
-        return (f"training reward stayed at {first:.3f} -> {last:.3f} (first to last fifth){rate}: the updates "
-                "did not move the policy (more steps, or a higher --learning-rate)")
+        return (f"training reward stayed at {first:.3f} -> {last:.3f} (first to last fifth){rate}{held}: the "
+                "updates did not move the policy (more steps, or a higher --learning-rate)")
     return None
 
 
@@ -336,7 +411,7 @@ class PreflightHook(Hook):
     def before_update(self, loop: Loop) -> None:
         if loop.state.step > 0 or loop.state.preflight is not None or self.ctx.method.run_spec().source != "rollouts":
             return
-        report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(), **self.measured(loop.trainer))
+        report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(), **self.measured(loop.trainer, loop.state))
         self.ctx.log.write(str(report))
         loop.state.preflight = report.to_dict()
         if not report.ok and not self.ctx.config.force:
@@ -351,19 +426,22 @@ class PreflightHook(Hook):
         return [{"reward": float(source.reward_T[i]), "task_id": source.task_ids[source.task_T[i]]}
                 for i in np.flatnonzero(~source.heldout_T & np.isfinite(source.reward_T))]
 
-    def measured(self, trainer: Any) -> dict[str, Any]:
+    def measured(self, trainer: Trainer, state: LoopState) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
         (a run from a file), the cap and the reference answers' lengths, the warm start."""
         plan = self.ctx.plan
         out: dict[str, Any] = {}
         heldout = trace_run.heldout_summary(self.ctx.run_dir) if self.ctx.rows is not None else {}
-        before = heldout.get("heldout_traces", {}).get("before") or {}
+        measured = heldout.get("heldout_traces", {})
+        before = measured.get("before") or measured.get("step0") or {}
         if before:
             out.update(admitted_share=before.get("admitted_share"), drift=before.get("drift"))
         if self.ctx.taskset is not None and self.ctx.rows is None:
             encode = trainer.tokenizer.encode
             out["answer_lengths"] = rules.answer_tokens((t.answer for t in self.ctx.taskset.split("train")),
                                                         lambda text: encode(text, add_special_tokens=False))
+        if self.ctx.rows is None and state.evals and state.evals[0]["step"] == 0:  # held-out pass@1 after the warm start
+            out["held_out"] = state.evals[0]["pass_at_1"]
         sampled = self.ctx.config.rows_from is None  # recorded traffic was capped by its server, not by this plan
         return {**out, "cap": plan.max_tokens if sampled else None, "cap_ends_answer": plan.cap_is_answer_length,
                 "warm_start_steps": plan.warm_start_steps, "random_init": plan.model.startswith("builtin:")}

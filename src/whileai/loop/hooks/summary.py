@@ -27,6 +27,8 @@ def finish(ctx: Context, state: LoopState, seconds: float) -> tuple[dict[str, An
     summary["resolved"] = resolved(ctx)
     summary["method"] = as_run(method, summary["resolved"])
     summary["plan"] = {"values": plan.values(), "sources": dict(plan.sources)}
+    if plan.notes:  # what the checks before the warm start said (whileai.loop.plan.inputs)
+        summary["notes"] = list(plan.notes)
     records = ctx.metrics.read()
     summary.update(fifths(records, spec.source == "rows", ctx.rows is not None))
     if ctx.can_eval():
@@ -36,7 +38,8 @@ def finish(ctx: Context, state: LoopState, seconds: float) -> tuple[dict[str, An
         summary["eval_before"] = {k: v for k, v in before.items() if k != "rows"}
         summary["eval_after"] = {k: v for k, v in after.items() if k != "rows"}
         summary["compare"] = before_after(before, after)
-        reason = no_gain_reason(records, summary["compare"], cap=plan.max_tokens)
+        reason = no_gain_reason(records, summary["compare"], cap=plan.max_tokens,
+                                warm_start_steps=state.warm_start_steps_done)
         if reason is not None:
             summary["no_gain_reason"] = reason
     if state.preflight is not None:

@@ -1,5 +1,11 @@
 """The warm start: supervised steps on reference episodes before RL (``warm_start``), and its hook
-(``WarmStart``), which then re-takes the reference policy from the weights RL starts from.
+(``WarmStart``), which shows it (a bar, or a line every ``PRINT_EVERY`` steps under --no-progress), writes each
+step to RUN_DIR/warm_start.jsonl and TensorBoard, stops within one step on Ctrl-C with a checkpoint (a resume
+continues it), and then re-takes the reference policy from the weights RL starts from.
+
+Under the rule (``RunPlan.warm_start_early_stop``) a slice of the train split is held out of the warm start
+(``rules.warm_start_split``) and its sampled pass rate measured every ``rules.WARM_START_CHECK_EVERY`` steps; the
+warm start ends where ``rules.warm_start_stop`` says it stopped improving (docs/decisions.md, "Your own taskset").
 
 The hooks around ``whileai.loop.core.run_loop`` run in this order (``whileai.loop.run``):
 
@@ -14,75 +20,188 @@ stops the run with ``Interrupted``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import math
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError
-from whileai.loop.hooks.context import Context
+from whileai.loop.hooks.context import Context, Interrupted
+from whileai.loop.hooks.held_out import held_out
 from whileai.loop.plan import rules
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.sources.rollouts import step_tasks
 from whileai.loop.types import Hook, Loop, prompts
 
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
+LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (and its held-out-of-train checks)
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
+BEST_FOLDER = "warm_start_best"  # in RUN_DIR/checkpoint while the warm start runs: the weights of its best check
+PRINT_EVERY = 25  # under --no-progress: a line every this many warm-start steps (and every check)
+ESTIMATE_WINDOW = 20  # steps the shown pass estimate averages over
 
 
-def warm_start(trainer: Any, taskset: Any, plan: RunPlan) -> list[float]:
-    """``plan.warm_start_steps`` supervised steps on reference episodes (fewer when the plan's rule stops it
-    once its pass estimate is reached, ``rules.warm_start_reached``); each step's loss per answer token."""
+@dataclass
+class WarmStartResult:
+    """What a warm start did: its steps' records, its checks (step, pass) and why it stopped early (or None)."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    checks: list[tuple[int, float]] = field(default_factory=list)
+    stopped: str | None = None
+    restored: tuple[int, float] | None = None
+    """(step, pass) of the best check, when the weights were set back to it at the end"""
+
+    @property
+    def losses(self) -> list[float]:
+        return [float(r["loss"]) for r in self.records]
+
+
+def pass_estimate(records: Sequence[dict[str, Any]]) -> float:
+    """exp(-mean loss per answer token x mean answer tokens) over the last ``ESTIMATE_WINDOW`` steps: the
+    geometric-mean probability of writing a whole reference answer of the training batches (a lower bound on
+    their sampled pass rate, by Jensen)."""
+    window = records[-ESTIMATE_WINDOW:]
+    if not window:
+        return 0.0
+    loss = math.fsum(float(r["loss"]) for r in window) / len(window)
+    tokens = math.fsum(float(r["answer_tokens"]) for r in window) / len(window)
+    return math.exp(-loss * tokens)
+
+
+def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult | None = None,
+               each: Callable[[dict[str, Any], WarmStartResult], bool] | None = None,
+               keep: Callable[[], None] | None = None, restore: Callable[[], None] | None = None) -> WarmStartResult:
+    """Up to ``plan.warm_start_steps`` supervised steps on reference episodes, from where ``done`` left off
+    (a resume); under the rule, ended early by ``rules.warm_start_stop`` on the held-out slice of the train split.
+    ``each(record, result)`` after every step: True stops the warm start there (Ctrl-C). ``keep()`` saves the
+    weights at each check that beats every check before it, and ``restore()`` sets them back there at the end
+    when the last check fell ``rules.WARM_START_DIP`` below that best (``rules.warm_start_restore``)."""
     from whileai.engine.datums import make_datum
 
-    losses: list[float] = []
-    answer_tokens: list[float] = []
-    tasks_all = taskset.split("train")
-    for k in range(plan.warm_start_steps):
-        tasks = step_tasks(tasks_all, min(plan.warm_start_batch, len(tasks_all)), plan.seed, WARM_START_DRAW + k)
+    result = done or WarmStartResult()
+    fit, held = rules.warm_start_split(taskset.split("train")) if plan.warm_start_early_stop \
+        else (taskset.split("train"), [])
+    if result.checks and rules.warm_start_stop(result.checks) is not None:
+        result.stopped = rules.warm_start_stop(result.checks)
+        return result
+    for k in range(len(result.records), plan.warm_start_steps):
+        tasks = step_tasks(fit, min(plan.warm_start_batch, len(fit)), plan.seed, WARM_START_DRAW + k)
         data = [(prompt, *reference_episode(taskset, task, trainer.tokenizer))
                 for task, prompt in zip(tasks, prompts(trainer.tokenizer, tasks))]
         count = sum(sum(mask) for _, _, mask in data)
         datums = [make_datum(p, a, weights=[float(m) / count for m in mask]) for p, a, mask in data]
         out = trainer.forward_backward(datums, "cross_entropy")
         trainer.optim_step({"learning_rate": plan.warm_start_learning_rate})
-        losses.append(float(out.metrics["loss:sum"]))
-        answer_tokens.append(count / len(data))
-        if plan.warm_start_until_pass and rules.warm_start_reached(losses, answer_tokens):
+        record: dict[str, Any] = {"warm_start_step": k + 1, "loss": float(out.metrics["loss:sum"]),
+                                  "answer_tokens": count / len(data),
+                                  "learning_rate": plan.warm_start_learning_rate}
+        result.records.append(record)
+        record["pass_estimate"] = pass_estimate(result.records)
+        if held and (k + 1) % rules.WARM_START_CHECK_EVERY == 0:
+            measured = held_out(trainer, taskset, held, prompts(trainer.tokenizer, held),
+                                rules.WARM_START_CHECK_SAMPLES, plan.sampling(), plan.seed)
+            record["held_out_of_train_pass"] = measured["pass_at_1"]
+            if keep is not None and measured["pass_at_1"] > max((v for _, v in result.checks), default=-1.0):
+                keep()
+            result.checks.append((k + 1, measured["pass_at_1"]))
+            result.stopped = rules.warm_start_stop(result.checks)
+        if (each is not None and each(record, result)) or result.stopped is not None:
             break
-    return losses
+    finished = result.stopped is not None or len(result.records) == plan.warm_start_steps
+    best = rules.warm_start_restore(result.checks) if finished else None
+    if best is not None and restore is not None:
+        restore()
+        result.restored = best
+    return result
+
+
+def read_log(path: Any, steps_done: int) -> WarmStartResult:
+    """The warm start's records up to ``steps_done`` from RUN_DIR/warm_start.jsonl (a resume continues them);
+    the file is cut to them (lines past the checkpoint were never saved)."""
+    result = WarmStartResult()
+    if not path.is_file():
+        return result
+    for line in path.read_text().splitlines():
+        record = json.loads(line) if line.strip() else {}
+        if 0 < record.get("warm_start_step", 0) <= steps_done:
+            result.records.append(record)
+            if "held_out_of_train_pass" in record:
+                result.checks.append((record["warm_start_step"], float(record["held_out_of_train_pass"])))
+    path.write_text("".join(json.dumps(r) + "\n" for r in result.records))
+    return result
 
 
 @dataclass
 class WarmStart(Hook):
-    """Supervised steps on reference episodes (the model's turns weighted 1/count, the environment's 0), once;
-    then, under full fine-tuning, the reference policy is re-taken from the weights RL starts from."""
+    """Supervised steps on reference episodes (the model's turns weighted 1/count, the environment's 0), once,
+    shown as they go and stoppable; then, under full fine-tuning, the reference policy is re-taken from the
+    weights RL starts from."""
 
     ctx: Context
 
     def before(self, loop: Loop) -> None:
         steps = self.ctx.plan.warm_start_steps
         if steps and not loop.state.warm_start_done:
-            losses = warm_start(loop.trainer, self.ctx.taskset, self.ctx.plan)
-            until = (f" (the rule's pass estimate {rules.WARM_START_TARGET:g} reached; at most {steps})"
-                     if self.ctx.plan.warm_start_until_pass and len(losses) < steps else "")
-            self.ctx.log.write(f"warm start: {len(losses)} supervised steps on reference answers at learning rate "
-                               f"{self.ctx.plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> "
-                               f"{losses[-1]:.3f}){until}")
-            loop.state.warm_start_steps_done = len(losses)
-            self.reference(loop.trainer)
-            self.ctx.stop_if_asked(loop.state)
+            self.run(loop)
         elif steps and self.ctx.resuming:
-            self.reference(loop.trainer)
+            self.reference(loop.trainer, take=False)
         loop.state.warm_start_done = True
 
-    def reference(self, trainer: Any) -> None:
+    def run(self, loop: Loop) -> None:
+        ctx, plan, state = self.ctx, self.ctx.plan, loop.state
+        path = ctx.run_dir / LOG_FILE
+        done = read_log(path, state.warm_start_steps_done) if ctx.resuming else WarmStartResult()
+        if not ctx.resuming:
+            path.unlink(missing_ok=True)
+        ctx.log.phase("warm start", plan.warm_start_steps, len(done.records))
+
+        def each(record: dict[str, Any], result: WarmStartResult) -> bool:
+            with path.open("a") as f:
+                f.write(json.dumps(record) + "\n")
+            step = record["warm_start_step"]
+            for key in ("loss", "pass_estimate", "held_out_of_train_pass"):
+                if key in record:
+                    ctx.metrics.scalar(f"warm_start/{key}", record[key], step)
+            ctx.log.warm(record, plan.warm_start_steps, every=PRINT_EVERY)
+            state.warm_start_steps_done = step
+            return bool(ctx.stop["stop"])
+
+        best = ctx.run_dir / "checkpoint" / BEST_FOLDER
+        result = warm_start(loop.trainer, ctx.taskset, plan, done, each, keep=lambda: ctx.backend.save(best),
+                            restore=lambda: ctx.backend.load(best))
+        ctx.log.phase(None, plan.steps, state.step)
+        if ctx.stop["stop"] and len(result.records) < plan.warm_start_steps and result.stopped is None:
+            ctx.checkpoint(state)
+            raise Interrupted(ctx.run_dir, state.step, during=f"the warm start, after its step "
+                                                              f"{state.warm_start_steps_done} of {plan.warm_start_steps}")
+        losses = result.losses
+        why = f"; stopped early: {result.stopped}" if result.stopped else ""
+        if result.restored is not None:
+            why += (f"; the weights set back to step {result.restored[0]}'s (held-out-of-train pass "
+                    f"{result.restored[1]:.2f})")
+            with path.open("a") as f:
+                f.write(json.dumps({"restored_step": result.restored[0], "held_out_of_train_pass": result.restored[1]})
+                        + "\n")
+        shutil.rmtree(best, ignore_errors=True)  # the warm start's own copy, not a checkpoint of the run
+        ctx.log.write(f"warm start: {len(losses)} supervised steps on reference answers at learning rate "
+                      f"{plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
+                      f"{pass_estimate(result.records):.2f}){why}")
+        state.warm_start_steps_done = len(losses)
+        self.reference(loop.trainer, take=True)
+        ctx.stop_if_asked(state)
+
+    def reference(self, trainer: Any, take: bool) -> None:
         """Full fine-tuning: the reference policy (a KL term's, an 'initial' teacher's) is the policy RL starts
-        from, saved once as checkpoint/reference.pt; a resume loads it. Under LoRA it is the adapter-free base."""
+        from, saved once as checkpoint/reference.pt (``take``: the warm start just ended here); a resume loads
+        it. Under LoRA it is the adapter-free base."""
         reference = getattr(trainer, "reference", None)
         if reference is None or reference.shares_weights:
             return
         path = self.ctx.run_dir / "checkpoint" / REFERENCE_FILE
-        if not self.ctx.resuming:
+        if take:
             reference.reset_to(trainer.model)
             path.parent.mkdir(exist_ok=True)
             reference.save(path)

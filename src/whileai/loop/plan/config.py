@@ -62,9 +62,9 @@ class TrainConfig:
     """the batch trained at step t was sampled with the weights of step t - lag (0 = on-policy); None: 2 for a
     method that learns from rollouts (a lagging sampler, as production has), 0 for rows from a file (no sampler)"""
     learning_rate: float | None = None
-    """policy learning rate; None: the method's declared one, else on a built-in model (random init) the
-    taskset's recommendation or the built-in rate, else the LoRA or the full fine-tuning rate (the run plan's
-    rule: whileai.loop.plan.run_plan; the table at start says which)"""
+    """policy learning rate; None: the method's declared one, else on a built-in model (random init) a built-in
+    taskset's recommendation or 1e-2, 1e-3 after the rule's warm start on a taskset of your own; on a loaded
+    model a rate by its size and LoRA (whileai.loop.plan.rules.learning_rate; the table at start says which)"""
     lr_schedule: str = "linear"
     """'linear': the learning rate falls linearly to 0 at the last step (TRL's default); 'constant': it stays"""
     critic_learning_rate: float | None = None
@@ -73,19 +73,23 @@ class TrainConfig:
     """0 trains every weight; > 0 trains LoRA adapters of that rank"""
     device: str = "cpu"
     """cpu or cuda"""
+    threads: int | None = None
+    """torch CPU threads of the run; None: $OMP_NUM_THREADS when set, else the cores this process may use less the
+    1-minute load average (at least 1, at most 8), so a shared machine is not oversubscribed (the plan prints which)"""
     seed: int = 0
     """seeds the model (built-ins), the task order, sampling and the held-out evaluation"""
     max_tokens: int | None = None
     """generation cap per rollout; None: the taskset's, else the method's"""
     warm_start_steps: int | None = None
-    """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: the taskset's
-    recommendation for a built-in model (builtin:case, reverse, add: 14; copy: 60; lookup: 200; a random-init model
-    learns little by RL alone), else 0"""
+    """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: a built-in
+    taskset's recommendation for a built-in model (builtin:case, reverse, add: 14; copy: 60; lookup: 200); a taskset
+    of your own on a random-init model whose every train task has an answer: the rule's, up to 800, ending when a
+    held-out slice of the train split stops rising (the plan prints it); else 0"""
     warm_start_batch: int = 16
     """reference answers per supervised warm-start step"""
     warm_start_learning_rate: float | None = None
-    """learning rate of the supervised warm start; None: the taskset's recommendation for a built-in model
-    (builtin:lookup: 3e-3), else 1e-2"""
+    """learning rate of the supervised warm start; None: a built-in taskset's recommendation (builtin:lookup:
+    3e-3), 3e-3 under the rule on a taskset of your own, else 1e-2"""
     eval_tasks: int = 64
     """held-out tasks scored before and after training (and every eval_every steps)"""
     eval_samples: int = 4
@@ -123,10 +127,10 @@ class TrainConfig:
 
 # Fields whose value may be None, and the type they have otherwise.
 _OPTIONAL = {"taskset": str, "rows": str, "rows_from": str, "eval_taskset": str, "teacher": str, "learning_rate": float, "critic_learning_rate": float, "max_tokens": int,
-             "run_dir": str, "url": str, "sampler_url": str, "sync_every": int, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
+             "run_dir": str, "url": str, "sampler_url": str, "sync_every": int, "threads": int, "warm_start_steps": int, "lag": int, "steps": int, "warm_start_learning_rate": float}
 _AT_LEAST = {"steps": 1, "rollouts_per_step": 1, "lag": 0, "lora_rank": 0, "seed": 0, "warm_start_steps": 0,
              "warm_start_batch": 1, "eval_tasks": 0, "eval_samples": 1, "eval_every": 0, "save_every": 1,
-             "micro_batch_tokens": 16, "max_tokens": 1, "sync_every": 1}
+             "micro_batch_tokens": 16, "max_tokens": 1, "sync_every": 1, "threads": 1}
 
 
 def field_docs() -> dict[str, str]:
@@ -246,6 +250,15 @@ def check_ranges(config: TrainConfig) -> list[str]:
         value = getattr(config, name)
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             problems.append(f"{name} = {value!r} must be a finite number > 0")
+        elif value is not None and value > MAX_LEARNING_RATE:
+            problems.append(f"{name} = {value!r} is above {MAX_LEARNING_RATE:g}: Adam would move every weight by about "
+                            f"that much each step and the model diverges at once; rates are 1e-5 .. 1e-2 (did you "
+                            f"mean {value:g}e-3?)")
+    for name in ("steps", "warm_start_steps"):
+        value = getattr(config, name)
+        if isinstance(value, int) and value > MAX_STEPS:
+            problems.append(f"{name} = {value:,} is above {MAX_STEPS:,}: years on a CPU, and each step's record is "
+                            "kept; train in runs of at most that many (--resume --steps N continues one)")
     if config.lr_schedule not in SCHEDULES:
         problems.append(f"lr_schedule = {config.lr_schedule!r} must be one of {', '.join(map(repr, SCHEDULES))}")
     if config.api not in APIS:
@@ -262,6 +275,10 @@ def check_ranges(config: TrainConfig) -> list[str]:
 
 
 SCHEDULES = ("linear", "constant")
+MAX_LEARNING_RATE = 1.0
+"""the largest learning rate a config may hold (a rate above it diverges at the first Adam step)"""
+MAX_STEPS = 10_000_000
+"""the most RL or warm-start steps a config may ask for"""
 APIS = ("wai", "tinker")
 """what answers at --url: a wai serve's own API, or the Tinker API (through the Tinker SDK)"""
 

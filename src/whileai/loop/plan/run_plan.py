@@ -18,13 +18,16 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.knobs import Knob, integer, number
 from whileai.loop.plan import rules
 from whileai.loop.plan.config import TrainConfig, tomllib
 from whileai.loop.sources.rollouts import Sampling
 from whileai.methods.run_spec import RunSpec
+
+if TYPE_CHECKING:
+    from whileai.methods.base import Method
 
 # Where a value came from, as the plan's table prints it.
 USER, FILE, TASKSET, METHOD, MODEL_RULE, DEFAULT, RESUME, RULE = ("user", "config file", "taskset", "method",
@@ -58,7 +61,6 @@ class RunPlan:
     warm_start_steps: int
     warm_start_learning_rate: float
     warm_start_batch: int
-    warm_start_until_pass: bool
     lag: int
     rollouts_per_step: int
     rollouts_per_prompt: int
@@ -78,7 +80,16 @@ class RunPlan:
     """with a sampler server: the weights are pushed after every this many optimizer steps"""
     trainer: str | None = None
     """where the model trains: 'in-process', 'wai serve at URL' or 'Tinker API at URL' (--url, --api)"""
+    warm_start_early_stop: bool = False
+    """the warm start's steps are the rule's: it holds a slice of the train split out and ends when that slice's pass
+    rate stops rising (whileai.loop.plan.rules.warm_start_stop)"""
+    threads: int = 1
+    """torch CPU threads (--threads; the rule: $OMP_NUM_THREADS, else free cores)"""
+    """the warm start's steps are the rule's: it holds a slice of the train split out and ends when that slice's pass
+    rate stops rising (whileai.loop.plan.rules.warm_start_stop)"""
     sources: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
+    """what the checks before the warm start found worth saying (whileai.loop.plan.inputs): printed under the table"""
 
     def source(self, name: str) -> str:
         """Where ``name``'s value came from (a rule's: "rule: " and its sentence)."""
@@ -86,7 +97,7 @@ class RunPlan:
 
     def values(self) -> dict[str, Any]:
         """Every setting's value (config.toml's [plan], summary.json's ``plan``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "sources"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("sources", "notes")}
 
     def table(self, columns: int = 2) -> str:
         """The compact table `wai train` prints at start: each setting's value and [source], ``columns`` a line."""
@@ -97,7 +108,8 @@ class RunPlan:
         lines = ["  " + "   ".join(c.ljust(width) for c in cells[i:i + columns]).rstrip()
                  for i in range(0, len(cells), columns)]
         why = [f"  {k}: {self.source(k)[len(RULE) + 2:]}" for k in short if short[k] == RULE]
-        return "run plan (value [source]):\n" + "\n".join(lines + (["rules:", *why] if why else []))
+        notes = ["notes:", *(f"  {n}" for n in self.notes)] if self.notes else []
+        return "run plan (value [source]):\n" + "\n".join(lines + (["rules:", *why] if why else []) + notes)
 
     def learning_rate_at(self, step: int) -> float:
         """The policy learning rate of step ``step`` (0-based) under ``lr_schedule`` over ``steps``."""
@@ -108,6 +120,12 @@ class RunPlan:
     def sampling(self) -> Sampling:
         return Sampling(self.temperature, self.max_tokens, self.cap_is_answer_length)
 
+    def with_threads(self, threads: int, source: str) -> RunPlan:
+        """The plan of a resumed run: its threads resolved again (the machine's load is not the one it started
+        under), or ``--threads`` given to the resume."""
+        sources = tuple((k, source if k == "threads" else s) for k, s in self.sources)
+        return dataclasses.replace(self, threads=threads, sources=sources)
+
     def with_steps(self, steps: int) -> RunPlan:
         """The plan of a resumed run trained longer (``--resume --steps N``): the schedule is the N-step run's."""
         sources = tuple((k, RESUME if k == "steps" else s) for k, s in self.sources)
@@ -116,7 +134,7 @@ class RunPlan:
     @classmethod
     def from_saved(cls, values: Mapping[str, Any], sources: Mapping[str, str]) -> RunPlan:
         """The plan a run wrote to config.toml (TOML has no null: a missing optional value is None)."""
-        fields = [f for f in dataclasses.fields(cls) if f.name != "sources"]
+        fields = [f for f in dataclasses.fields(cls) if f.name not in ("sources", "notes")]
         filled: dict[str, Any] = {f.name: values.get(f.name) for f in fields  # a setting added later: its default
                                   if f.name in values or f.default is dataclasses.MISSING}
         return cls(**filled, sources=tuple(sorted(sources.items())))
@@ -155,12 +173,12 @@ def _ruled(ruled: tuple[Any, str]) -> tuple[Any, str]:
     return ruled[0], f"{RULE}: {ruled[1]}"
 
 
-def steps_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def steps_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     hint = _hint(config, taskset, "steps")
     return (hint, TASKSET) if hint is not None else (default("steps"), DEFAULT)
 
 
-def warm_start_steps_rule(config: TrainConfig, method: Any, taskset: Any,
+def warm_start_steps_rule(config: TrainConfig, method: Method, taskset: Any,
                           values: Mapping[str, Any]) -> tuple[Any, str]:
     """A built-in taskset's measured count; a taskset of the user's own: the rule (until a pass estimate, on a
     random-init model whose every train task has a reference answer); else 0."""
@@ -174,13 +192,17 @@ def warm_start_steps_rule(config: TrainConfig, method: Any, taskset: Any,
     return 0, DEFAULT
 
 
-def warm_start_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any,
+def warm_start_learning_rate_rule(config: TrainConfig, method: Method, taskset: Any,
                                   values: Mapping[str, Any]) -> tuple[Any, str]:
     hint = _hint(config, taskset, "warm_start_learning_rate")
-    return (hint, TASKSET) if hint is not None else (rules.warm_start_learning_rate()[0], DEFAULT)
+    if hint is not None:
+        return hint, TASKSET
+    if _own_tasks(config, taskset) and values.get("warm_start_steps"):
+        return _ruled(rules.warm_start_learning_rate())
+    return rules.BUILTIN_WARM_START_LEARNING_RATE, DEFAULT
 
 
-def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def learning_rate_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """The method's declared rate; else, on a built-in model, a built-in taskset's recommendation or the
     random-init rate; else the rule by model kind and size (whileai.loop.plan.rules.learning_rate)."""
     declared = method.run_spec().learning_rate if method is not None else None
@@ -197,13 +219,13 @@ def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: M
                                       lora_rank=config.lora_rank, parameters=parameters))
 
 
-def lag_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def lag_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """0 for rows from a file (no sampler) or a method that trains on rows as pushed, else the default lag."""
     rows = config.rows is not None or config.rows_from is not None or (method is not None and method.run_spec().source == "rows")
     return (0, DEFAULT) if rows else (default("lag"), DEFAULT)
 
 
-def max_tokens_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def max_tokens_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """The taskset's cap; else, for a taskset of the user's own whose completion is the answer, the longest
     reference answer + a margin + EOS; else the method's; else the rules' fallback."""
     method_cap = method.run_spec().max_tokens if method is not None else None
@@ -212,7 +234,7 @@ def max_tokens_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapp
     lengths: list[int] = []
     grader = config.taskset_options.get("grader", "exact" if str(config.taskset).endswith(".jsonl") else None)
     whole = rules.whole_answer(grader, int(values.get("warm_start_steps", 0)))
-    if _own_tasks(config, taskset) and whole:
+    if _own_tasks(config, taskset) and whole and _loadable(config.model):
         from whileai.service.client import (
             load_tokenizer,  # transformers: only for a taskset of the user's own
         )
@@ -227,7 +249,14 @@ def max_tokens_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapp
     return value, METHOD if method_cap is not None else DEFAULT
 
 
-def critic_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any,
+def _loadable(model: str) -> bool:
+    """The model's tokenizer can be read (a missing folder is reported by the run's checks, not as a hub error)."""
+    from whileai.engine.models import model_problem
+
+    return model_problem(model) is None
+
+
+def critic_learning_rate_rule(config: TrainConfig, method: Method, taskset: Any,
                               values: Mapping[str, Any]) -> tuple[Any, str]:
     """A critic method's own rate; a scalar head's (RM): the policy rate given, else its default; else none."""
     spec = method.run_spec() if method is not None else None
@@ -247,29 +276,13 @@ RULES: dict[str, Rule] = {
 }
 
 
-def with_cap(method: Any, config: TrainConfig, plan: RunPlan) -> Any:
-    """The method with the plan's sampling cap as its ``max_tokens`` where the user did not set that knob (left
-    at its default), in a wrapped method too: the cap is the replies' generation budget, so an update that
-    reads it (Dr. GRPO's L_max) divides by the budget the replies really had, not the paper's 1024."""
-    if method is None or "max_tokens" in config.knobs:
-        return method
-    return _capped(method, plan.max_tokens)
+def with_cap(method: Method, config: TrainConfig, plan: RunPlan) -> Any:
+    """The method with the plan's sampling cap as its generation cap where the user did not set that knob
+    (``Method.with_cap``: a knob left at its declared default, on a method object too)."""
+    return None if method is None else method.with_cap(plan.max_tokens)
 
 
-def _capped(method: Any, cap: int) -> Any:
-    changes = {}
-    for f in dataclasses.fields(method):
-        value = getattr(method, f.name)
-        if f.name == "max_tokens" and value == f.default and value != cap:
-            changes[f.name] = cap
-        elif dataclasses.is_dataclass(value) and hasattr(value, "run_spec"):
-            inner = _capped(value, cap)
-            if inner is not value:
-                changes[f.name] = inner
-    return dataclasses.replace(method, **changes) if changes else method
-
-
-def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, taskset: Any) -> RunPlan:
+def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Method | None, taskset: Any) -> RunPlan:
     """Resolve every setting once. ``origins``: where each field the config sets came from (USER or FILE);
     ``method`` None (``--method auto`` before route, or a recipe's method-independent part) leaves the
     method's settings at a one-rollout method's."""
@@ -298,11 +311,25 @@ def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, task
     sources["sampler"] = origins.get("sampler_url", DEFAULT) if config.sampler_url else DEFAULT
     values["sync_every"] = config.sync_every if config.sync_every is not None else default("sync_every")
     sources["sync_every"] = origins.get("sync_every", USER) if config.sync_every is not None else DEFAULT
-    values["warm_start_until_pass"] = sources["warm_start_steps"].startswith(RULE) and values["warm_start_steps"] > 0
-    sources["warm_start_until_pass"] = "derived"
+    values["warm_start_early_stop"] = (sources["warm_start_steps"].startswith(RULE)
+                                       and values["warm_start_steps"] == rules.WARM_START_MAX_STEPS)
+    sources["warm_start_early_stop"] = "derived"
+    if config.threads is not None:
+        values["threads"], sources["threads"] = config.threads, origins.get("threads", USER)
+    else:
+        values["threads"], sources["threads"] = threads_rule()
     values["trainer"] = trainer_of(config)
     sources["trainer"] = origins.get("url", DEFAULT) if config.url is not None else DEFAULT
     return RunPlan(**values, sources=tuple(sorted(sources.items())))
+
+
+def threads_rule() -> tuple[int, str]:
+    """The rule's torch threads from this process's surroundings ($OMP_NUM_THREADS, its CPU affinity, the load)."""
+    import os
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return _ruled(rules.threads(omp=os.environ.get("OMP_NUM_THREADS"), cores=cores, load=load))
 
 
 def trainer_of(config: TrainConfig) -> str:

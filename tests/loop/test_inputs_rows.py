@@ -1,0 +1,44 @@
+"""The wrong-model check on every --rows path (with --eval-taskset too), and a log only partly from this model
+named with its admitted share (test_traces' real traces: sampled by a taught builtin:tiny, and the same tokens
+with the random initialisation's log-probabilities, which the taught policy does not admit)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_traces import QUICK, _engine, _sampled_by, _taught, _write
+
+import whileai as wai
+
+
+def _logs() -> tuple[list[dict], list[dict], str]:
+    taught, model = _taught()
+    fresh = _sampled_by(taught, 48)
+    other = _engine(0)
+    stale = [dict(t, behavior_logprobs=other.compute_logprobs(t["prompt_tokens"] + t["tokens"])["logprobs"]
+                  [len(t["prompt_tokens"]):]) for t in fresh]
+    return fresh, stale, model
+
+
+def _run(tmp_path: Path, name: str, rows: list[dict], model: str, **more):
+    return wai.train(rows=str(_write(tmp_path / f"{name}.jsonl", rows)), method="flash_reinforce", taskset=None,
+                     eval_taskset="builtin:case", eval_tasks=4, eval_samples=1, run_dir=str(tmp_path / name),
+                     **{**QUICK, "model": model, **more})
+
+
+def test_rows_with_an_eval_taskset_still_stop_on_logs_from_another_model(tmp_path: Path):
+    fresh, stale, model = _logs()
+    with pytest.raises(wai.ConfigError, match="admits only 2% of the logged traces at step 0.*--model the model the logs"):
+        _run(tmp_path, "stopped", stale, model)
+    assert _run(tmp_path, "fresh", fresh, model).summary["preflight"]["admitted_share"] == 1.0
+
+
+def test_a_log_partly_from_older_weights_is_named_with_its_admitted_share(tmp_path: Path):
+    fresh, stale, model = _logs()
+    mixed = [fresh[i] if i % 2 else stale[i] for i in range(len(fresh))]
+    run = _run(tmp_path, "mixed", mixed, model)
+    share = run.summary["preflight"]["admitted_share"]
+    assert 0.3 <= share <= 0.7
+    assert any(n.startswith(f"the method admits only {share:.0%} of the logged traces at step 0")
+               for n in run.summary["preflight"]["notes"])

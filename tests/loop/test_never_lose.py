@@ -1,0 +1,151 @@
+"""Nothing a run made is lost: two Ctrl-Cs at several points of a real `wai train` process never remove a run
+directory that holds a checkpoint, metrics, the warm start's log or TensorBoard files; one Ctrl-C in the warm
+start stops it within a step with a checkpoint, and --resume continues it to the uninterrupted run's numbers;
+a run still training cannot be resumed a second time (its lock)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import whileai as wai
+from whileai.loop.run import LOCK_FILE, WORK
+
+UPPER = str(Path(__file__).resolve().parents[2] / "examples" / "tasksets" / "upper.jsonl")
+SETTINGS = ["--taskset", UPPER, "--rollouts-per-step", "8", "--eval-tasks", "4", "--eval-samples", "1",
+            "--no-export", "--no-progress", "--save-every", "1000", "--force"]
+
+
+def _start(folder: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "whileai", "train", *SETTINGS, *extra, "--run-dir", str(folder)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for(process: subprocess.Popen, path: Path, lines: int = 1, timeout: float = 240) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if path.is_file() and len(path.read_text().splitlines()) >= lines:
+            return
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended before {path.name} had {lines} lines:\n{process.communicate()}")
+        time.sleep(0.05)
+    process.kill()
+    raise AssertionError(f"{path} never had {lines} lines")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["warm start", "rl steps"])
+def test_two_ctrl_cs_never_remove_a_run_that_holds_work(tmp_path: Path, point: str):
+    """The second Ctrl-C quits at once (exit 130) wherever it lands; what the run wrote before it stays."""
+    folder = tmp_path / "run"
+    process = _start(folder, "--warm-start-steps", "300" if point == "warm start" else "2", "--steps", "200")
+    _wait_for(process, folder / ("warm_start.jsonl" if point == "warm start" else "metrics.jsonl"), lines=2)
+    held = {name for name in WORK if (folder / name).exists()}
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=240)
+    assert process.returncode == 130, err
+    assert held and all((folder / name).exists() for name in held), (held, err)
+    assert "kept" in err or "checkpoint written" in err, err
+    assert not (folder / LOCK_FILE).exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_the_warm_start_checkpoints_within_a_step_and_resume_continues_it(tmp_path: Path):
+    folder = tmp_path / "stopped"
+    process = _start(folder, "--warm-start-steps", "40", "--steps", "2", "--lr-schedule", "constant")
+    _wait_for(process, folder / "warm_start.jsonl", lines=3)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=240)
+    assert process.returncode == 130, err
+    assert "interrupted during the warm start, after its step" in err and f"--resume {folder}" in err
+    assert "warm start step 1/40: loss 5.5" in out  # --no-progress: a line at the first step, then every 25
+    from test_run import _event_tags
+
+    assert {"warm_start/loss", "warm_start/pass_estimate"} <= _event_tags(folder / "tensorboard")
+    steps = [json.loads(line)["warm_start_step"] for line in (folder / "warm_start.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1)) and 3 <= len(steps) <= 8  # within one step of the signal
+    resumed = wai.train(resume=str(folder), progress=False)
+    whole = wai.train(taskset=UPPER, rollouts_per_step=8, eval_tasks=4, eval_samples=1, export=False,
+                      progress=False, save_every=1000, warm_start_steps=40, steps=2, lr_schedule="constant", force=True,
+                      run_dir=str(tmp_path / "whole"))
+    logged = [json.loads(line) for line in (folder / "warm_start.jsonl").read_text().splitlines()]
+    assert [r["warm_start_step"] for r in logged] == list(range(1, 41))
+    assert [r["loss"] for r in logged] == [json.loads(line)["loss"]
+                                           for line in (whole.dir / "warm_start.jsonl").read_text().splitlines()]
+    assert resumed.summary["eval_after"]["pass_at_1"] == whole.summary["eval_after"]["pass_at_1"]
+
+
+def test_a_run_that_is_still_training_cannot_be_resumed_again(tmp_path: Path, quick):
+    """The lock names a live process (this one): refused; a lock left by a dead process is taken over."""
+    run = wai.train(**quick, run_dir=str(tmp_path / "r"))
+
+    (run.dir / LOCK_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+    with pytest.raises(wai.ConfigError, match=f"still training \\(pid {os.getpid()}, run.lock\\)"):
+        wai.train(resume=str(run.dir), steps=4, progress=False)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (run.dir / LOCK_FILE).write_text(f"{dead.pid} {socket.gethostname()}\n")
+    assert wai.train(resume=str(run.dir), steps=4, progress=False).summary["steps"] == 4
+    assert not (run.dir / LOCK_FILE).exists()
+
+
+def test_an_error_after_work_keeps_the_run_and_says_so(tmp_path: Path, capsys):
+    """The preflight stops a run whose warm start taught nothing it can use: the warm start's log and TensorBoard
+    stay (not removed as a half-made run), and stderr names the kept directory."""
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text("".join(json.dumps({"prompt": f"{i:03d}?", "answer": "qqqqqq"}) + "\n" for i in range(60)))
+    with pytest.raises(wai.ConfigError, match="NO SIGNAL"):
+        wai.train(taskset=str(tasks), warm_start_steps=1, steps=2, rollouts_per_step=8, eval_tasks=0,
+                  max_tokens=1, progress=False, export=False, run_dir=str(tmp_path / "r"))
+    assert (tmp_path / "r" / "warm_start.jsonl").is_file() and (tmp_path / "r" / "tensorboard").is_dir()
+    assert f"run directory {tmp_path / 'r'} kept" in capsys.readouterr().err
+
+
+def test_the_warm_start_keeps_its_best_check_and_sets_the_weights_back_after_a_late_dip(monkeypatch, tmp_path: Path):
+    """Scripted checks (0.3, 0.6, 0.2, 0.2, 0.2): the weights are kept at the two that beat every check before
+    them, the warm start runs its 10 steps (a plateau is no end), and the weights go back to the 0.6 check's (sum3 in own_tasks: a
+    spike at step 750 ended the warm start at 0.44 after 0.78 at step 650)."""
+    import dataclasses
+
+    import whileai.loop.hooks.warm_start as ws
+    from whileai.engine import TrainingEngine
+    from whileai.envs import load_taskset
+    from whileai.loop.plan import rules
+
+    scripted = iter([0.3, 0.6, 0.2, 0.2, 0.2])
+    monkeypatch.setattr(ws, "held_out", lambda *a, **k: {"pass_at_1": next(scripted)})
+    monkeypatch.setattr(rules, "WARM_START_CHECK_EVERY", 2)
+    plan = dataclasses.replace(wai.loop.dry_run(taskset=UPPER), warm_start_steps=10, warm_start_early_stop=True)
+    events: list[str] = []
+    result = ws.warm_start(TrainingEngine("builtin:tiny", seed=0), load_taskset(UPPER), plan,
+                           keep=lambda: events.append("keep"), restore=lambda: events.append("restore"))
+    assert result.checks == [(2, 0.3), (4, 0.6), (6, 0.2), (8, 0.2), (10, 0.2)] and len(result.records) == 10
+    assert events == ["keep", "keep", "restore"] and result.restored == (4, 0.6)
+    assert result.stopped is None
+
+
+def test_a_run_sets_its_warm_start_back_through_its_backend_and_says_so(monkeypatch, tmp_path: Path, capsys):
+    import whileai.loop.hooks.warm_start as ws
+    from whileai.loop.plan import rules
+
+    scripted = iter([0.3, 0.6, 0.2, 0.2, 0.2])
+    monkeypatch.setattr(ws, "held_out", lambda *a, **k: {"pass_at_1": next(scripted)})
+    monkeypatch.setattr(rules, "WARM_START_CHECK_EVERY", 2)
+    monkeypatch.setattr(rules, "WARM_START_MAX_STEPS", 10)  # the rule's budget: 10 steps, 5 checks
+    run = wai.train(taskset=UPPER, steps=1, rollouts_per_step=8, eval_tasks=4, eval_samples=1, progress=False,
+                    export=False, force=True, run_dir=str(tmp_path / "r"))
+    lines = [json.loads(line) for line in (run.dir / "warm_start.jsonl").read_text().splitlines()]
+    assert lines[-1] == {"restored_step": 4, "held_out_of_train_pass": 0.6} and len(lines) == 11
+    assert not (run.dir / "checkpoint" / ws.BEST_FOLDER).exists()
+    assert "the weights set back to step 4's (held-out-of-train pass 0.60)" in capsys.readouterr().out
