@@ -114,6 +114,7 @@ def main() -> None:
     results = []
     with tempfile.TemporaryDirectory() as tmp, Started(["policy", "builtin:tiny", "--threads", "1"],
                                                        Path(tmp)) as server:
+        os.environ["WAI_TOKEN"] = server.token or ""  # the trainer's sampler client reads the server's token here
         for name, settings, threads in (ARMS[int(i)] for i in args.arms.split(",")):
             results.append(arm(name, settings, threads, args.budget, server.url, Path(tmp)))
             print(f"{name}: {results[-1]['steps']} steps, {results[-1]['steps_per_min']:.1f} steps/min", flush=True)

@@ -62,11 +62,11 @@ def measure_step(rows_count: int, length: int, micro: int, rescore: bool) -> dic
 
     engine = TrainingEngine(MODEL, micro_batch_tokens=micro, keep_sampler_versions=1)
     warm = _rows(engine, 2, length, 0)
-    policy_step(engine, wai.GRPO(generations=2), warm, adam={"learning_rate": 1e-5})  # allocate Adam state
+    policy_step(engine, wai.GRPO(rollouts_per_prompt=2), warm, adam={"learning_rate": 1e-5})  # allocate Adam state
     rows = _rows(engine, rows_count, length, 1)
     before = _reset_peak()
     began = time.perf_counter()
-    policy_step(engine, wai.GRPO(generations=2), rows, adam={"learning_rate": 1e-5}, rescore=rescore)
+    policy_step(engine, wai.GRPO(rollouts_per_prompt=2), rows, adam={"learning_rate": 1e-5}, rescore=rescore)
     seconds = time.perf_counter() - began
     return {"peak_mib": (_resident_kib()[1] - before) / 1024, "seconds": seconds}
 

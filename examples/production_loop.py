@@ -10,13 +10,14 @@ tokenizer) through the recorder with the official ``openai`` client, and a grade
 the recorder's reward endpoint ``--score-after`` seconds later, as a user's thumbs-up or a test run would.
 ``eval`` measures served pass@1 on the test split, asking the server itself (not through the recorder, so
 the held-out asks are never trained on). Both wait until the server lists ``--model`` (the trainer's first
-push loads the adapter ``policy``).
+push loads the adapter ``policy``). Both send the servers' token from ``$WAI_TOKEN`` (docs/record.md, Auth).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ def wait_for_model(url: str, model: str, timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            listed = httpx.get(url.rstrip("/") + "/v1/models", timeout=10).json().get("data", [])
+            listed = httpx.get(url.rstrip("/") + "/v1/models", timeout=10, headers=_auth()).json().get("data", [])
             if any(m.get("id") == model for m in listed):
                 return
         except (httpx.HTTPError, ValueError):
@@ -45,8 +46,14 @@ def wait_for_model(url: str, model: str, timeout: float = 300.0) -> None:
     raise TimeoutError(f"{url} did not list model {model!r} within {timeout:g} s (is the trainer running?)")
 
 
+def _auth() -> dict[str, str]:
+    token = os.environ.get("WAI_TOKEN")
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
 def client(url: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key="none", max_retries=2)
+    return openai.OpenAI(base_url=url.rstrip("/") + "/v1", api_key=os.environ.get("WAI_TOKEN") or "none",
+                         max_retries=2)
 
 
 def traffic(recorder: str, model: str, tokenizer: Any, taskset: Any, asks: int, score_after: float, seed: int = 0,

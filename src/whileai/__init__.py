@@ -17,6 +17,8 @@ from typing import Any
 
 from whileai._version import __version__
 from whileai.errors import BatchError, ConfigError, WhileaiError
+from whileai.methods import API as _METHOD_API
+from whileai.methods import CLASSES as _METHOD_CLASSES
 
 # name -> the module that defines it. One place; `dir(whileai)` and the docs read it.
 _EXPORTS: dict[str, str] = {
@@ -41,36 +43,8 @@ _EXPORTS: dict[str, str] = {
     "load_graded": "whileai.rows.io",
     "GradedRows": "whileai.rows.io",
     "model_mix": "whileai.rows.checks",
-    # methods
-    "Update": "whileai.methods.base",
-    "Method": "whileai.methods.base",
-    "method": "whileai.methods.registry",
-    "method_names": "whileai.methods.registry",
-    "FlashReinforce": "whileai.methods.flash_reinforce",
-    "SAO": "whileai.methods.critic",
-    "BPCO": "whileai.methods.critic",
-    "GRPO": "whileai.methods.grouped",
-    "DrGRPO": "whileai.methods.grouped",
-    "RLOO": "whileai.methods.grouped",
-    "MaxRL": "whileai.methods.grouped",
-    "RAE": "whileai.methods.grouped",
-    "PPO": "whileai.methods.policy",
-    "CISPO": "whileai.methods.policy",
-    "GSPO": "whileai.methods.policy",
-    "DPPO": "whileai.methods.policy",
-    "SAPO": "whileai.methods.policy",
-    "DAPO": "whileai.methods.policy",
-    "ReinforcePP": "whileai.methods.policy",
-    "CustomLoss": "whileai.methods.custom",
-    "Async": "whileai.methods.async_",
-    "SFT": "whileai.methods.supervised",
-    "DPO": "whileai.methods.supervised",
-    "RM": "whileai.methods.supervised",
-    "OPD": "whileai.methods.distill",
-    "OPSD": "whileai.methods.distill",
+    # methods: the contract, the registry and the classes come from whileai.methods (API, CLASSES), below
     "Endpoint": "whileai.endpoints",
-    "GroupwiseGrading": "whileai.methods.shaping",
-    "ReinforceAda": "whileai.methods.shaping",
     # the training loop
     "train": "whileai.loop",
     "TrainConfig": "whileai.loop",
@@ -86,6 +60,8 @@ _EXPORTS: dict[str, str] = {
     "AdamParams": "whileai.engine",
     "SamplingParams": "whileai.engine",
 }
+
+_EXPORTS.update({name: f"whileai.methods.{module}" for name, module in {**_METHOD_API, **_METHOD_CLASSES}.items()})
 
 __all__ = ["BatchError", "ConfigError", "WhileaiError", "__version__", *_EXPORTS]
 

@@ -308,8 +308,8 @@ def _grpo(graded: GradedRows, asked: list[tuple[str, str]], threshold: float, mo
                f"expected_split_share_at_k{2 * k}": float(expected_split_share(rates, 2 * k).mean())}
     answer = f"yes: {split:.1%} of tasks split, every row from {model}"
     asked.append((Q_GRPO, answer))
-    config = build_method("grpo", generations=k)
-    steps = [f"generations={k} matches the rows (the fewest rollouts any task has); sample each prompt that "
+    config = build_method("grpo", rollouts_per_prompt=k)
+    steps = [f"rollouts_per_prompt={k} matches the rows (the fewest rollouts any task has); sample each prompt that "
              "many times in training, or set it to the k you will use",
              "wai select ROWS --mode rl --out kept.jsonl: drop the unanimous groups before the GPU",
              "size the held-out test with holdout_size(effect, k=...) and train a random selection of the "

@@ -44,8 +44,8 @@ CASES = [
     (["select", STUDENT, "--mode", "bad", "--out", "x.jsonl"], "invalid choice: 'bad'"),
     (["compare", STUDENT, "nope.jsonl"], "no such file"),
     (["compare", "examples/rows-baseline.jsonl", "examples/rows-treatment.jsonl", "--seeds", "0"], "seeds=0"),
-    ([*PRIME, "--method", "grpo", "--knob", "nosuch=1"], "grpo has no knob 'nosuch'; its knobs are generations"),
-    ([*PRIME, "--method", "grpo", "--set", "generations=16"], "--knob generations=VALUE"),
+    ([*PRIME, "--method", "grpo", "--knob", "nosuch=1"], "grpo has no knob 'nosuch'; its knobs are rollouts_per_prompt"),
+    ([*PRIME, "--method", "grpo", "--set", "rollouts_per_prompt=16"], "--knob rollouts_per_prompt=VALUE"),
     ([*PRIME, "--method", "grpo", "--out", "folder"], "folder is a folder"),
     ([*PRIME, "--method", "groupwise_grading"], "refused: prime_rl_config: groupwise_grading ranks the passes"),
     ([*PRIME, "--method", "groupwise_grading", "--knob", "mode=advantage"], "refused: prime_rl_config:"),
@@ -83,9 +83,9 @@ def test_bad_input_is_one_line_with_the_fix_and_status_2(argv, expected, workdir
 
 
 def test_method_by_name_refuses_an_unknown_knob_with_the_list():
-    with pytest.raises(wai.ConfigError, match=r"grpo has no knob 'nosuch'; its knobs are generations, clip"):
+    with pytest.raises(wai.ConfigError, match=r"grpo has no knob 'nosuch'; its knobs are rollouts_per_prompt, clip"):
         wai.method("grpo", nosuch=1)
-    assert wai.method("dr-grpo", generations=4).generations == 4
+    assert wai.method("dr-grpo", rollouts_per_prompt=4).rollouts_per_prompt == 4
 
 
 def test_prime_rl_refuses_groupwise_grading_by_name_with_the_reason_not_as_unknown():

@@ -87,7 +87,7 @@ def test_methods_lists_every_method_with_defaults_and_sources(capsys):
     table = json.loads(out)
     assert table["opsd"]["knobs"]["anchor"]["value"] == "ema:0.01"
     assert table["sao"]["knobs"]["ratio"]["value"] == [0.7, 6.0]
-    assert table["grpo"]["knobs"]["generations"]["paper_value"] == 64
+    assert table["grpo"]["knobs"]["rollouts_per_prompt"]["paper_value"] == 64
 
 
 def test_rae_state_carries_baselines_across_runs(capsys, tmp_path):

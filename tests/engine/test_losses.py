@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from whileai.engine import LOSSES, TrainingEngine, capabilities, resolve_config
-from whileai.engine.losses import per_token_loss
+from whileai.engine.losses import per_token_loss, scored
 from whileai.errors import ConfigError
 
 POLICY_LOSSES = ["importance_sampling", "ppo", "cispo", "dro", "gspo", "dppo", "sapo"]
@@ -88,6 +88,8 @@ def hand_total(name: str, data: list, outputs: list, cfg: dict) -> float:
         a = np.asarray(datum["loss_fn_inputs"]["advantages"])
         w = np.asarray(datum["loss_fn_inputs"].get("weights", np.ones_like(a)))
         scored = (w != 0) if "weights" in datum["loss_fn_inputs"] else (a != 0) | ((q != 0) & (name in ("dro", "gspo")))
+        if name == "gspo" and "weights" not in datum["loss_fn_inputs"]:  # the completion: the tail from its start
+            scored[int(np.argmax(scored)):] = True
         p = out["logprobs"].astype(np.float64)
         assert np.all(p < 0)  # forward returns the learner's logprobs at every position, scored or not
         if name in ("gspo",):
@@ -291,3 +293,38 @@ def test_gspo_sequence_ratio_counts_zero_advantage_tokens():
               "advantages": torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)}
     loss = per_token_loss(LOSSES["gspo"], logp, inputs, resolve_config("gspo", None)).sum()
     assert float(loss) == pytest.approx(-1.583779, abs=1e-6)
+
+
+@pytest.mark.parametrize("weights", [None, [1.0, 1.0, 1.0]])
+def test_gspo_sequence_ratio_counts_a_greedy_zero_logprob_token(weights):
+    """A greedy sampler gives exact 0.0 log-probabilities. log p - log q = [0.2, -0.3, 0.1] with the middle
+    token's q = 0.0 and its advantage 0, A = [1, 0, 1], no weights: the sequence mean is over the whole
+    completion, 0, so s = 1 and the loss is -(1 + 0 + 1) = -2.000000, as SkyRL / verl give over their loss mask and
+    as the same datum with weights 1 gives. (Leaving the token out: s = exp(0.15), loss -2.323668.)"""
+    logp = torch.tensor([-1.0, -0.3, -0.5], dtype=torch.float64)
+    inputs = {"logprobs": torch.tensor([-1.2, 0.0, -0.6], dtype=torch.float64),
+              "advantages": torch.tensor([1.0, 0.0, 1.0], dtype=torch.float64)}
+    if weights is not None:
+        inputs["weights"] = torch.tensor(weights, dtype=torch.float64)
+    as_numpy = {k: v.numpy() for k, v in inputs.items()}
+    kept = scored(LOSSES["gspo"], as_numpy, 3)
+    assert kept.tolist() == [True, True, True]
+    loss = per_token_loss(LOSSES["gspo"], logp[kept], {k: v[kept] for k, v in inputs.items()},
+                          resolve_config("gspo", None)).sum()
+    assert float(loss) == pytest.approx(-2.0, abs=1e-9)
+
+
+def test_gspo_through_the_engine_counts_a_greedy_zero_logprob_token_after_the_prompt():
+    """The same through ``forward``: a one-token prompt (A = 0, q = 0: not scored), then three completion tokens
+    whose middle one has q = 0.0 and A = 0 and the other two are chosen so the mean of log p - log q over all
+    three is 0: s = 1, loss -2 (with the token left out, s = exp(-p_mid / 2) and the loss would differ)."""
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    tokens = [1, 7, 100, 101, 102]
+    probe = {"model_input": tokens[:-1], "loss_fn_inputs": {"target_tokens": tokens[1:], "weights": [1.0] * 4}}
+    p = engine.forward([probe]).loss_fn_outputs[0]["logprobs"].astype(np.float64)
+    mid = p[2]  # q_mid = 0.0, so log p - log q there is p_mid; the ends take -p_mid / 2 each
+    q = [0.0, p[1] + mid / 2, 0.0, p[3] + mid / 2]
+    datum = {"model_input": tokens[:-1], "loss_fn_inputs": {
+        "target_tokens": tokens[1:], "logprobs": q, "advantages": [0.0, 1.0, 0.0, 1.0]}}
+    assert abs(mid) > 0.1
+    assert engine.forward([datum], "gspo").metrics["loss:sum"] == pytest.approx(-2.0, abs=1e-6)

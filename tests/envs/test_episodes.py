@@ -45,7 +45,7 @@ class Sample:
 
 class ScriptedSampler:
     """Writes ``turns[k]`` as the model's k-th turn (logprob -0.5 per token), honouring ``max_tokens`` and stop
-    sequences the way the engine does (the stop is kept); records every call. The turn number is read from
+    strings on the text the way the engine does (the stop is kept); records every call. The turn number is read from
     the context: each finished turn and its reply add two newlines (prompts have none)."""
 
     def __init__(self, turns: list[str]) -> None:
@@ -57,10 +57,10 @@ class ScriptedSampler:
                  for _ in range(n)] for c in contexts]
 
     @staticmethod
-    def _one(text: str, max_tokens: int, stop: list[list[int]]) -> Sample:
+    def _one(text: str, max_tokens: int, stop: list[str]) -> Sample:
         tokens = ids(text) if text != "<eos>" else [EOS]
         for end in range(1, len(tokens) + 1):
-            if any(tokens[:end][-len(s):] == s for s in stop) or tokens[end - 1] == EOS:
+            if any(s in TOK.decode(tokens[:end]) for s in stop) or tokens[end - 1] == EOS:
                 return Sample(tokens[:end], [-0.5] * end, "stop")
         if len(tokens) > max_tokens:
             return Sample(tokens[:max_tokens], [-0.5] * max_tokens, "length")
@@ -111,7 +111,7 @@ def test_masks_line_up_with_who_wrote_each_token():
     wai.Batch.from_rows([{**row, "logprobs": row["behavior_logprobs"]}])  # a valid library row
 
 
-def test_the_environment_sees_each_turn_with_its_stop_string_and_the_sampler_the_stop_ids():
+def test_the_environment_sees_each_turn_with_its_stop_string_and_the_sampler_the_stop_strings():
     seen: list[list[str]] = []
 
     class Spy(Echo):
@@ -121,7 +121,7 @@ def test_the_environment_sees_each_turn_with_its_stop_string_and_the_sampler_the
 
     _, sampler = run(["hi\n", "bye\n"], echo_taskset(Spy), per_task=(1,))
     assert seen == [["hi\n", "bye\n"]]
-    assert [c["stop"] for c in sampler.calls] == [[ids("\n")]] * 2
+    assert [c["stop"] for c in sampler.calls] == [["\n"]] * 2
     # turn 2 samples after the prompt, the model's first turn and the environment's reply
     assert sampler.calls[1]["contexts"] == [[1] + ids("p0") + ids("hi\nok\n")]
 

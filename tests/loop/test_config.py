@@ -16,10 +16,10 @@ def test_every_field_has_a_doc_line_and_the_toml_round_trips(tmp_path: Path):
     docs = field_docs()
     assert set(docs) == set(TrainConfig.__dataclass_fields__)
     path = tmp_path / "run.toml"
-    path.write_text('[train]\nmethod = "grpo"\nsteps = 7\nknobs = {generations = 4}\nlearning_rate = 0.001\n')
+    path.write_text('[train]\nmethod = "grpo"\nsteps = 7\nknobs = {rollouts_per_prompt = 4}\nlearning_rate = 0.001\n')
     config = build(str(path), steps=9, knobs={"clip": 0.3})
     assert (config.method, config.steps, config.learning_rate) == ("grpo", 9, 0.001)  # the flag wins
-    assert config.knobs == {"generations": 4, "clip": 0.3}  # tables merge key by key
+    assert config.knobs == {"rollouts_per_prompt": 4, "clip": 0.3}  # tables merge key by key
 
 
 def test_unknown_keys_and_wrong_types_are_all_listed(tmp_path: Path):
@@ -38,9 +38,9 @@ def test_impossible_combinations_fail_before_a_model_loads(tmp_path: Path):
     run_dir = tmp_path / "never"
     with pytest.raises(wai.ConfigError) as info:
         # a model that does not exist: if anything tried to load it, the error would be another one
-        wai.train(method="grpo", knobs={"generations": 1}, rollouts_per_step=3, lag=0, model="./no-such-model",
+        wai.train(method="grpo", knobs={"rollouts_per_prompt": 1}, rollouts_per_step=3, lag=0, model="./no-such-model",
                   run_dir=str(run_dir), steps=2)
-    assert "every advantage 0" in str(info.value) and "generations=2" in str(info.value)
+    assert "every advantage 0" in str(info.value) and "rollouts_per_prompt=2" in str(info.value)
     assert not run_dir.exists()
     with pytest.raises(wai.ConfigError) as info:
         wai.train(method="flash_reinforce", lag=9, model="./no-such-model", run_dir=str(run_dir))
@@ -83,10 +83,10 @@ def test_a_toml_file_mixing_a_train_table_and_top_level_keys_is_refused(tmp_path
 
 
 def test_the_cli_prints_one_error_and_exits_2(capsys, tmp_path: Path):
-    code = main(["train", "--method", "grpo", "--set", "generations=1", "--lag", "0", "--run-dir",
+    code = main(["train", "--method", "grpo", "--set", "rollouts_per_prompt=1", "--lag", "0", "--run-dir",
                  str(tmp_path / "x"), "--model", "./no-such-model"])
     err = capsys.readouterr().err
-    assert code == 2 and "ConfigError" in err and "generations" in err and "Traceback" not in err
+    assert code == 2 and "ConfigError" in err and "rollouts_per_prompt" in err and "Traceback" not in err
     assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
     assert "no config.toml there" in capsys.readouterr().err
 

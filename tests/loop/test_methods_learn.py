@@ -20,22 +20,22 @@ def _methods() -> dict[str, tuple[object, dict]]:
     critic = {"critic_learning_rate": 1e-2, "learning_rate": 1e-2}
     return {
         "flash_reinforce": ("flash_reinforce", {}),
-        "grpo": (wai.GRPO(generations=4), {}),
-        "dr_grpo": (wai.DrGRPO(generations=4, max_tokens=4), {}),
-        "rloo": (wai.RLOO(generations=4), {}),
-        "max_rl": (wai.MaxRL(generations=4), {}),
+        "grpo": (wai.GRPO(rollouts_per_prompt=4), {}),
+        "dr_grpo": (wai.DrGRPO(rollouts_per_prompt=4, max_tokens=4), {}),
+        "rloo": (wai.RLOO(rollouts_per_prompt=4), {}),
+        "max_rl": (wai.MaxRL(rollouts_per_prompt=4), {}),
         "rae": ("rae", {}),
         "sao": (wai.SAO(critic_warmup=1, critic_steps=2), {**critic, "critic_learning_rate": 3e-2}),
         "bpco": (wai.BPCO(critic_warmup=2), critic),
-        "async": (wai.Async(wai.GRPO(generations=4), correction="icepop"), {}),
+        "async": (wai.Async(wai.GRPO(rollouts_per_prompt=4), correction="icepop"), {}),
         "reinforce_ada": (wai.methods.ReinforceAda(round_size=4, max_rounds=2), {}),
         "groupwise_grading": (wai.GroupwiseGrading(grader=lambda rows: [-len(r["tokens"]) for r in rows],
-                                                   method=wai.GRPO(generations=4)), {}),
+                                                   method=wai.GRPO(rollouts_per_prompt=4)), {}),
         # the service page's algorithms (docs/algorithms.md), through the same loop
-        **{name: (wai.method(name, generations=4), {}) for name in (
+        **{name: (wai.method(name, rollouts_per_prompt=4), {}) for name in (
             "ppo", "cispo", "gspo", "dppo", "sapo", "dapo", "reinforce_pp", "grpo_nostd", "grpo_len_norm")},
         "custom_loss": (wai.CustomLoss(advantages=lambda batch: batch.rewards_B - batch.rewards_B.mean(),
-                                       generations=4), {}),
+                                       rollouts_per_prompt=4), {}),
     }
 
 

@@ -207,7 +207,7 @@ def test_cli_opd_with_a_builtin_teacher_trains(tmp_path: Path):
 # ----------------------------------------------------------------------------- reference policy
 @pytest.mark.parametrize("lora_rank", [0, 4])
 def test_the_kl_to_the_reference_is_0_at_the_first_step_and_positive_after(tmp_path: Path, quick, lora_rank: int):
-    run = wai.train(method=wai.GRPO(generations=4, beta=0.04), lag=0, lora_rank=lora_rank, learning_rate=3e-2,
+    run = wai.train(method=wai.GRPO(rollouts_per_prompt=4, beta=0.04), lag=0, lora_rank=lora_rank, learning_rate=3e-2,
                     run_dir=str(tmp_path / "r"), **quick)
     kl = [m["method/mean_kl"] for m in run.metrics()]
     assert kl[0] == pytest.approx(0.0, abs=1e-9)  # the policy is still the reference
@@ -219,7 +219,7 @@ def test_a_reference_under_lora_with_a_warm_start_is_refused(tmp_path: Path):
     student back to the model before the warm start. Refused before anything loads."""
     with pytest.raises(wai.ConfigError, match="under LoRA is the model with its adapters switched off \\(the model as loaded\\), and a warm "
                        "start of 14 steps"):
-        wai.train(method=wai.GRPO(generations=4, beta=0.04), lora_rank=4, run_dir=str(tmp_path / "r"))
+        wai.train(method=wai.GRPO(rollouts_per_prompt=4, beta=0.04), lora_rank=4, run_dir=str(tmp_path / "r"))
     assert not (tmp_path / "r").exists()
 
 
@@ -230,7 +230,7 @@ def test_after_a_warm_start_the_reference_is_the_policy_rl_starts_from_and_a_res
     repeats the uninterrupted run's metrics (against the model as loaded its KL would differ from step 1)."""
     from whileai.engine.models import build_builtin
 
-    settings = {**quick, "method": wai.GRPO(generations=4, beta=0.04), "lag": 0, "learning_rate": 3e-2,
+    settings = {**quick, "method": wai.GRPO(rollouts_per_prompt=4, beta=0.04), "lag": 0, "learning_rate": 3e-2,
                 "warm_start_steps": 5, "steps": 2}
     whole = wai.train(**settings, run_dir=str(tmp_path / "whole"))
     kl = [m["method/mean_kl"] for m in whole.metrics()]
@@ -289,7 +289,7 @@ def test_groupwise_grading_from_the_cli_says_how_to_give_it_a_grader(capsys):
     assert main(["train", "--method", "groupwise_grading"]) != 0
     err = capsys.readouterr().err
     assert "not from `wai update` or `wai train`" in err
-    assert "wai.train(method=wai.GroupwiseGrading(grader=my_grader, method=wai.GRPO(generations=4)))" in err
+    assert "wai.train(method=wai.GroupwiseGrading(grader=my_grader, method=wai.GRPO(rollouts_per_prompt=4)))" in err
 
 
 def test_the_teacher_scores_tool_tokens_and_the_update_gives_them_nothing():
@@ -313,7 +313,7 @@ def test_reinforce_ada_samples_its_extra_rounds_inside_the_step(tmp_path: Path, 
     run = wai.train(method=wai.methods.ReinforceAda(round_size=4, max_rounds=3), run_dir=str(tmp_path / "r"),
                     **{**quick, "steps": 1, "rollouts_per_step": 16})
     assert run.metrics()[0]["rollouts"] == 48
-    plain = wai.train(method=wai.GRPO(generations=4), run_dir=str(tmp_path / "g"),
+    plain = wai.train(method=wai.GRPO(rollouts_per_prompt=4), run_dir=str(tmp_path / "g"),
                       **{**quick, "steps": 1, "rollouts_per_step": 16})
     assert plain.metrics()[0]["rollouts"] == 16
 

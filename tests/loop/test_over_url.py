@@ -80,7 +80,7 @@ def test_wai_serve_chained_to_a_tinker_api_server_gives_the_same_weights(tmp_pat
     with chained(tmp_path) as (_, front):
         with pytest.raises(wai.ConfigError, match="cannot export them \\(no export_lora\\): add --no-export"):
             wai.train(url=front.url, token=front.token, run_dir=str(tmp_path / "refused"), progress=False)
-        one_prompt = dict(method="grpo", knobs={"generations": 8}, steps=3, rollouts_per_step=8,
+        one_prompt = dict(method="grpo", knobs={"rollouts_per_prompt": 8}, steps=3, rollouts_per_step=8,
                           warm_start_steps=0, eval_tasks=0, progress=False, save_every=1000, export=False)
         local = wai.train(**one_prompt, run_dir=str(tmp_path / "local"))
         relayed = wai.train(**one_prompt, url=front.url, token=front.token, run_dir=str(tmp_path / "relayed"))
@@ -108,14 +108,14 @@ def _every_method() -> list[tuple[str, object, dict]]:
             extra = {"knobs": {"method": "grpo"}}
         elif name == "groupwise_grading":
             method = wai.GroupwiseGrading(grader=lambda rows: [len(r["tokens"]) for r in rows],
-                                          method=wai.GRPO(generations=4))
+                                          method=wai.GRPO(rollouts_per_prompt=4))
         elif name == "opd":
             extra = {"teacher": "builtin:tiny"}
         elif name in ("sao", "bpco"):
             extra = {"knobs": {"critic_warmup": 1}}
         elif name == "custom_loss":  # a user's own advantage function: reward minus the batch mean
             method = wai.CustomLoss(advantages=lambda batch: batch.rewards_B - batch.rewards_B.mean(),
-                                    loss="importance_sampling", generations=4)
+                                    loss="importance_sampling", rollouts_per_prompt=4)
         cases.append((name, method, extra))
     return cases
 

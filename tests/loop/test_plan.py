@@ -135,3 +135,39 @@ def test_dr_grpo_divides_by_the_plans_cap_unless_the_knob_is_set():
     wrapped = wai.Async(wai.DrGRPO())
     config = build(None, taskset="builtin:case")
     assert with_cap(wrapped, config, make_plan(config, {}, wrapped, taskset)).method.max_tokens == 4
+
+
+def test_a_dr_grpo_object_divides_by_the_runs_cap_as_its_name_does(tmp_path: Path, quick, capsys):
+    """``wai.train(method=wai.DrGRPO())`` and ``--method dr_grpo`` are one run: the object's max_tokens was left at
+    its default, so the plan's cap (4 on builtin:case) is its L_max too, and the first step's loss (the same
+    rollouts, sum c log p) is the same number; with the paper's 1024 kept the object's would be 256 times smaller.
+    The plan says the cap came from the taskset, and no note calls the method's 1024 a --set."""
+    losses, texts = {}, {}
+    for label, method in (("name", "dr_grpo"), ("object", wai.DrGRPO())):
+        run = wai.train(method=method, **{**quick, "steps": 1}, run_dir=str(tmp_path / label))
+        losses[label] = run.metrics()[0]["loss"]
+        texts[label] = (tmp_path / label / "config.toml").read_text()
+        assert run.summary["resolved"]["max_tokens"] == 4
+    assert losses["name"] != 0.0
+    assert losses["object"] == pytest.approx(losses["name"], rel=1e-9)
+    assert "max_tokens" not in texts["object"].split("[plan]")[0]  # the knob was not the user's
+    assert "(--set)" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo", "opd", "opsd", "dapo"])
+def test_the_loops_rollouts_message_names_a_knob_the_method_has(name):
+    """A group method at one rollout per prompt is refused with `--set rollouts_per_prompt=2`; that --set builds
+    every sampling method (OPD's count was once `samples`, and the message said `generations`)."""
+    import re
+    import warnings
+
+    from whileai.loop.plan.checks import check
+    from whileai.loop.plan.config import build
+
+    config = build(None, method="grpo", knobs={"rollouts_per_prompt": 1})
+    problems = check(config, wai.method("grpo", rollouts_per_prompt=1))
+    key, value = re.search(r"--set (\w+)=(\d+)", " ".join(problems)).groups()
+    assert (key, value) == ("rollouts_per_prompt", "2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert wai.method(name, **{key: int(value)}).run_spec().rollouts_per_prompt == 2

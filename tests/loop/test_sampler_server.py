@@ -26,6 +26,7 @@ from whileai.loop.sources.sync import PushWeights
 from whileai.record.launch import Started
 from whileai.service.launch import free_port
 
+pytestmark = pytest.mark.usefixtures("wai_token")
 RUN = dict(steps=4, rollouts_per_step=8, warm_start_steps=0, eval_tasks=0, progress=False, save_every=1000,
            lr_schedule="constant", learning_rate=3e-2)
 
@@ -168,10 +169,10 @@ def test_a_batch_of_prompts_is_sampled_as_the_engine_samples_it_in_process(serve
     from whileai.engine import SamplingParams
 
     engine = TrainingEngine("builtin:tiny")
-    httpx.post(server.url + "/update_weights_from_disk",  # the fixture's server may hold an earlier run's weights
+    httpx.post(server.url + "/update_weights_from_disk", headers=server.headers,  # the fixture's server may hold an earlier run's weights
                json={"model_path": engine.export(str(Path(server.log).parent / "base"), merged=True, overwrite=True)})
     batch = [[1, 72, 105, 32], [1, 80, 81], [1, 90, 91, 92, 93]]
-    reply = httpx.post(server.url + "/v1/completions", json={"model": "builtin:tiny", "prompt": batch, "n": 2,
+    reply = httpx.post(server.url + "/v1/completions", headers=server.headers, json={"model": "builtin:tiny", "prompt": batch, "n": 2,
                                                              "max_tokens": 6, "seed": 7, "logprobs": 0,
                                                              "return_token_ids": True}).json()
     here = engine.sample(batch, 2, SamplingParams(max_tokens=6, seed=7))
@@ -180,5 +181,5 @@ def test_a_batch_of_prompts_is_sampled_as_the_engine_samples_it_in_process(serve
         mine = here[k // 2][k % 2]
         assert choice["prompt_token_ids"] == batch[k // 2] and choice["token_ids"] == mine.tokens
         assert max(abs(a - b) for a, b in zip(choice["logprobs"]["token_logprobs"], mine.logprobs)) < 1e-5
-    refused = httpx.post(server.url + "/v1/completions", json={"prompt": batch, "stream": True})
+    refused = httpx.post(server.url + "/v1/completions", headers=server.headers, json={"prompt": batch, "stream": True})
     assert refused.status_code == 400 and "cannot stream" in refused.json()["error"]["message"]

@@ -20,7 +20,7 @@ from whileai.loop.hooks.context import read_state
 from whileai.loop.sources.sampler import ServerStopped
 from whileai.record.launch import Started
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("wai_token")]
 
 
 @pytest.mark.parametrize(("name", "settings"), [

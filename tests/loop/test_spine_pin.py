@@ -40,9 +40,13 @@ def train_case(name: str, run_dir: Path, **extra: object) -> dict[str, list[floa
 
 
 def close(a: dict[str, list[float]], b: dict[str, list[float]], tol: float) -> float:
-    """The largest absolute difference between two fingerprints (they must name the same tensors)."""
+    """The largest difference between two fingerprints (they must name the same tensors), relative to the pinned
+    value where that exceeds 1: float32 sums differ in their last bits between CPUs (measured: 1.3e-6 on a sum of 15
+    between the recording machine and another), while a change of behaviour moves them by far more.
+    The key projection's bias is left out: softmax over keys is invariant to it, so its true gradient is 0 and
+    Adam turns the rounding noise of that zero into steps that differ from CPU to CPU."""
     assert sorted(a) == sorted(b)
-    return max(abs(x - y) for k in a for x, y in zip(a[k], b[k]))
+    return max(abs(x - y) / max(1.0, abs(y)) for k in a if not k.endswith("k_proj.bias") for x, y in zip(a[k], b[k]))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

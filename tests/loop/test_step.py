@@ -43,7 +43,7 @@ def test_at_lag_0_the_sampler_logprobs_are_the_policys_and_after_a_step_they_are
         scored = score(engine, rows, sampling_params={"max_tokens": 5, "temperature": temperature})
         for row, logprobs in zip(rows, scored):
             np.testing.assert_allclose(logprobs, row["behavior_logprobs"], atol=1e-4)
-    result = policy_step(engine, wai.GRPO(generations=2), rows, adam={"learning_rate": 0.05},
+    result = policy_step(engine, wai.GRPO(rollouts_per_prompt=2), rows, adam={"learning_rate": 0.05},
                          sampling_params={"max_tokens": 5, "temperature": 0.7}, rescore=False)
     assert result.metrics["drift"] == 0.0  # the same numbers stood in for the policy's
     rescored = score(engine, rows, sampling_params={"max_tokens": 5, "temperature": 0.7})
@@ -71,9 +71,9 @@ def test_the_single_pass_equals_score_then_train():
     rows = _rows(one, 0.8)
     stale = [{**r, "behavior_logprobs": [x - 0.05 for x in r["behavior_logprobs"]]} for r in rows]  # lag > 0
     params = {"max_tokens": 5, "temperature": 0.8}
-    a = policy_step(one, wai.GRPO(generations=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
+    a = policy_step(one, wai.GRPO(rollouts_per_prompt=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
                     single_pass_tokens=10_000)
-    b = policy_step(two, wai.GRPO(generations=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
+    b = policy_step(two, wai.GRPO(rollouts_per_prompt=2), stale, adam={"learning_rate": 0.05}, sampling_params=params,
                     single_pass_tokens=0)
     assert a.metrics["loss"] == pytest.approx(b.metrics["loss"], rel=1e-6, abs=1e-9)
     for c1, c2 in zip(a.update.coefficients, b.update.coefficients):
@@ -92,9 +92,9 @@ def test_step_stats_report_reply_lengths_over_every_row_and_the_failed_ones():
     rows = [{"reward": 1.0, "tokens": [1, 2, 3]},
             {"reward": 0.0, "tokens": [1, 2, 3, 4, 5], "action_mask": [True, False, False, True, True]},
             {"reward": 0.5, "tokens": [7]}]
-    stats = step_stats(SimpleNamespace(admitted=[True] * 3, stats={}), rows)
+    stats = step_stats(SimpleNamespace(admitted=[True] * 3, stats={}, drift=None), rows)
     assert stats["reply_tokens"] == pytest.approx(7 / 3) and stats["failed_reply_tokens"] == 2.0
-    passed = step_stats(SimpleNamespace(admitted=[True], stats={}), rows[:1])
+    passed = step_stats(SimpleNamespace(admitted=[True], stats={}, drift=None), rows[:1])
     assert passed["reply_tokens"] == 3.0 and "failed_reply_tokens" not in passed
 
 
@@ -129,3 +129,21 @@ def test_no_progress_also_silences_transformers_bars_and_sets_them_back(tmp_path
               run_dir=str(tmp_path / "r"))
     out = capsys.readouterr()
     assert "Loading weights" not in out.err + out.out and hf_logging.is_progress_bar_enabled()
+
+
+def test_the_drift_metric_is_the_methods_own_kl_where_it_measures_one_else_the_k3_estimate():
+    """FlashReinforce measures drift as its Bernoulli KL(mu || pi) per token: a row whose one token the sampler gave
+    0.9 and the policy 0.5 drifts by 0.9 ln(0.9/0.5) + 0.1 ln(0.1/0.5) = 0.368064, a row with both at 0.5 by 0, so
+    the step's drift is their mean 0.184032; the k3 estimate on the same rows, (r - 1 - ln r) / 2 with r = 5/9,
+    is 0.071671. A method that measures none (GRPO) gets k3."""
+    from whileai.loop.step import step_stats
+
+    rows = [{"prompt_tokens": [1, 5], "tokens": [7], "task_id": "a", "reward": reward,
+             "behavior_logprobs": [np.log(mu)], "logprobs": [np.log(0.5)]} for reward, mu in ((1.0, 0.9), (0.0, 0.5))]
+    bernoulli = (0.9 * np.log(0.9 / 0.5) + 0.1 * np.log(0.1 / 0.5)) / 2
+    r = 0.5 / 0.9
+    k3 = (r - 1 - np.log(r)) / 2
+    assert bernoulli == pytest.approx(0.184032, abs=1e-6) and k3 == pytest.approx(0.071671, abs=1e-6)
+    for method, want in ((wai.FlashReinforce(trust=10.0), bernoulli), (wai.GRPO(rollouts_per_prompt=2), k3)):
+        update = method.update([{k: v for k, v in row.items() if k != "prompt_tokens"} for row in rows])
+        assert step_stats(update, rows)["drift"] == pytest.approx(want, rel=1e-9)

@@ -26,7 +26,7 @@ def test_with_nothing_planned_it_is_the_repr(name: str) -> None:
 
 
 def test_a_planned_knob_shows_the_plan_value_in_a_wrapped_method_too() -> None:
-    grpo = wai.GRPO(generations=4)
+    grpo = wai.GRPO(rollouts_per_prompt=4)
     assert as_run(grpo, {"max_tokens": 3, "steps": 9}) == repr(grpo).replace("max_tokens=1024", "max_tokens=3")
     wrapped = wai.Async(grpo, correction="tis")
     assert as_run(wrapped, {"max_tokens": 3}) == repr(wrapped).replace("max_tokens=1024", "max_tokens=3")

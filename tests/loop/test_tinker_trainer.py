@@ -30,9 +30,9 @@ tinker = pytest.importorskip("tinker", reason="the Tinker SDK is not installed: 
 pytestmark = pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")
 # One prompt a step (8 rollouts of one task): a Tinker sample request carries one prompt, so only then does the
 # server draw the in-process run's random stream (whileai.service.tinker_map.prompt_seed).
-ONE_PROMPT = dict(method="grpo", knobs={"generations": 8}, steps=3, rollouts_per_step=8, warm_start_steps=0,
+ONE_PROMPT = dict(method="grpo", knobs={"rollouts_per_prompt": 8}, steps=3, rollouts_per_step=8, warm_start_steps=0,
                   eval_tasks=0, progress=False, save_every=1000, export=False)
-RESUMABLE = dict(method="grpo", knobs={"generations": 4}, rollouts_per_step=8, warm_start_steps=0, eval_tasks=0,
+RESUMABLE = dict(method="grpo", knobs={"rollouts_per_prompt": 4}, rollouts_per_step=8, warm_start_steps=0, eval_tasks=0,
                  progress=False, save_every=2, lag=2, lr_schedule="constant")
 
 

@@ -178,7 +178,7 @@ def _queue(run_dir: Path) -> list:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("method", "settings", "critic"), [
-    ("grpo", {"lag": 1, "knobs": {"generations": 4}}, False),
+    ("grpo", {"lag": 1, "knobs": {"rollouts_per_prompt": 4}}, False),
     ("sao", {"lag": 2, "knobs": {"critic_warmup": 1}}, True),
     ("bpco", {"lag": 2, "knobs": {"critic_warmup": 1}}, True),
     ("rae", {"lag": 3}, False),

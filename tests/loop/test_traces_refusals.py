@@ -31,7 +31,7 @@ def test_a_group_method_on_groups_is_accepted_by_the_check(tmp_path: Path) -> No
     from whileai.loop.sources.traces import _check_groups, load_vocab, scan
 
     rows = _traces(tmp_path / "two.jsonl", per_task=2)
-    _check_groups(scan(rows, load_vocab("builtin:tiny"), True), wai.GRPO(generations=2))  # no error
+    _check_groups(scan(rows, load_vocab("builtin:tiny"), True), wai.GRPO(rollouts_per_prompt=2))  # no error
 
 
 @pytest.mark.parametrize("model, says", [("./no-such-model", "no such directory"),

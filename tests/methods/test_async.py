@@ -165,11 +165,11 @@ def test_async_delegates_its_run_spec_to_the_wrapped_method_explicitly():
 
     import whileai as wai
 
-    wrapped = wai.Async(wai.GRPO(generations=4, temperature=0.7), correction="tis", off_policy_steps=3)
+    wrapped = wai.Async(wai.GRPO(rollouts_per_prompt=4, temperature=0.7), correction="tis", off_policy_steps=3)
     spec = wrapped.run_spec()
     assert (spec.rollouts_per_prompt, spec.temperature, spec.max_lag) == (4, 0.7, 3)
     with pytest.raises(AttributeError):  # no attribute forwarding: a loop reads run_spec(), never a name
-        wrapped.generations  # noqa: B018
+        wrapped.rollouts_per_prompt  # noqa: B018
     assert wai.Async("sao", correction="ipo").run_spec().critic is not None
     assert wai.Async("grpo").run_spec().critic is None
     assert copy.deepcopy(wrapped) == wrapped

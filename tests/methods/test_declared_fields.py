@@ -46,10 +46,10 @@ def test_fields_are_the_recorded_ones(name: str) -> None:
 
 def test_a_knob_of_a_shared_field_is_the_class_own_row() -> None:
     """A field a base class declares takes each subclass's own row where that row names it."""
-    assert methods.MaxRL.knobs()["generations"] is DEFAULTS["max_rl"]["generations"]
-    assert methods.RLOO.knobs()["generations"] is DEFAULTS["rloo"]["generations"]
+    assert methods.MaxRL.knobs()["rollouts_per_prompt"] is DEFAULTS["max_rl"]["rollouts_per_prompt"]
+    assert methods.RLOO.knobs()["rollouts_per_prompt"] is DEFAULTS["rloo"]["rollouts_per_prompt"]
     assert methods.DAPO.knobs()["clip_high"] is DEFAULTS["dapo"]["clip_high"]
-    assert methods.DAPO.knobs()["generations"] is DEFAULTS["grpo"]["generations"]  # DAPO's row has none
+    assert methods.DAPO.knobs()["rollouts_per_prompt"] is DEFAULTS["grpo"]["rollouts_per_prompt"]  # DAPO's row has none
     assert methods.DAPO().clip_high == 0.28 and methods.GRPO().clip_high is None
 
 

@@ -282,9 +282,9 @@ def test_endpoint_validation():
 
 
 def test_reprs():
-    assert repr(OPD()) == ("OPD(teacher=None, top_k=32, samples=4, divergence='reverse_kl', max_ratio=2.0, "
+    assert repr(OPD()) == ("OPD(teacher=None, top_k=32, rollouts_per_prompt=4, divergence='reverse_kl', max_ratio=2.0, "
                            "temperature=1.0, max_tokens=8192, loss='cross_entropy', kl_coef=1.0)")
-    assert repr(OPSD()) == ("OPSD(privileged='reference', anchor='ema:0.01', top_k=32, samples=1, "
+    assert repr(OPSD()) == ("OPSD(privileged='reference', anchor='ema:0.01', top_k=32, rollouts_per_prompt=1, "
                             "divergence='reverse_kl', max_ratio=2.0, temperature=1.0, max_tokens=8192, "
                             "loss='cross_entropy', kl_coef=1.0)")
 

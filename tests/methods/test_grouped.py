@@ -361,7 +361,7 @@ def test_asymmetric_and_dual_clip_are_minus_the_autograd_gradient_of_verls_loss(
     (lambda: GRPO(clip=-0.1), "clip", "-0.1", "(0.0, inf)"),
     (lambda: GRPO(loss_type="token_mean"), "loss_type", "'token_mean'", "'grpo', 'bnpo', 'dr_grpo'"),
     (lambda: GRPO(truncated="drop"), "truncated", "'drop'", "'mask', 'zero'"),
-    (lambda: GRPO().replace(generations=0), "generations", "0", "integer >= 1"),
+    (lambda: GRPO().replace(rollouts_per_prompt=0), "rollouts_per_prompt", "0", "integer >= 1"),
     (lambda: GRPO(beta=float("nan")), "beta", "nan", "finite"),
     (lambda: RAE(decay=1.0), "decay", "1.0", "[0.0, 1.0)"),
     (lambda: RLOO(max_tokens=0), "max_tokens", "0", "integer >= 1"),
@@ -390,7 +390,7 @@ def test_missing_task_id_is_refused_naming_the_row():
 
 
 def test_every_class_is_reachable_by_name_and_prints_its_fields():
-    assert str(GRPO()) == ("GRPO(generations=8, clip=0.2, clip_high=None, dual_clip=None, beta=0.0, "
+    assert str(GRPO()) == ("GRPO(rollouts_per_prompt=8, clip=0.2, clip_high=None, dual_clip=None, beta=0.0, "
                            "loss_type='grpo', truncated='mask', max_tokens=1024, temperature=1.0, loss='cross_entropy')")
     for name, cls in (("grpo", GRPO), ("dr_grpo", DrGRPO), ("rloo", RLOO), ("max_rl", MaxRL), ("rae", RAE)):
         assert type(wai.method(name)) is cls and name in wai.method_names()

@@ -66,11 +66,11 @@ def test_dapo_drops_short_and_unanimous_groups_and_asks_for_more():
     assert np.concatenate(update.advantages)[4:] == pytest.approx([0.70711 / 2, -0.70711 / 2], rel=1e-4)
     assert (update.stats["groups_short"], update.stats["groups_uniform"], update.stats["groups_kept"]) == (1, 1, 1)
     assert any("fewer than min_retained=2" in n for n in update.notes)
-    plan = wai.DAPO(generations=2).plan(batch, ["a", "b", "c", "d"])
+    plan = wai.DAPO(rollouts_per_prompt=2).plan(batch, ["a", "b", "c", "d"])
     assert plan.resample == {"a": 2, "d": 2} and set(plan.done) == {"b", "c"}
     more = batch + rows([0, 0], task="a", truncated=(0, 1))  # one more round, still short
-    assert wai.DAPO(generations=2, max_rounds=1).plan(more, ["a"]).exhausted == ("a",)
-    assert wai.DAPO(generations=2, max_rounds=2).plan(more, ["a"]).resample == {"a": 2}
+    assert wai.DAPO(rollouts_per_prompt=2, max_rounds=1).plan(more, ["a"]).exhausted == ("a",)
+    assert wai.DAPO(rollouts_per_prompt=2, max_rounds=2).plan(more, ["a"]).resample == {"a": 2}
 
 
 # --------------------------------------------------------------------- the group-relative family
@@ -188,7 +188,7 @@ def test_custom_loss_sends_what_the_function_returns():
     gradient (importance_sampling on-policy: c = a)."""
     batch = rows([1, 0], lengths=[2, 3])
     batch[1]["action_mask"] = [True, False, True]
-    custom = wai.CustomLoss(advantages=lambda b: b.rewards_B - 0.25, generations=2, needs=("ref_logprobs",))
+    custom = wai.CustomLoss(advantages=lambda b: b.rewards_B - 0.25, rollouts_per_prompt=2, needs=("ref_logprobs",))
     update = custom.update(batch)
     assert sent(update) == [[0.75, 0.75], [-0.25, 0.0, -0.25]]
     assert [c.tolist() for c in update.coefficients] == sent(update)

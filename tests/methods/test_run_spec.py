@@ -36,7 +36,7 @@ def test_every_method_answers_with_a_valid_run_spec():
 
 
 def test_run_specs_carry_the_methods_own_settings():
-    assert wai.GRPO(generations=4, temperature=0.7, max_tokens=16).run_spec().rollouts_per_prompt == 4
+    assert wai.GRPO(rollouts_per_prompt=4, temperature=0.7, max_tokens=16).run_spec().rollouts_per_prompt == 4
     assert wai.GRPO(beta=0.04).run_spec().needs == ("ref_logprobs",)
     assert wai.GRPO().run_spec().needs == ()
     assert wai.FlashReinforce(off_policy_steps=3).run_spec().max_lag == 3
@@ -82,3 +82,38 @@ def test_state_passes_through_async_and_is_refused_by_stateless_methods():
         wai.GRPO().update(_rows([1.0, 0.0]), state={})
     with pytest.raises(wai.ConfigError, match="finite number"):
         wai.RAE().update(_rows([1.0]), state={"baselines": {"x": float("nan")}})
+
+
+def test_rollouts_per_prompt_has_one_name_on_every_method_that_samples_a_group():
+    """Every method whose run spec samples rollouts declares its count as the field ``rollouts_per_prompt`` (the
+    run spec's and the plan's name), and that field is what the run spec reports."""
+    import dataclasses
+    import warnings
+
+    for name in wai.method_names():
+        needs = {"async": {"method": "grpo"}, "custom_loss": {"advantages": lambda batch: batch.rewards_B}}
+        if name == "groupwise_grading":  # a wrapper whose inner method holds the count
+            continue
+        method = wai.method(name, **needs.get(name, {}))
+        fields = {f.name for f in dataclasses.fields(method)}
+        assert not fields & {"generations", "samples", "group_size_per_prompt"}, name
+        if "rollouts_per_prompt" in fields:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                changed = wai.method(name, rollouts_per_prompt=3, **needs.get(name, {}))
+            assert changed.run_spec().rollouts_per_prompt == 3, name
+
+
+@pytest.mark.parametrize("cls,old", [(wai.GRPO, "generations"), (wai.OPD, "samples"), (wai.OPSD, "samples")])
+def test_the_old_names_still_work_for_one_release_with_a_one_line_warning(cls, old):
+    with pytest.warns(DeprecationWarning, match=rf"^{cls.__name__}\({old}=\.\.\.\) is deprecated: the knob is "
+                      r"rollouts_per_prompt") as caught:
+        made = cls(**{old: 3})
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    assert made == cls(rollouts_per_prompt=3) and made.set_fields() == {"rollouts_per_prompt"}
+    with pytest.warns(DeprecationWarning):
+        assert cls().replace(**{old: 3}) == made
+    with pytest.warns(DeprecationWarning):
+        assert wai.method(cls.name, **{old: 3}) == made
+    with pytest.raises(wai.ConfigError, match="give rollouts_per_prompt= only"):
+        cls(**{old: 3, "rollouts_per_prompt": 3})

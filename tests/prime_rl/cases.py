@@ -31,9 +31,9 @@ CASES: dict[str, Callable[[], wai.PrimeRLConfig]] = {
                                           lr=3e-6, max_steps=200, **{"monitors.wandb.project": "whileai"}),
     "rae_k1": lambda: wai.prime_rl_config("reverse-text", "rae", model=QWEN, **{"orchestrator.group_size": 1}),
     # method objects
-    "rloo": lambda: wai.prime_rl_config("reverse-text", wai.RLOO(generations=4), model=QWEN),
+    "rloo": lambda: wai.prime_rl_config("reverse-text", wai.RLOO(rollouts_per_prompt=4), model=QWEN),
     "async_grpo_ipo": lambda: wai.prime_rl_config(
-        "reverse-text", wai.Async(wai.GRPO(generations=16, max_tokens=512), correction="ipo", off_policy_steps=2),
+        "reverse-text", wai.Async(wai.GRPO(rollouts_per_prompt=16, max_tokens=512), correction="ipo", off_policy_steps=2),
         model=QWEN, lora=32, **{"ckpt.interval": 50}),
     "opd": lambda: wai.prime_rl_config("reverse-text", wai.OPD(TEACHER, max_tokens=1536), model=QWEN,
                                        model_vocab_size=151669),

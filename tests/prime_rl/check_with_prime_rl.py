@@ -81,11 +81,11 @@ def _random_configs(wai: Any, qwen: str, count: int, seed: int) -> list[Any]:
     envs = ["reverse-text", {"id": "gsm8k", "split": "train"},
             {"id": "alphabet-sort", "max_turns": 5, "max_names_per_turn": 3}]
     methods = {
-        "grpo": lambda g: wai.GRPO(generations=g, temperature=rng.uniform(0.1, 2), max_tokens=rng.randint(1, 4096),
+        "grpo": lambda g: wai.GRPO(rollouts_per_prompt=g, temperature=rng.uniform(0.1, 2), max_tokens=rng.randint(1, 4096),
                                    loss_type="dr_grpo"),
-        "dr_grpo": lambda g: wai.DrGRPO(generations=g), "rloo": lambda g: wai.RLOO(generations=g),
-        "max_rl": lambda g: wai.MaxRL(generations=g), "rae": lambda g: wai.RAE(generations=g),
-        "opd": lambda g: wai.OPD(TEACHER, samples=rng.randint(1, 8), max_tokens=rng.randint(64, 1500)),
+        "dr_grpo": lambda g: wai.DrGRPO(rollouts_per_prompt=g), "rloo": lambda g: wai.RLOO(rollouts_per_prompt=g),
+        "max_rl": lambda g: wai.MaxRL(rollouts_per_prompt=g), "rae": lambda g: wai.RAE(rollouts_per_prompt=g),
+        "opd": lambda g: wai.OPD(TEACHER, rollouts_per_prompt=rng.randint(1, 8), max_tokens=rng.randint(64, 1500)),
         "opsd": lambda g: wai.OPSD(privileged=rng.choice(["reference", "hint", "demonstration"]), max_tokens=1000),
         "sft": lambda g: wai.SFT(normalize="token_mean"),
     }

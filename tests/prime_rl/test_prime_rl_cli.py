@@ -26,7 +26,7 @@ def test_writes_the_same_config_as_the_api_and_prints_the_rest(tmp_path, capsys)
 def test_knobs_env_fields_and_teacher_flags(tmp_path, capsys) -> None:
     out = tmp_path / "opd.toml"
     code = main(["prime-rl", "--env", "gsm8k", "--env-field", "split=train", "--method", "opd",
-                 "--knob", "max_tokens=512", "--knob", "samples=2", "--model", QWEN,
+                 "--knob", "max_tokens=512", "--knob", "rollouts_per_prompt=2", "--model", QWEN,
                  "--teacher-url", TEACHER.base_url, "--teacher-model", TEACHER.model,
                  "--teacher-vocab", "151669", "--model-vocab", "151669", "--out", str(out)])
     assert code == 0

@@ -17,7 +17,7 @@ GROUPED = st.sampled_from([wai.GRPO, wai.DrGRPO, wai.RLOO, wai.MaxRL, wai.RAE])
 @st.composite
 def methods(draw):
     cls = draw(GROUPED)
-    method = cls(generations=draw(st.integers(1, 40)), temperature=draw(st.floats(0.1, 2.0)),
+    method = cls(rollouts_per_prompt=draw(st.integers(1, 40)), temperature=draw(st.floats(0.1, 2.0)),
                  max_tokens=draw(st.integers(1, 4096)))
     if draw(st.booleans()):
         method = wai.Async(method, correction="ipo", off_policy_steps=draw(st.integers(0, 16)),
@@ -47,7 +47,7 @@ def test_written_or_refused_never_invalid(method, overrides) -> None:
     assert tomllib.loads(cfg.toml) == config
     assert schema.problems(config) == []
     k = config["orchestrator"]["group_size"]
-    assert k == overrides.get("orchestrator.group_size", (getattr(method, "method", method)).generations)
+    assert k == overrides.get("orchestrator.group_size", (getattr(method, "method", method)).rollouts_per_prompt)
     assert config["orchestrator"]["batch_size"] % k == 0
     if k == 1:
         assert config["orchestrator"]["algo"]["type"] == "rae"

@@ -91,7 +91,7 @@ def test_required_tables_and_shared_fields(name: str) -> None:
 
 
 def test_minimal_validated_config_is_reproduced_key_for_key() -> None:
-    cfg = wai.prime_rl_config("reverse-text", wai.GRPO(generations=16, max_tokens=128), model=QWEN, max_steps=20,
+    cfg = wai.prime_rl_config("reverse-text", wai.GRPO(rollouts_per_prompt=16, max_tokens=128), model=QWEN, max_steps=20,
                               lr=3e-6)
     minimal = tomllib.loads(MINIMAL)
     # The writer states two things the minimal file leaves to prime-rl's defaults, each equal to that default:
@@ -132,7 +132,7 @@ def test_every_knob_is_mapped_or_ignored_with_a_reason(method) -> None:
 
 
 def test_grpo_knobs_land_on_prime_rl_keys() -> None:
-    cfg = wai.prime_rl_config("reverse-text", wai.GRPO(generations=4, temperature=0.7, max_tokens=300),
+    cfg = wai.prime_rl_config("reverse-text", wai.GRPO(rollouts_per_prompt=4, temperature=0.7, max_tokens=300),
                               model=QWEN)
     orchestrator = cfg.config["orchestrator"]
     assert orchestrator["group_size"] == 4 and orchestrator["batch_size"] == 128
@@ -175,7 +175,7 @@ def test_rae_at_one_rollout_warns_with_the_baseline_it_is() -> None:
 
 
 def test_rae_decay_comes_from_the_object() -> None:
-    cfg = wai.prime_rl_config("reverse-text", wai.RAE(decay=0.9, generations=4), model=QWEN)
+    cfg = wai.prime_rl_config("reverse-text", wai.RAE(decay=0.9, rollouts_per_prompt=4), model=QWEN)
     assert cfg.config["orchestrator"]["algo"] == {"type": "rae", "decay": 0.9}
     assert not any(w.startswith("rae at group_size 1") for w in cfg.warnings)
 
@@ -185,12 +185,12 @@ def test_rloo_as_grpo_with_adv_tau_gives_rloo_advantages(seed: int) -> None:
     """R_i - mean of the other k-1 = k/(k-1) (R_i - group mean); e.g. k=4, R=(1,0,0,0): 1 - 0 = 1 = 4/3 * 3/4."""
     rng = np.random.default_rng(seed)
     k = int(rng.integers(2, 7))
-    cfg = wai.prime_rl_config("reverse-text", wai.RLOO(generations=k), model=QWEN)
+    cfg = wai.prime_rl_config("reverse-text", wai.RLOO(rollouts_per_prompt=k), model=QWEN)
     adv_tau = cfg.config["trainer"]["loss"]["adv_tau"]
     rewards = rng.random((3, k))
     rows = [{"task_id": g, "reward": float(rewards[g, i]), "logprobs": [-0.5, -0.7]}
             for g in range(3) for i in range(k)]
-    rloo = np.array([a[0] for a in wai.RLOO(generations=k).update(rows).advantages]).reshape(3, k)
+    rloo = np.array([a[0] for a in wai.RLOO(rollouts_per_prompt=k).update(rows).advantages]).reshape(3, k)
     prime_rl_grpo = rewards - rewards.mean(axis=1, keepdims=True)
     np.testing.assert_allclose(adv_tau * prime_rl_grpo, rloo, rtol=1e-12, atol=1e-12)
 
@@ -302,10 +302,10 @@ def test_opsd_hint_renderer_follows_an_explicit_policy_renderer() -> None:
 
 def test_default_batch_size_is_kept_a_multiple_of_the_group() -> None:
     """128 rollouts over groups of 12 is 10.67 prompts: the nearest whole count is 11 -> 132 rollouts."""
-    cfg = wai.prime_rl_config("reverse-text", wai.GRPO(generations=12), model=QWEN)
+    cfg = wai.prime_rl_config("reverse-text", wai.GRPO(rollouts_per_prompt=12), model=QWEN)
     assert cfg.config["orchestrator"]["batch_size"] == 132
     assert any("132 (11 prompts x group_size 12)" in w for w in cfg.warnings)
-    small = wai.prime_rl_config("reverse-text", wai.GRPO(generations=200), model=QWEN)
+    small = wai.prime_rl_config("reverse-text", wai.GRPO(rollouts_per_prompt=200), model=QWEN)
     assert small.config["orchestrator"]["batch_size"] == 200
     assert any("200 (1 prompt x group_size 200)" in w for w in small.warnings)  # not "1 prompts"
 
@@ -363,8 +363,8 @@ def test_launcher_set_keys_cannot_be_overridden() -> None:
 def test_override_of_a_knob_mapped_key_wins_and_says_so() -> None:
     cfg = wai.prime_rl_config("reverse-text", "rae", model=QWEN, **{"orchestrator.group_size": 4})
     assert cfg.config["orchestrator"]["group_size"] == 4
-    assert any("replaces RAE.generations=1" in w for w in cfg.warnings)
-    assert cfg.mapped["RAE.generations"] == ("orchestrator.group_size = 4 (set by orchestrator.group_size, which "
+    assert any("replaces RAE.rollouts_per_prompt=1" in w for w in cfg.warnings)
+    assert cfg.mapped["RAE.rollouts_per_prompt"] == ("orchestrator.group_size = 4 (set by orchestrator.group_size, which "
                                              "replaced the knob's 1)")
     assert "orchestrator.group_size = 1" not in str(cfg.to_dict())
 
@@ -381,10 +381,10 @@ def test_the_method_reported_carries_the_values_that_landed() -> None:
     """cfg.method (and the header's `method:` line) is the method prime-rl will run, inner and outer knobs alike."""
     cfg = wai.prime_rl_config("reverse-text", wai.Async(wai.GRPO(), off_policy_steps=2), model=QWEN,
                               **{"orchestrator.group_size": 4, "orchestrator.max_off_policy_steps": 3})
-    assert cfg.method == wai.Async(wai.GRPO(generations=4), off_policy_steps=3)
-    assert "method: Async(method=GRPO(generations=4," in cfg.toml
-    same = wai.prime_rl_config("reverse-text", wai.RAE(generations=4), model=QWEN, **{"orchestrator.group_size": 4})
-    assert same.method == wai.RAE(generations=4)
+    assert cfg.method == wai.Async(wai.GRPO(rollouts_per_prompt=4), off_policy_steps=3)
+    assert "method: Async(method=GRPO(rollouts_per_prompt=4," in cfg.toml
+    same = wai.prime_rl_config("reverse-text", wai.RAE(rollouts_per_prompt=4), model=QWEN, **{"orchestrator.group_size": 4})
+    assert same.method == wai.RAE(rollouts_per_prompt=4)
 
 
 def test_the_lag_warning_states_the_bound_that_landed() -> None:

@@ -65,7 +65,7 @@ def test_flash_reinforce_learns_from_one_rollout_per_prompt(seed):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_grpo_learns_from_groups(seed):
     history = run("grpo", seed)
-    assert history["group"] == wai.GRPO().generations == 8
+    assert history["group"] == wai.GRPO().rollouts_per_prompt == 8
     check_learned(history)
     # with stale samples PPO's clip engaged on some tokens
     assert max(s["clipped_token_share"] for s in history["stats"]) > 0.0
@@ -91,13 +91,13 @@ def test_held_out_prompts_are_never_trained_on():
 
 
 def test_cli_knobs_reach_the_method_and_group_size_comes_from_it():
-    cfg, as_json = rl.parse_args(["--method", "grpo", "--set", "generations=4", "--set", "clip=0.3",
+    cfg, as_json = rl.parse_args(["--method", "grpo", "--set", "rollouts_per_prompt=4", "--set", "clip=0.3",
                                   "--steps", "7", "--lag", "1", "--json"])
     method, engine = rl.build(cfg)
-    assert (method.generations, method.clip, cfg.steps, cfg.lag, as_json) == (4, 0.3, 7, 1, True)
+    assert (method.rollouts_per_prompt, method.clip, cfg.steps, cfg.lag, as_json) == (4, 0.3, 7, 1, True)
     assert engine.keep_sampler_versions == 2
     with pytest.raises(wai.ConfigError, match="rollouts_per_step=2 is below the method's group size 4"):
-        rl.train(rl.Config(method="grpo", knobs={"generations": 4}, rollouts_per_step=2, steps=1))
+        rl.train(rl.Config(method="grpo", knobs={"rollouts_per_prompt": 4}, rollouts_per_step=2, steps=1))
 
 
 def test_bad_settings_are_reported_all_at_once(capsys):

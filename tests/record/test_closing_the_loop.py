@@ -21,7 +21,7 @@ TRAIN_ASKS, TEST_ASKS, SAMPLES = 512, 64, 4
 
 
 def ask(recorder, model, prompt, seed, n=1):
-    raw = openai.OpenAI(base_url=recorder.url + "/v1", api_key="none", max_retries=0).completions.with_raw_response
+    raw = openai.OpenAI(base_url=recorder.url + "/v1", api_key=recorder.token, max_retries=0).completions.with_raw_response
     answer = raw.create(model=model, prompt=prompt, max_tokens=4, n=n, seed=seed)
     return json.loads(answer.headers["x-whileai-trace-ids"]), [c.text for c in answer.parse().choices]
 

@@ -74,7 +74,7 @@ def test_the_stream_hands_out_each_scored_trace_once_in_the_order_scored(recorde
 def test_bad_cursor_or_limit_is_a_422_naming_both(recorder):
     started, _ = recorder
     for query in ("after=-1", "after=x", "limit=0", "limit=5000"):
-        reply = httpx.get(f"{started.url}/v1/export?{query}")
+        reply = httpx.get(f"{started.url}/v1/export?{query}", headers=started.headers)
         assert reply.status_code == 422 and "'after' must be an integer" in reply.text, query
 
 
@@ -189,7 +189,7 @@ def test_an_adapter_replaced_in_place_keeps_answering_requests_for_its_name(tmp_
         failures, seen, done = [], set(), threading.Event()
 
         def ask():
-            with httpx.Client(base_url=policy.url, timeout=60) as http:
+            with httpx.Client(base_url=policy.url, timeout=60, headers=policy.headers) as http:
                 while not done.is_set():
                     reply = http.post("/v1/completions", json={"model": "policy", "prompt": [1, 72], "max_tokens": 2})
                     if reply.status_code != 200:
@@ -206,7 +206,7 @@ def test_an_adapter_replaced_in_place_keeps_answering_requests_for_its_name(tmp_
         finally:
             done.set()
             asker.join()
-        last = httpx.post(f"{policy.url}/v1/completions", json={"model": "policy", "prompt": [1], "max_tokens": 1})
+        last = httpx.post(f"{policy.url}/v1/completions", headers=policy.headers, json={"model": "policy", "prompt": [1], "max_tokens": 1})
     assert failures == [] and len(set(versions)) == 6
     assert seen <= set(versions) and len(seen) >= 2
     assert last.headers["x-whileai-weights-version"] == versions[-1]

@@ -17,19 +17,22 @@ from whileai.record.launch import Started
 
 pytestmark = pytest.mark.slow
 MODEL = "builtin:tiny"
+UPSTREAM = "sk-upstream-secret-0001"  # wai policy's token, which the recorder sends upstream (--upstream-key)
+RECORDER = "sk-recorder-secret-0002"  # the recorder's own, which its clients send
 
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
     root = tmp_path_factory.mktemp("record")
-    with Started(["policy", MODEL, "--threads", "1", "--api-key", "sk-upstream-secret"], root) as policy:
-        recorder = Started(["record", "--upstream", policy.url, "--data-dir", str(root / "data")], root)
+    with Started(["policy", MODEL, "--threads", "1", "--token", UPSTREAM], root) as policy:
+        recorder = Started(["record", "--upstream", policy.url, "--data-dir", str(root / "data"), "--token", RECORDER,
+                            "--upstream-key", UPSTREAM], root)
         with recorder:
             yield policy, recorder, root / "data"
 
 
 def client(server) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="sk-upstream-secret", max_retries=0)
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=server.token, max_retries=0)
 
 
 def tokenizer():
@@ -39,7 +42,7 @@ def tokenizer():
 
 
 def trace(recorder, trace_id):
-    answer = httpx.get(f"{recorder.url}/v1/traces/{trace_id}")
+    answer = httpx.get(f"{recorder.url}/v1/traces/{trace_id}", headers=recorder.headers)
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -65,14 +68,15 @@ def test_the_client_gets_what_the_upstream_would_have_sent_and_the_trace_holds_i
 
 
 def test_models_are_the_upstreams_and_each_of_n_choices_has_its_own_trace_id(servers):
-    """``models.list()`` through the recorder is the upstream's list (with the key passed on: a wrong one is the
-    upstream's 401); ``n=2`` gives a JSON list of two trace ids in x-whileai-trace-ids, one per choice in index
+    """``models.list()`` through the recorder is the upstream's list (sent with --upstream-key; a client with a
+    wrong token gets the recorder's own 401, and the upstream's token does not open the recorder); ``n=2`` gives a JSON list of two trace ids in x-whileai-trace-ids, one per choice in index
     order, each trace holding that choice's tokens; x-whileai-trace-id is choice 0's."""
     policy, recorder, _ = servers
     assert [m.id for m in client(recorder).models.list()] == [m.id for m in client(policy).models.list()] == [MODEL]
-    wrong = openai.OpenAI(base_url=recorder.url + "/v1", api_key="sk-wrong", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
-        wrong.models.list()
+    for key in ("sk-wrong", UPSTREAM):
+        wrong = openai.OpenAI(base_url=recorder.url + "/v1", api_key=key, max_retries=0)
+        with pytest.raises(openai.AuthenticationError, match="not this server's"):
+            wrong.models.list()
     raw = client(recorder).completions.with_raw_response.create(model=MODEL, prompt="ab", max_tokens=6, n=2, seed=3)
     ids = json.loads(raw.headers["x-whileai-trace-ids"])
     assert len(ids) == len(set(ids)) == 2 and raw.headers["x-whileai-trace-id"] == ids[0]
@@ -114,7 +118,9 @@ def test_a_streamed_completion_with_logprobs_gives_the_client_the_recorded_value
     assert [v for c in chunks for v in c.choices[0].logprobs.token_logprobs] == exchange["logprobs"]
     pieces = [t for c in chunks for t in c.choices[0].logprobs.tokens]
     offsets = [o for c in chunks for o in c.choices[0].logprobs.text_offset]
-    assert offsets == [sum(len(p) for p in pieces[:j]) for j in range(len(pieces))]
+    text = "".join(c.choices[0].text for c in chunks)  # offsets index it; a part of a character reads bytes:\xNN
+    assert offsets == sorted(offsets) and all(0 <= o <= len(text) for o in offsets)
+    assert all(text[o:o + len(p)] == p for p, o in zip(pieces, offsets) if not p.startswith("bytes:"))
     assert len(exchange["completion_ids"]) == len(pieces)
 
 
@@ -136,7 +142,7 @@ def test_a_tool_conversation_threads_into_one_trace_with_only_the_replies_as_act
         messages = [*messages, message, {"role": "tool", "tool_call_id": f"call_{turn}", "content": "sunny, 21C"},
                     {"role": "user", "content": "and tomorrow?"}]
     assert len(set(ids)) == 1, ids
-    assert httpx.post(f"{recorder.url}/v1/rewards", json={"trace_id": ids[0], "reward": 1.0}).status_code == 200
+    assert httpx.post(f"{recorder.url}/v1/rewards", headers=recorder.headers, json={"trace_id": ids[0], "reward": 1.0}).status_code == 200
     export(data, tmp_path / "rows.jsonl")
     row = next(json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()
                if json.loads(line)["task_id"] == ids[0])
@@ -174,7 +180,7 @@ def test_the_trainers_ratio_on_recorded_traces_is_one_when_weights_have_not_move
             list(raw.parse())
         ids.append(raw.headers["x-whileai-trace-id"])
     for trace_id in ids:
-        httpx.post(f"{recorder.url}/v1/rewards", json={"trace_id": trace_id, "reward": 0.0}).raise_for_status()
+        httpx.post(f"{recorder.url}/v1/rewards", headers=recorder.headers, json={"trace_id": trace_id, "reward": 0.0}).raise_for_status()
     export(data, tmp_path / "rows.jsonl")
     rows = [r for r in map(json.loads, (tmp_path / "rows.jsonl").read_text().splitlines()) if r["task_id"] in ids]
     assert len(rows) == len(ids)
@@ -194,32 +200,33 @@ def test_the_trainers_ratio_on_recorded_traces_is_one_when_weights_have_not_move
 def test_bad_input_gets_a_clear_status_and_the_recorder_keeps_serving(servers):
     policy, recorder, _ = servers
     url = f"{recorder.url}/v1/rewards"
-    unknown = httpx.post(url, json={"trace_id": "tr_nope", "reward": 1.0})
+    unknown = httpx.post(url, headers=recorder.headers, json={"trace_id": "tr_nope", "reward": 1.0})
     assert unknown.status_code == 404 and "tr_nope" in unknown.json()["error"]["message"]
-    nan = httpx.post(url, content=b'{"trace_id": "tr_nope", "reward": NaN}')
+    nan = httpx.post(url, headers=recorder.headers, content=b'{"trace_id": "tr_nope", "reward": NaN}')
     assert nan.status_code == 422 and "finite" in nan.json()["error"]["message"]
-    malformed = httpx.post(url, content=b"{not json")
+    malformed = httpx.post(url, headers=recorder.headers, content=b"{not json")
     assert malformed.status_code == 422 and "not valid JSON" in malformed.json()["error"]["message"]
     with pytest.raises(openai.BadRequestError, match="unknown field 'logit_bias'"):
         client(recorder).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
                                                  logit_bias={"5": 1})
-    body = httpx.post(f"{recorder.url}/v1/chat/completions", content=b"[1, 2")
+    body = httpx.post(f"{recorder.url}/v1/chat/completions", headers=recorder.headers, content=b"[1, 2")
     assert body.status_code == 400 and "not valid JSON" in body.json()["error"]["message"]
-    with pytest.raises(openai.AuthenticationError):  # the key is passed through; the upstream checks it
+    with pytest.raises(openai.AuthenticationError):  # the recorder checks its own token
         openai.OpenAI(base_url=recorder.url + "/v1", api_key="wrong", max_retries=0).completions.create(
             model=MODEL, prompt="a", max_tokens=2)
     raw = client(recorder).completions.with_raw_response.create(model=MODEL, prompt="still here", max_tokens=3)
     first = raw.headers["x-whileai-trace-id"]
-    assert httpx.post(url, json={"trace_id": first, "reward": 1}).status_code == 200
-    again = httpx.post(url, json={"trace_id": first, "reward": 0})
+    assert httpx.post(url, headers=recorder.headers, json={"trace_id": first, "reward": 1}).status_code == 200
+    again = httpx.post(url, headers=recorder.headers, json={"trace_id": first, "reward": 0})
     assert again.status_code == 409 and "replace" in again.json()["error"]["message"]
-    assert httpx.post(url, json={"trace_id": first, "reward": 0, "replace": True}).json()["replaced"] == 1.0
+    assert httpx.post(url, headers=recorder.headers, json={"trace_id": first, "reward": 0, "replace": True}).json()["replaced"] == 1.0
 
 
-def test_the_api_key_is_never_stored(servers):
+def test_no_token_is_ever_stored_or_logged(servers):
     _, _, data = servers
-    for path in data.iterdir():
-        assert b"sk-upstream-secret" not in path.read_bytes(), path
+    for path in [*data.iterdir(), *data.parent.glob("*.log")]:
+        text = path.read_bytes()
+        assert UPSTREAM.encode() not in text and RECORDER.encode() not in text, path
 
 
 def test_sigkill_mid_traffic_loses_no_acknowledged_trace_or_reward_and_doubles_none(servers, tmp_path):
@@ -227,7 +234,8 @@ def test_sigkill_mid_traffic_loses_no_acknowledged_trace_or_reward_and_doubles_n
 
     policy, _, _ = servers
     data = tmp_path / "data"
-    recorder = Started(["record", "--upstream", policy.url, "--data-dir", str(data)], tmp_path).start()
+    recorder = Started(["record", "--upstream", policy.url, "--data-dir", str(data), "--upstream-key", UPSTREAM],
+                       tmp_path).start()
     acked: dict[str, float] = {}
     stop = threading.Event()
 
@@ -239,7 +247,9 @@ def test_sigkill_mid_traffic_loses_no_acknowledged_trace_or_reward_and_doubles_n
                 raw = client(recorder).completions.with_raw_response.create(model=MODEL, prompt=f"p{k}", max_tokens=4)
                 trace_id = raw.headers["x-whileai-trace-id"]
                 acked[trace_id] = float("nan")
-                if httpx.post(f"{recorder.url}/v1/rewards", json={"trace_id": trace_id, "reward": k}).status_code == 200:
+                rewarded = httpx.post(f"{recorder.url}/v1/rewards", headers=recorder.headers,
+                                      json={"trace_id": trace_id, "reward": k})
+                if rewarded.status_code == 200:
                     acked[trace_id] = float(k)
             except (openai.APIError, httpx.HTTPError):
                 return

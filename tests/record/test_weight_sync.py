@@ -63,11 +63,11 @@ def test_each_lora_push_samples_with_the_trainers_log_probabilities_and_a_new_ve
     assert len(set(versions)) == 3
     base = ServerSampler(server.url, MODEL).sample(PROMPTS, n=2, max_tokens=12, seed=0)
     assert {s.weights_version for s in base} == {versions[0]} and gap(engine, base) > 1e-2  # the push mattered
-    listed = httpx.get(server.url + "/v1/models").json()["data"]
+    listed = httpx.get(server.url + "/v1/models", headers=server.headers).json()["data"]
     assert [(m["id"], m.get("parent"), m["weights_version"]) for m in listed] == [
         (MODEL, None, versions[0]), ("policy", MODEL, versions[-1])]
-    assert httpx.post(server.url + "/v1/unload_lora_adapter", json={"lora_name": "policy"}).status_code == 200
-    gone = httpx.post(server.url + "/v1/completions", json={"model": "policy", "prompt": [1, 2]})
+    assert httpx.post(server.url + "/v1/unload_lora_adapter", headers=server.headers, json={"lora_name": "policy"}).status_code == 200
+    gone = httpx.post(server.url + "/v1/completions", headers=server.headers, json={"model": "policy", "prompt": [1, 2]})
     assert gone.status_code == 404 and "is not served here" in gone.json()["error"]["message"]
 
 
@@ -77,9 +77,9 @@ def test_bad_lora_pushes_get_400s_in_the_openai_error_shape(server, tmp_path):
                            ({"lora_name": "x", "lora_path": str(tmp_path)}, "not a PEFT adapter folder"),
                            ({"lora_name": "x", "lora_path": folder}, "trained on base 'builtin:mini@seed0'"),
                            ({"lora_path": folder}, "'lora_name' is None")]:
-        reply = httpx.post(server.url + "/v1/load_lora_adapter", json=body)
+        reply = httpx.post(server.url + "/v1/load_lora_adapter", headers=server.headers, json=body)
         assert reply.status_code == 400 and expected in reply.json()["error"]["message"], reply.text
-    assert [m["id"] for m in httpx.get(server.url + "/v1/models").json()["data"]] == [MODEL]
+    assert [m["id"] for m in httpx.get(server.url + "/v1/models", headers=server.headers).json()["data"]] == [MODEL]
 
 
 def test_a_full_fine_tuning_push_reloads_every_weight_and_a_killed_server_is_named(tmp_path):
@@ -95,11 +95,11 @@ def test_a_full_fine_tuning_push_reloads_every_weight_and_a_killed_server_is_nam
             print(f"full push {push}: version {versions[-1]}, gap {gap(engine, samples):.2e}")
             assert {s.weights_version for s in samples} == {versions[-1]} and gap(engine, samples) < EXACT
         assert len(set(versions)) == 3 and versions[1].startswith("sha256:")
-        assert [m["id"] for m in httpx.get(server.url + "/v1/models").json()["data"]] == [MODEL]  # 'old' dropped
-        reply = httpx.post(server.url + "/update_weights_from_disk", json={"model_path": str(tmp_path / "none")})
+        assert [m["id"] for m in httpx.get(server.url + "/v1/models", headers=server.headers).json()["data"]] == [MODEL]  # 'old' dropped
+        reply = httpx.post(server.url + "/update_weights_from_disk", headers=server.headers, json={"model_path": str(tmp_path / "none")})
         assert reply.status_code == 400 and reply.json()["success"] is False and reply.json()["num_paused_requests"] == 0
         assert "could not be loaded" in reply.json()["message"]
-        named = httpx.post(server.url + "/update_weights_from_disk",
+        named = httpx.post(server.url + "/update_weights_from_disk", headers=server.headers,
                            json={"model_path": str(tmp_path / "full"), "weight_version": "step6"})
         assert named.json()["success"] and named.headers["x-whileai-weights-version"] == "step6"
         server.kill()
@@ -115,4 +115,4 @@ def test_the_docs_example_runs_against_a_server(server, tmp_path):
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     assert "http://127.0.0.1:8300" in code and "/tmp/wai-sync" in code
     exec(code.replace("http://127.0.0.1:8300", server.url).replace("/tmp/wai-sync", str(tmp_path)), {})
-    assert httpx.post(server.url + "/v1/unload_lora_adapter", json={"lora_name": "policy"}).status_code == 200
+    assert httpx.post(server.url + "/v1/unload_lora_adapter", headers=server.headers, json={"lora_name": "policy"}).status_code == 200

@@ -213,7 +213,7 @@ def test_rows_never_imports_methods_or_routing():
 def test_wai_route_returns_a_method_object_or_none_never_a_dict():
     assert wai.route is route
     result = route(make_rows([0, 1, 2, 3, 4, 2, 1, 3], 4, model=MODEL), MODEL)
-    assert isinstance(result.config, Method) and result.config.generations == 4
+    assert isinstance(result.config, Method) and result.config.rollouts_per_prompt == 4
     assert result.to_dict()["config"]["method"] == "grpo"
     floor = route(make_rows([0] * 6, 4, model=MODEL), MODEL)
     assert isinstance(floor.config, Method) and floor.method == "opsd"

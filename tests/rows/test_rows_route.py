@@ -115,7 +115,7 @@ def test_route_returns_ready_method_objects(branch, cls):
     if branch == "floor":
         assert result.config.privileged == "reference"
     if branch == "grpo":
-        assert result.config.generations == 4  # the rows' k, not the library default of 8
+        assert result.config.rollouts_per_prompt == 4  # the rows' k, not the library default of 8
     if branch == "strong teacher":
         assert result.config.teacher == wai.Endpoint(base_url="http://127.0.0.1:8001/v1", model="Qwen/Qwen3-32B")
 

@@ -89,9 +89,9 @@ def test_policy_step_gives_the_same_update_through_the_service(client: Client, s
     rows_remote, rows_local = _rows(run), _rows(engine)
     assert [r["tokens"] for r in rows_remote] == [r["tokens"] for r in rows_local]
     params = {"max_tokens": 5, "temperature": 0.8}
-    a = policy_step(run, wai.GRPO(generations=2), rows_remote, adam=ADAM, sampling_params=params,
+    a = policy_step(run, wai.GRPO(rollouts_per_prompt=2), rows_remote, adam=ADAM, sampling_params=params,
                     single_pass_tokens=single_pass_tokens)
-    b = policy_step(engine, wai.GRPO(generations=2), rows_local, adam=ADAM, sampling_params=params,
+    b = policy_step(engine, wai.GRPO(rollouts_per_prompt=2), rows_local, adam=ADAM, sampling_params=params,
                     single_pass_tokens=single_pass_tokens)
     assert any(np.any(c) for c in a.update.coefficients)
     for c1, c2 in zip(a.update.coefficients, b.update.coefficients):

@@ -161,11 +161,14 @@ def test_requests_we_do_not_serve_fail_with_the_route_and_what_is_missing(sdk: A
     with pytest.raises(tinker.BadRequestError, match="load_weights.*for another run's state use ServiceClient.create_training_client_from_state"):
         remote.load_state("tinker://run-elsewhere/weights/x").result(timeout=60)
     sampler = remote.save_weights_and_get_sampling_client().result()
-    with pytest.raises(tinker.BadRequestError, match="topk_sample_logprobs not supported"):
-        sampler.sample(types.ModelInput.from_ints(PROMPT), 1, types.SamplingParams(max_tokens=1),
-                       topk_sample_logprobs=2).result(timeout=60)
-    with pytest.raises(tinker.NotFoundError, match="/api/v1/training_runs.* is not supported by wai serve"):
-        sdk.create_rest_client().list_training_runs().result(timeout=60)
+    with pytest.raises(tinker.BadRequestError, match="prompt_alt_tokens_k=2 draws at the request's temperature; "
+                                                     "temperature 0"):
+        sampler.sample(types.ModelInput.from_ints(PROMPT), 1, types.SamplingParams(max_tokens=1, temperature=0),
+                       prompt_alt_tokens_k=2).result(timeout=60)
+    saved = remote.save_state("kept").result(timeout=60).path
+    with pytest.raises(tinker.BadRequestError, match="publishing a checkpoint is not available on wai serve: .*no hub"):
+        tinker.RestClient(base_url=tml_server.url, api_key=tml_server.token).publish_checkpoint_from_tinker_path(
+            saved).result(timeout=60)
     remote.forward_backward([sft_datum()], "cross_entropy").result(timeout=60)  # the run still works
 
 

@@ -69,9 +69,34 @@ def test_our_sample_output_is_what_the_sdk_decodes_with_none_at_the_first_prompt
 
 def test_sample_options_we_do_not_serve_are_named():
     request = types.SampleRequest(prompt=types.ModelInput.from_ints([1, 2]), sampling_params=types.SamplingParams(
-        max_tokens=2), num_samples=1, topk_sample_logprobs=3, prompt_alt_tokens_k=2)
-    with pytest.raises(ConfigError, match="topk_sample_logprobs, prompt_alt_tokens_k not supported"):
+        max_tokens=2), num_samples=1, record_stability_info=True)
+    with pytest.raises(ConfigError, match="record_stability_info .StableReinforce's stability records. is not "
+                                          "available on wai serve"):
         tinker_wire.sample_body(request)
+
+
+def test_sparse_target_prompt_logprobs_come_back_in_the_requests_layout():
+    """Sparse CSR targets: the cells asked are scored, the others read -1 (nothing asked); the answer keeps the
+    request's CSR indices, so the SDK decodes it to the same sparse shape."""
+    targets = {"data": [5, 7, 9], "dtype": "int64", "shape": [3, 2], "sparse_crow_indices": [0, 1, 1, 3],
+               "sparse_col_indices": [1, 0, 1]}
+    request = types.SampleRequest(prompt=types.ModelInput.from_ints([1, 2, 3, 4]), num_samples=1,
+                                  sampling_params=types.SamplingParams(max_tokens=1), target_prompt_logprobs=targets)
+    fields, extra = tinker_wire.sample_body(request, vocab_size=10)
+    assert fields["target_prompt_logprobs"] == [[-1, 5], [-1, -1], [7, 9]]
+    scored = [[None, -0.5], [None, None], [-1.5, -2.5]]
+    result = {"sequences": [[{"tokens": [3], "logprobs": [-1.0], "stop_reason": "length"}]],
+              "target_prompt_logprobs": scored}
+    out = deserialize_sample_response(tinker_wire.sample_output(result, None, extra["sparse"]))
+    assert out.target_prompt_logprobs.sparse_crow_indices == [0, 1, 1, 3]
+    assert out.target_prompt_logprobs.sparse_col_indices == [1, 0, 1]
+    assert out.target_prompt_logprobs.data == [-0.5, -1.5, -2.5]  # the cells asked, in CSR order
+    assert out.target_prompt_logprobs.tolist() == [[0.0, -0.5], [0.0, 0.0], [-1.5, -2.5]]  # 0.0: placeholders
+    bad = types.SampleRequest(prompt=types.ModelInput.from_ints([1, 2, 3, 4]), num_samples=1,
+                              sampling_params=types.SamplingParams(max_tokens=1),
+                              target_prompt_logprobs={"data": [1, 2], "dtype": "int64", "shape": [2, 1]})
+    with pytest.raises(ConfigError, match=r"shape \[2, 1\]; it must be \[len\(prompt\) - 1, K\] = \[3, K\]"):
+        tinker_wire.sample_body(bad, vocab_size=10)
 
 
 def test_a_plain_tinker_server_advertises_the_sdk_losses_with_scalar_clip_keys():
@@ -98,3 +123,15 @@ def test_an_empty_stop_list_keeps_the_servers_eos_stop_and_ignore_eos_drops_it()
     assert "stop" not in prompt_seed({"max_tokens": 4, "stop": None}, 0)
     assert prompt_seed({"max_tokens": 4, "stop": [], "ignore_eos": True}, 0)["stop"] == []
     assert prompt_seed({"max_tokens": 4, "stop": [7]}, 0)["stop"] == [7]
+
+
+def test_the_tinker_provider_refuses_sample_scores_it_cannot_pass_on():
+    from whileai.service import schemas
+    from whileai.service.tinker_provider import TinkerRun
+
+    run = TinkerRun.__new__(TinkerRun)  # refused before the run's SDK client is touched
+    body = schemas.Sample(seq_id=0, prompt_tokens=[1, 2], sampling_params={"max_tokens": 1}, topk_sample_logprobs=2,
+                          prompt_alt_tokens_k=1)
+    with pytest.raises(ConfigError, match="topk_sample_logprobs, prompt_alt_tokens_k cannot be passed on by the "
+                                          "tinker provider"):
+        run.op_sample(body)

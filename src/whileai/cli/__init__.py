@@ -10,6 +10,7 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 from typing import Any, NoReturn
 
 from whileai.errors import WhileaiError
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help()
         return 2
+    # a deprecated knob name (--set generations=4) is said on stderr, which Python hides outside __main__
+    warnings.filterwarnings("default", message=r".* is deprecated: the knob is ", category=DeprecationWarning)
     try:
         return int(args.func(args) or 0)
     except WhileaiError as err:

@@ -17,3 +17,39 @@ def add_address(parser: argparse.ArgumentParser, default_port: int) -> None:
 def check_port(port: int) -> None:
     if not 0 <= port < 65536:
         raise ConfigError(f"--port {port} must be in [0, 65535]")
+
+
+def add_token(parser: argparse.ArgumentParser, server: str) -> None:
+    """``--token`` and ``--no-token`` of `wai policy` and `wai record` (docs/decisions.md, Auth)."""
+    parser.add_argument("--token", default=None, metavar="T",
+                        help="the bearer token every route but /healthz asks for (default $WAI_TOKEN, else one is "
+                             "generated and printed at start); clients send 'Authorization: Bearer T' (the OpenAI "
+                             "client's api_key)")
+    parser.add_argument("--no-token", action="store_true",
+                        help=f"serve with no token (only on a loopback --host): anyone who can reach the port may "
+                             f"use every route of wai {server}")
+
+
+def serving_token(args: argparse.Namespace, server: str) -> str | None:
+    """The token the server takes (printed once when generated; never logged otherwise)."""
+    from whileai.service.guard import TOKEN_ENV, server_token
+
+    token, generated = server_token(server, args.token, args.no_token, args.host)
+    if generated:
+        print(f"wai {server}: token {token} (generated; set {TOKEN_ENV} or --token to choose one, --no-token for "
+              "none)", flush=True)
+    elif token is None:
+        print(f"wai {server}: no token (--no-token): every route is open to whoever reaches {args.host}", flush=True)
+    return token
+
+
+def add_body_limit(parser: argparse.ArgumentParser, default: float) -> None:
+    parser.add_argument("--max-body-mb", type=float, default=default,
+                        help=f"largest request body in MiB, refused with a 413 while it is read (default {default:g})")
+
+
+def positive(**values: float) -> None:
+    """Refuse a limit flag that is not > 0, naming it."""
+    for name, value in values.items():
+        if not value > 0:
+            raise ConfigError(f"--{name.replace('_', '-')} {value:g} must be > 0")

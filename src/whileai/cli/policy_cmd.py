@@ -8,7 +8,8 @@ import argparse
 import sys
 from typing import Any
 
-from whileai.cli.options import add_address, check_port
+from whileai.cli.options import add_address, add_body_limit, add_token, check_port, positive, serving_token
+from whileai.record.requests import Limits
 
 DEFAULT_PORT = 8300
 
@@ -25,8 +26,14 @@ def register(subparsers: Any) -> None:
                                                        "from `wai train` (its final/ weights)")
     add_address(policy, DEFAULT_PORT)
     policy.add_argument("--seed", type=int, default=0, help="seed of a built-in model's weights (default 0)")
-    policy.add_argument("--api-key", default=None,
-                        help="if given, every /v1 route asks for 'Authorization: Bearer KEY' (default: none)")
+    add_token(policy, "policy")
+    add_body_limit(policy, Limits.max_body_mb)
+    policy.add_argument("--max-n", type=int, default=Limits.max_n,
+                        help=f"most samples per prompt, n (default {Limits.max_n})")
+    policy.add_argument("--max-tokens", type=int, default=Limits.max_tokens,
+                        help=f"most tokens one sample may ask for, max_tokens (default {Limits.max_tokens})")
+    policy.add_argument("--max-batch", type=int, default=Limits.max_batch,
+                        help=f"most prompts in one completions request (default {Limits.max_batch})")
     policy.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (default 0: torch's own choice; 1 is fastest for tiny models)")
     policy.set_defaults(func=cmd_policy)
@@ -40,6 +47,9 @@ def cmd_policy(args: argparse.Namespace) -> int:
     from whileai.record.policy_app import create_policy_app
 
     check_port(args.port)
+    positive(max_body_mb=args.max_body_mb, max_n=args.max_n, max_tokens=args.max_tokens, max_batch=args.max_batch)
+    limits = Limits(args.max_body_mb, args.max_n, args.max_tokens, args.max_batch)
+    token = serving_token(args, "policy")
     _check_free(args.host, args.port)
     if args.threads:
         import torch
@@ -47,7 +57,7 @@ def cmd_policy(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     served = load(args.model, seed=args.seed)
     print(f"wai policy: http://{args.host}:{args.port}/v1, model {served.name}, weights {served.version}", flush=True)
-    uvicorn.run(create_policy_app(served, args.api_key), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_policy_app(served, token, limits), host=args.host, port=args.port, log_level="warning")
     return 0
 
 

@@ -38,7 +38,7 @@ def register(subparsers: Any) -> None:
                         help="a field of the taskset's own config, e.g. split=train (repeatable)")
     parser.add_argument("--method", required=True, help=METHODS_HELP)
     parser.add_argument("--knob", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a field of the method object, e.g. generations=16 (repeatable; see `wai methods`)")
+                        help="a field of the method object, e.g. rollouts_per_prompt=16 (repeatable; see `wai methods`)")
     parser.add_argument("--model", required=True, help="the model id or path to train, e.g. Qwen/Qwen3-0.6B")
     parser.add_argument("--set", action="append", default=[], dest="overrides", metavar="KEY=VALUE",
                         help="a prime-rl key, dotted, e.g. orchestrator.group_size=1 or trainer.optim.lr=3e-6; "

@@ -9,8 +9,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from whileai.cli.options import add_address, check_port
+from whileai.cli.options import add_address, add_body_limit, add_token, check_port, positive, serving_token
 from whileai.errors import ConfigError
+from whileai.record.requests import Limits
 
 DEFAULT_PORT = 8400
 DEFAULT_DATA = Path("wai-record")
@@ -31,6 +32,11 @@ def register(subparsers: Any) -> None:
     record.add_argument("--upstream-logprobs", choices=("processed_logprobs", "raw_logprobs"), default=None,
                         help="what the upstream's log-probabilities are when it does not say so in a header: "
                              "processed_logprobs or raw_logprobs (default: raw_logprobs, vLLM's default)")
+    add_token(record, "record")
+    record.add_argument("--upstream-key", default=None, metavar="K",
+                        help="the bearer token sent to --upstream (default: the recorder's own token; with "
+                             "--no-token, the client's Authorization header as it came)")
+    add_body_limit(record, Limits.max_body_mb)
     record.set_defaults(func=cmd_record)
     sub = record.add_subparsers(dest="record_command", metavar="SUBCOMMAND",
                                 help="reward (score a trace) or export (write rows); none: record")
@@ -43,6 +49,8 @@ def register(subparsers: Any) -> None:
     reward.add_argument("--data-dir", type=Path, default=None, dest="reward_data",
                         help="the recorder's data folder (when it is not running)")
     reward.add_argument("--replace", action="store_true", help="replace a score the trace already has")
+    reward.add_argument("--token", default=None, dest="reward_token", metavar="T",
+                        help="with --url: the recorder's token (default $WAI_TOKEN)")
     reward.set_defaults(func=cmd_reward)
     export = sub.add_parser("export", help="write the scored traces as rows for `wai train --rows`",
                             description="Write every scored, trainable trace as one line of the library's rows; "
@@ -74,8 +82,12 @@ def cmd_record(args: argparse.Namespace) -> int:
         raise ConfigError(f"--upstream {args.upstream!r}: give the OpenAI-compatible server's URL, e.g. "
                           "--upstream http://127.0.0.1:8300 (`wai policy MODEL` starts one)")
     check_port(args.port)
+    positive(max_body_mb=args.max_body_mb)
+    token = serving_token(args, "record")
     _check_free(args.host, args.port)
-    config = RecordConfig(upstream=args.upstream, data_dir=args.data_dir, logprobs_mode=args.upstream_logprobs)
+    config = RecordConfig(upstream=args.upstream, data_dir=args.data_dir, logprobs_mode=args.upstream_logprobs,
+                          token=token, upstream_key=args.upstream_key or token,
+                          limits=Limits(max_body_mb=args.max_body_mb))
     app = create_record_app(config)
     print(f"wai record: http://{args.host}:{args.port}/v1 -> {args.upstream}, traces in "
           f"{args.data_dir / 'record.db'}", flush=True)
@@ -90,7 +102,7 @@ def cmd_reward(args: argparse.Namespace) -> int:
     if (args.url is None) == (args.reward_data is None):
         raise ConfigError("give one of --url (a running recorder) or --data-dir (its data folder)")
     if args.url is not None:
-        print(score(args.url, args.trace_id, args.reward, args.replace))
+        print(score(args.url, args.trace_id, args.reward, args.replace, token=args.reward_token))
         return 0
     checked = check_reward({"trace_id": args.trace_id, "reward": args.reward, "replace": args.replace})
     if isinstance(checked, str):

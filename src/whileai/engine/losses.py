@@ -205,9 +205,10 @@ LOSSES: dict[str, LossSpec] = {spec.name: spec for spec in (
              "Zheng et al. 2025 (arXiv 2507.18071) GSPO-token, as SkyRL implements it; bounds as SkyRL's "
              "eps 0.2 (the paper used 3e-4 / 4e-4)", optional_inputs=_PER_TOKEN_CLIP,
              # the sequence ratio is a mean over the whole completion (SkyRL / verl: the loss mask), so a
-             # token whose advantage is 0 still counts in it; without weights a completion position is one
-             # with a nonzero advantage or a nonzero sampler logprob (prompt positions carry 0 in both)
-             scores="advantages_or_logprobs"),
+             # token whose advantage is 0 still counts in it, even one a greedy sampler gave logprob 0.0;
+             # without weights the completion is the datum's tail from its first position with a nonzero
+             # advantage or sampler logprob (prompt positions carry 0 in both)
+             scores="completion"),
     LossSpec("dppo", dppo, "-r * A * m, m = 0 where the token left the TV or KL trust region",
              ("target_tokens", "logprobs", "advantages"),
              {"delta_low": Knob(0.2, "divergence bound for negative advantages", number(0.0), SKYRL),
@@ -263,8 +264,9 @@ def scored(spec: LossSpec, inputs: Mapping[str, np.ndarray], length: int) -> np.
 
     With ``weights``: where a weight is nonzero. Otherwise by the loss: nonzero advantages (a zero
     advantage gives a zero loss for every ratio-times-advantage loss; prompt positions carry A = 0);
-    for ``dro`` (its quadratic term) and ``gspo`` (its sequence mean) also a nonzero sampler logprob;
-    ``ppo_critic`` every position.
+    for ``dro`` (its quadratic term) also a nonzero sampler logprob; for ``gspo`` (its sequence mean) the
+    whole completion, the tail from the first such position (a zero-advantage token a greedy sampler gave
+    logprob 0.0 included); ``ppo_critic`` every position.
     """
     def any_k(a: np.ndarray) -> np.ndarray:
         return (a != 0).reshape(length, -1).any(axis=1)
@@ -274,8 +276,10 @@ def scored(spec: LossSpec, inputs: Mapping[str, np.ndarray], length: int) -> np.
     if spec.scores == "all":
         return np.ones(length, dtype=bool)
     mask = any_k(inputs["advantages"])
-    if spec.scores == "advantages_or_logprobs":
+    if spec.scores in ("advantages_or_logprobs", "completion"):
         mask |= any_k(inputs["logprobs"])
+    if spec.scores == "completion" and mask.any():  # every position after the prompt, zeros included
+        mask[int(np.argmax(mask)):] = True
     return mask
 
 

@@ -61,6 +61,9 @@ class LoadedModel:
     """Compute dtype of the forward passes under ``torch.autocast`` (None: run in the weights' dtype)."""
     notes: list[str] = field(default_factory=list)
     """Plain sentences about how the model was set up that a user should know (e.g. LoRA on the head only)."""
+    source_dtype: torch.dtype | None = None
+    """The dtype the model folder holds its weights in (its config's ``dtype``; None for a built-in): an export
+    writes that dtype (a bfloat16 folder stays bfloat16) unless asked otherwise."""
 
     def precision(self) -> Any:
         """A context manager running its block under this model's autocast (a no-op without one)."""
@@ -218,16 +221,26 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
         return f"{endpoint} is not reachable from this machine ({err})"
 
 
-def _from_pretrained(name_or_path: str, dtype: torch.dtype, local_only: bool) -> tuple[Any, Any]:
+SESSION_FLAGS = ("local_files_only", "is_local")
+"""What transformers records in a loaded tokenizer's init kwargs about this session (and would write into an
+exported tokenizer_config.json, where vLLM or another machine would read it as the tokenizer's)."""
+
+
+def _from_pretrained(name_or_path: str, dtype: torch.dtype, local_only: bool) -> tuple[Any, Any, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    AutoConfig.from_pretrained(name_or_path, local_files_only=local_only)  # the cheapest file first
+    config = AutoConfig.from_pretrained(name_or_path, local_files_only=local_only)  # the cheapest file first
     tokenizer = AutoTokenizer.from_pretrained(name_or_path, local_files_only=local_only)
+    for flag in SESSION_FLAGS:  # how this session loaded it, not the tokenizer's: never saved with an export
+        tokenizer.init_kwargs.pop(flag, None)
     model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype, local_files_only=local_only)
-    return model, tokenizer
+    source = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+    if isinstance(source, str):
+        source = DTYPES.get(source)
+    return model, tokenizer, source if isinstance(source, torch.dtype) else None
 
 
-def _load_pretrained(name_or_path: str, dtype: torch.dtype) -> tuple[Any, Any]:
+def _load_pretrained(name_or_path: str, dtype: torch.dtype) -> tuple[Any, Any, Any]:
     """A local directory, or a hub id: from the local cache when it is there, else downloaded."""
     builtins = ["builtin:" + n for n in BUILTINS]
     local = os.path.isdir(name_or_path)
@@ -397,11 +410,12 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
                 train_attn=train_attn, train_mlp=train_mlp, train_unembed=train_unembed,
                 dtype=str(dt).removeprefix("torch."),
                 autocast=None if compute is None else str(compute).removeprefix("torch."), seed=seed)
+    source = None
     if name_or_path.startswith("builtin:"):
         model, tokenizer = build_builtin(name_or_path.removeprefix("builtin:"), seed)
         model.config.name_or_path = name_or_path
     else:
-        model, tokenizer = _load_pretrained(name_or_path, dt)
+        model, tokenizer, source = _load_pretrained(name_or_path, dt)
     model.to(device=dev, dtype=dt)
     lora = None
     notes: list[str] = [note] if (note := vocabulary_note(model, tokenizer, name_or_path)) else []
@@ -428,7 +442,7 @@ def load_model(name_or_path: str, *, lora_rank: int = 0, lora_alpha: float | Non
             model.peft_config["default"].base_model_name_or_path = name_or_path
         model.to(device=dev)
     model.train()
-    return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args, compute, notes)
+    return LoadedModel(model, tokenizer, name_or_path, dev, dt, lora, args, compute, notes, source)
 
 
 def vocabulary_note(model: Any, tokenizer: Any, name: str) -> str | None:

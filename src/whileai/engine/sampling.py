@@ -40,6 +40,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from whileai.engine.decode import captured, decode_step, graph_ready
+from whileai.engine.stops import TextStops
 from whileai.errors import BatchError, ConfigError, WhileaiError
 from whileai.knobs import Knob, number
 
@@ -347,6 +349,7 @@ def sample(
     eos_token_id: int | Sequence[int] | None = None,
     max_context: int | None = None,
     decode: Any = None,
+    cuda_graph: bool = False,
 ) -> list[list[SampledSequence]]:
     """Sample ``num_samples`` continuations of every prompt; returns ``result[prompt][sample]``.
 
@@ -356,6 +359,8 @@ def sample(
     unless ``params.ignore_eos``; None means only ``params.stop`` stops early. ``decode`` (token ids ->
     text, the tokenizer's) is needed for stop strings. A prompt that does not fit the context raises
     ``BatchError`` naming the prompt; a sample that reaches the context ends with ``"length"``.
+    ``cuda_graph`` (CUDA only): decode with fixed shapes, each step one CUDA-graph replay
+    (``whileai.engine.decode.StaticDecode``; equal to the exact step to rounding, not bit for bit).
     """
     if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
         raise ConfigError(f"num_samples={num_samples!r} must be an integer >= 1 (samples drawn per prompt)")
@@ -375,9 +380,10 @@ def sample(
         with torch.inference_mode():
             ids = tuple(s for s in params.stop if not isinstance(s, str))
             stops = (() if params.ignore_eos else _stop_ids(eos_token_id)) + ids
-            cascade = int(num_samples) > 1 and shares_prefixes(model)
-            run = _Run(model, prompts, int(num_samples), params, stops, context, cascade)
-            run.text_stops = _TextStops(texts, decode) if texts else None
+            graphed = cuda_graph and graph_ready(model)
+            cascade = int(num_samples) > 1 and not graphed and shares_prefixes(model)
+            run = _Run(model, prompts, int(num_samples), params, stops, context, cascade, graphed)
+            run.text_stops = TextStops(texts, decode) if texts else None
             return run.generate()
     finally:
         model.train(was_training)
@@ -390,7 +396,8 @@ class _Run:
     """
 
     def __init__(self, model: Any, prompts: list[list[int]], num_samples: int, params: SamplingParams,
-                 stops: tuple[tuple[int, ...], ...], context: int | None, cascade: bool = False) -> None:
+                 stops: tuple[tuple[int, ...], ...], context: int | None, cascade: bool = False,
+                 graphed: bool = False) -> None:
         self.model, self.prompts, self.num_samples, self.params = model, prompts, num_samples, params
         self.cascade = cascade
         self.device = next(model.parameters()).device
@@ -406,7 +413,10 @@ class _Run:
         self.single_stops = torch.tensor([s[0] for s in stops if len(s) == 1], dtype=torch.long, device=self.device)
         self.long_stops = [torch.tensor(s, device=self.device) for s in stops if len(s) > 1]
         self.names = _step_kwargs(model)
-        self.text_stops: _TextStops | None = None
+        self.fast = decode_step(model)  # the same arithmetic with transformers' per-layer wrappers left out
+        self.graphed = graphed
+        self.static: Any = None
+        self.text_stops: TextStops | None = None
         # the running batch, set by _prefill: its rows, which still run, their last position, the mask
         self.cache: Any = None
         self.shared: _SharedPrefix | None = None
@@ -462,7 +472,7 @@ class _Run:
     def _maybe_compact(self) -> None:
         """Drop finished rows from the batch (and its cache) once they are a quarter of it."""
         finished = int((~self.running_B).sum())
-        if finished == 0 or 4 * finished < len(self.running_B):
+        if finished == 0 or self.static is not None or 4 * finished < len(self.running_B):
             return
         keep_B = self.running_B.nonzero().squeeze(-1)
         _select_rows(self.cache, keep_B)
@@ -477,6 +487,10 @@ class _Run:
         self.positions_B1 = self.positions_B1 + 1
         self.filled += 1
         mask = None if self.mask_BL is None else self.mask_BL[:, : self.filled]
+        if self.static is not None:
+            return self.static.step(chosen_B.unsqueeze(-1), self.positions_B1)
+        if self.fast is not None:
+            return self.fast(chosen_B.unsqueeze(-1), mask, self.positions_B1, self.cache)
         out = self.model(input_ids=chosen_B.unsqueeze(-1), attention_mask=mask, position_ids=self.positions_B1,
                          use_cache=True, **{self.names["cache"]: self.cache}, **self.names["extra"])
         return out.logits[:, -1, :]
@@ -515,6 +529,8 @@ class _Run:
             self.shared.rows_B = self.rows_B
         self.running_B = torch.ones(len(self.rows_B), dtype=torch.bool, device=self.device)
         self.keep_B = None
+        if self.graphed:  # the whole batch keeps its fixed shape: finished rows run on, unread
+            self.static = captured(self.model, self.cache, self.mask_BL, longest, capacity)
         return out.logits[:, -1, :].repeat_interleave(n, dim=0)
 
     def _results(self) -> list[list[SampledSequence]]:
@@ -524,23 +540,6 @@ class _Run:
                 for t, lp, n, s in zip(tokens, logprobs, lengths, stopped)]
         n = self.num_samples
         return [rows[i * n : (i + 1) * n] for i in range(len(self.prompts))]
-
-
-class _TextStops:
-    """Stop strings, matched on the decoded text of each row's latest tokens after every step.
-
-    A row stops at the first token after which its decoded completion contains a stop string; rows are
-    checked every step, so the string is new in the last few tokens. The window covers a string of c
-    characters even when every character takes 4 byte tokens, plus margin for a tokenizer that changes
-    a token's text at the start of a decode (a leading space, a partial UTF-8 character)."""
-
-    def __init__(self, texts: list[str], decode: Any) -> None:
-        self.texts, self.decode = texts, decode
-        self.window = 4 * max(len(t) for t in texts) + 8
-
-    def found(self, tails: list[list[int]]) -> list[bool]:
-        decoded = [self.decode(tail) for tail in tails]
-        return [any(t in text for t in self.texts) for text in decoded]
 
 
 def _check_logits(logits_BV: torch.Tensor, rows_B: torch.Tensor, step: int, num_samples: int) -> None:
@@ -590,10 +589,10 @@ def _growing_layer_class() -> Any:
                 self.key_buffer = torch.cat([self.key_buffer[..., : self.filled, :], key_states], dim=-2)
                 self.value_buffer = torch.cat([self.value_buffer[..., : self.filled, :], value_states], dim=-2)
             else:
-                self.key_buffer[..., self.filled : end, :] = key_states
-                self.value_buffer[..., self.filled : end, :] = value_states
+                self.key_buffer.narrow(-2, self.filled, end - self.filled).copy_(key_states)
+                self.value_buffer.narrow(-2, self.filled, end - self.filled).copy_(value_states)
             self.filled = end
-            self.keys, self.values = self.key_buffer[..., :end, :], self.value_buffer[..., :end, :]
+            self.keys, self.values = self.key_buffer.narrow(-2, 0, end), self.value_buffer.narrow(-2, 0, end)
             return self.keys, self.values
 
         def batch_select_indices(self, indices: torch.Tensor) -> None:

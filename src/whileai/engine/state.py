@@ -181,8 +181,12 @@ def untie_adapted_embeddings(model: Any) -> bool:
     return True
 
 
-def export(engine: Any, path: str | os.PathLike[str], *, merged: bool = False, overwrite: bool = False) -> str:
-    """Write a PEFT adapter dir (``merged=False``) or a full model dir with the tokenizer; atomic rename."""
+def export(engine: Any, path: str | os.PathLike[str], *, merged: bool = False, overwrite: bool = False,
+           dtype: str | torch.dtype | None = None) -> str:
+    """Write a PEFT adapter dir (``merged=False``) or a full model dir with the tokenizer; atomic rename.
+
+    A full model is written in ``dtype``; None: the dtype of the folder the model was loaded from (a bfloat16
+    folder trained in float32 is exported in bfloat16, as it came), or the weights' own for a built-in."""
     target = Path(path)
     if target.exists() and any(target.iterdir()) and not overwrite:
         raise ConfigError(f"{str(target)!r} exists and is not empty; pass overwrite=True or another path")
@@ -199,7 +203,7 @@ def export(engine: Any, path: str | os.PathLike[str], *, merged: bool = False, o
             untie_adapted_embeddings(model)
             model = model.merge_and_unload()
         if merged:
-            model.save_pretrained(str(tmp))
+            _save_in(model, tmp, _named(dtype) if dtype is not None else engine.loaded.source_dtype)
         else:  # the vocabulary never changes, so the adapter needs no copy of the embeddings
             model.save_pretrained(str(tmp), save_embedding_layers=False)
         engine.tokenizer.save_pretrained(str(tmp))
@@ -210,3 +214,31 @@ def export(engine: Any, path: str | os.PathLike[str], *, merged: bool = False, o
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return str(target)
+
+
+def _named(dtype: str | torch.dtype) -> torch.dtype:
+    from whileai.engine.models import _named_dtype
+
+    return _named_dtype(dtype)
+
+
+def _save_in(model: Any, folder: Path, dtype: torch.dtype | None) -> None:
+    """``save_pretrained`` with the floating-point weights cast to ``dtype`` (a tensor shared by tied layers stays
+    one), and config.json saying so; the model itself is not changed."""
+    if dtype is None or all(p.dtype == dtype for p in model.parameters() if p.is_floating_point()):
+        model.save_pretrained(str(folder))
+        return
+    cast: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}
+    state = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tuple(tensor.shape))  # tied layers: one storage, one cast tensor
+        if key not in cast:
+            cast[key] = tensor.detach().to(dtype) if tensor.is_floating_point() else tensor
+        state[name] = cast[key]
+    model.save_pretrained(str(folder), state_dict=state)
+    config_file = folder / "config.json"
+    config = json.loads(config_file.read_text())
+    for field in ("dtype", "torch_dtype"):
+        if field in config:
+            config[field] = str(dtype).removeprefix("torch.")
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -119,8 +119,18 @@ class ForwardBackwardOutput:
     metrics: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"loss_fn_outputs": [{k: v.tolist() for k, v in out.items()} for out in self.loss_fn_outputs],
+        """Plain lists (JSON): a position whose log-probability was not asked for (NaN) is None."""
+        return {"loss_fn_outputs": [{k: _plain(v) for k, v in out.items()} for out in self.loss_fn_outputs],
                 "metrics": dict(self.metrics)}
+
+
+def _plain(values: np.ndarray) -> list[Any]:
+    missing = np.isnan(values)
+    if not missing.any():
+        return list(values.tolist())
+    out = values.astype(object)
+    out[missing] = None
+    return list(out.tolist())
 
 
 @dataclass
@@ -149,11 +159,14 @@ class TrainingEngine:
     ``reference``: keep a reference policy for ``compute_logprobs(..., reference=True)`` and for
     methods that need ``ref_logprobs``; None = only when it is free (under LoRA).
     ``micro_batch_tokens``: padded tokens per forward pass; splitting never changes a gradient.
+    ``activation_checkpointing``: keep only each decoder layer's input in a backward pass and recompute the rest
+    (less memory, about a third more compute; the same gradients); None = ``CHECKPOINTING_RULE``.
     """
 
     def __init__(self, model: LoadedModel | str = "builtin:tiny", *, reference: bool | None = None,
                  micro_batch_tokens: int = 8192, logprob_chunk: int = DEFAULT_CHUNK,
-                 keep_sampler_versions: int = 8, **load_kwargs: Any) -> None:
+                 keep_sampler_versions: int = 8, activation_checkpointing: bool | None = None,
+                 **load_kwargs: Any) -> None:
         for name, value in (("micro_batch_tokens", micro_batch_tokens), ("logprob_chunk", logprob_chunk),
                             ("keep_sampler_versions", keep_sampler_versions)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -161,6 +174,7 @@ class TrainingEngine:
                                   "default")
         self.loaded = model if isinstance(model, LoadedModel) else load_model(model, **load_kwargs)
         self.model = self.loaded.model
+        self.activation_checkpointing = _checkpointing(self.model, self.loaded.device, activation_checkpointing)
         self.tokenizer = self.loaded.tokenizer
         self.device = self.loaded.device
         self.micro_batch_tokens = micro_batch_tokens
@@ -197,6 +211,7 @@ class TrainingEngine:
                 "adapted_modules": adapted_modules(self.model) if self.loaded.lora is not None else None,
                 "notes": list(self.loaded.notes),
                 "trainable_parameters": sum(p.numel() for p in self.named_params.values()),
+                "activation_checkpointing": self.activation_checkpointing,
                 "step": self.step, "device": str(self.device), "dtype": str(self.loaded.dtype),
                 "autocast": None if self.loaded.autocast is None else str(self.loaded.autocast),
                 "losses": list(LOSSES), "has_critic": self.critic is not None,
@@ -239,11 +254,12 @@ class TrainingEngine:
         return logp.squeeze(-1) if item.targets.ndim == 1 else logp
 
     def _datum_loss(self, spec: LossSpec, config: dict[str, Any], item: Prepared, hidden_TH: torch.Tensor,
-                    every_position: bool, scorer: _Scorer) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
-        """The datum's summed loss over its scored positions, and its output: ``logprobs`` at every position
-        (the unscored ones without a gradient: Tinker's clients read them at every action token), or
-        ``values`` at the scored positions, at every position when ``every_position`` (0 elsewhere)."""
-        where = np.ones(item.length, dtype=bool) if every_position else item.scored
+                    want: np.ndarray, backward: bool, scorer: _Scorer) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
+        """The datum's summed loss over its scored positions, and its output at the scored positions and those
+        in ``want`` (``_wanted``): ``logprobs`` (NaN at the positions not asked for, which are never projected;
+        in a backward the unscored ones are computed without a gradient), or ``values`` (0 elsewhere; in a
+        backward only at the scored positions)."""
+        where = item.scored if backward else item.scored | want
         if spec.on_values:
             index = torch.from_numpy(np.flatnonzero(where)).to(self.device)
             x_all = self.critic.head(hidden_TH[index].detach())
@@ -255,15 +271,85 @@ class TrainingEngine:
         _refuse_impossible(x, item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
         inputs = {k: torch.from_numpy(v[item.scored]).to(self.device) for k, v in item.inputs.items()}
         loss = per_token_loss(spec, x.double(), inputs, config).sum()
-        full = np.zeros(shape, dtype=np.float32)
+        full = np.zeros(shape, dtype=np.float32) if spec.on_values else np.full(shape, np.nan, dtype=np.float32)
         full[where] = x_all.detach().float().cpu().numpy()
-        if name == "logprobs" and not every_position:
-            self._fill_unscored(full, item, hidden_TH, scorer)
+        if name == "logprobs" and backward:
+            self._fill_unscored(full, item, hidden_TH, want, scorer)
         return loss, {name: full}
 
-    def _fill_unscored(self, full: np.ndarray, item: Prepared, hidden_TH: torch.Tensor, scorer: _Scorer) -> None:
-        """``full`` at the positions the loss does not read: their log-probabilities, outside the graph."""
-        rest = ~item.scored
+    def _batch_logprobs(self, batch: list[Prepared], hidden_BTH: torch.Tensor, masks: list[np.ndarray],
+                        scorer: _Scorer) -> torch.Tensor | None:
+        """The log-probabilities of every datum's targets at its ``masks`` positions, concatenated in datum
+        order (``(P,)``, or ``(P, K)`` for K targets a position): one gather of the hidden states and one chunked
+        projection for the whole micro-batch, not one per datum. None when the datums' target shapes differ."""
+        if len({item.targets.shape[1:] for item in batch}) != 1:
+            return None
+        rows = np.concatenate([np.full(int(m.sum()), b) for b, m in enumerate(masks)])
+        columns = np.concatenate([np.flatnonzero(m) for m in masks])
+        targets = np.concatenate([item.targets[m] for item, m in zip(batch, masks)])
+        hidden_PH = hidden_BTH[torch.from_numpy(rows).to(self.device), torch.from_numpy(columns).to(self.device)]
+        targets_PK = torch.from_numpy(targets).to(self.device)
+        flat = targets_PK.dim() == 1
+        if flat:
+            targets_PK = targets_PK[:, None]
+        # projected datum by datum (a chunk never spans two): each position's log-probability comes out of the same
+        # matrix product, bit for bit, as when each datum was scored alone
+        counts = [int(m.sum()) for m in masks]
+        logp = torch.cat([select_logprobs(scorer.model, h, t, chunk_size=self.logprob_chunk,
+                                          distribution=scorer.distribution)
+                          for h, t in zip(hidden_PH.split(counts), targets_PK.split(counts))])
+        return logp.squeeze(-1) if flat else logp
+
+    def _batch_loss(self, spec: LossSpec, config: dict[str, Any], batch: list[Prepared], hidden_BTH: torch.Tensor,
+                    wants: list[np.ndarray], outputs: list[dict[str, np.ndarray]], backward: bool,
+                    scorer: _Scorer) -> torch.Tensor | None:
+        """``_datum_loss`` for a whole micro-batch of log-probability losses with the per-datum work batched:
+        one projection (``_batch_logprobs``), one copy of the inputs to the device and one of the outputs back,
+        one check for impossible targets; the loss itself per datum (a sequence loss reads its own datum).
+        None where the datums differ in target shape or inputs (then ``_datum_loss`` runs per datum)."""
+        if len({tuple(sorted(item.inputs)) for item in batch}) != 1:
+            return None
+        where = [item.scored if backward else item.scored | wants[item.index] for item in batch]
+        x_all = self._batch_logprobs(batch, hidden_BTH, where, scorer)
+        if x_all is None:
+            return None
+        scored_in_where = np.concatenate([item.scored[w] for item, w in zip(batch, where)])
+        x = x_all if scored_in_where.all() else x_all[torch.from_numpy(scored_in_where).to(self.device)]
+        counts = [int(item.scored.sum()) for item in batch]
+        first = first_impossible(x)
+        if first is not None:
+            b = int(np.searchsorted(np.cumsum(counts), first, side="right"))
+            item = batch[b]
+            _refuse_impossible(x.split(counts)[b], item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
+        inputs = {k: torch.from_numpy(np.concatenate([item.inputs[k][item.scored] for item in batch])).to(self.device)
+                  .split(counts) for k in batch[0].inputs}
+        x_parts = x.double().split(counts)
+        losses = [per_token_loss(spec, x_parts[b], {k: v[b] for k, v in inputs.items()}, config).sum()
+                  for b in range(len(batch))]
+        values = x_all.detach().float().cpu().numpy()
+        rest = [wants[item.index] & ~item.scored if backward else np.zeros(item.length, bool) for item in batch]
+        filled = None
+        if any(r.any() for r in rest):  # asked for, outside the loss: without a gradient
+            with torch.no_grad():
+                filled = self._batch_logprobs(batch, hidden_BTH.detach(), rest, scorer)
+        filled_values = None if filled is None else filled.float().cpu().numpy()
+        start = start_rest = 0
+        for item, w, r in zip(batch, where, rest):
+            full = np.full(item.targets.shape, np.nan, dtype=np.float32)
+            n = int(w.sum())
+            full[w] = values[start:start + n]
+            start += n
+            if filled_values is not None:
+                full[r] = filled_values[start_rest:start_rest + int(r.sum())]
+                start_rest += int(r.sum())
+            outputs[item.index] = {"logprobs": full}
+        return torch.stack(losses).sum()
+
+    def _fill_unscored(self, full: np.ndarray, item: Prepared, hidden_TH: torch.Tensor, want: np.ndarray,
+                       scorer: _Scorer) -> None:
+        """``full`` at the positions asked for that the loss does not read: their log-probabilities, outside the
+        graph."""
+        rest = want & ~item.scored
         if rest.any():
             with torch.no_grad():
                 full[rest] = self._logprobs_at(item, hidden_TH.detach(), rest, scorer).float().cpu().numpy()
@@ -278,20 +364,22 @@ class TrainingEngine:
             self.model.train(was)
 
     def _run(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None,
-             backward: bool, sampling_params: Any = None, reference: bool = False) -> ForwardBackwardOutput:
+             backward: bool, sampling_params: Any = None, reference: bool = False,
+             logprobs_for: Any = "every") -> ForwardBackwardOutput:
         spec = loss_spec(loss_fn)
         config = resolve_config(loss_fn, loss_fn_config)
         distribution = scoring(sampling_params)
         if spec.on_values:
             self._check_value_loss(loss_fn, sampling_params, reference)
         items = prepare(data, spec, self.vocab_size, self.max_context)
+        wants = _wanted(items, logprobs_for)
         outputs: list[dict[str, np.ndarray]] = [{} for _ in items]
         total = 0.0
         with self._mode(backward), self._policy(reference) as model:
             scorer = _Scorer(model, distribution)
             for done, batch in enumerate(self._microbatches(items, lambda it: it.length)):
                 try:
-                    total += self._run_batch(spec, config, batch, outputs, backward, scorer)
+                    total += self._run_batch(spec, config, batch, wants, outputs, backward, scorer)
                 except WhileaiError as err:
                     if not (backward and done):
                         raise
@@ -311,48 +399,58 @@ class TrainingEngine:
                               f"reference policy changes; drop sampling_params={sampling_params!r} and "
                               f"reference={reference!r}")
 
-    def _run_batch(self, spec: LossSpec, config: dict[str, Any], batch: list[Prepared],
+    def _run_batch(self, spec: LossSpec, config: dict[str, Any], batch: list[Prepared], wants: list[np.ndarray],
                    outputs: list[dict[str, np.ndarray]], backward: bool, scorer: _Scorer) -> float:
         """One micro-batch: forward (under the model's autocast), the summed loss, its backward."""
         with self.loaded.precision():
             with torch.set_grad_enabled(backward and not spec.on_values):  # a value loss trains the head only
                 hidden = self._hidden(batch, scorer.model)
             with torch.set_grad_enabled(backward):
-                losses = []
-                for b, item in enumerate(batch):
-                    loss, outputs[item.index] = self._datum_loss(spec, config, item, hidden[b, :item.length],
-                                                                 not backward, scorer)
-                    losses.append(loss)
-                loss_sum = torch.stack(losses).sum()
+                batched = None if spec.on_values else self._batch_loss(spec, config, batch, hidden, wants, outputs,
+                                                                       backward, scorer)
+                if batched is not None:
+                    loss_sum = batched
+                else:
+                    losses = []
+                    for b, item in enumerate(batch):
+                        loss, outputs[item.index] = self._datum_loss(spec, config, item, hidden[b, :item.length],
+                                                                     wants[item.index], backward, scorer)
+                        losses.append(loss)
+                    loss_sum = torch.stack(losses).sum()
         _check_finite_loss(loss_sum, spec.name, batch)
         if backward and loss_sum.requires_grad:
             loss_sum.backward()
         return float(loss_sum.detach())
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Any = None) -> ForwardBackwardOutput:
+                         *, sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardBackwardOutput:
         """Compute the summed loss of ``data`` and add its gradient to the accumulated one.
 
         ``sampling_params`` (a ``SamplingParams`` or a dict of its fields; None = the model's own
         distribution): score, and differentiate, the log-probabilities of the distribution the sampler
         draws from with those settings (logits / temperature, then top-k / top-p renormalised). A scored
         target that truncation removes has probability 0 and raises ``BatchError``; temperature 0 is refused.
+        ``logprobs_for``: the positions whose log-probabilities come back (``LOGPROBS_FOR``); only those
+        and the loss's are projected through the output layer.
         """
-        return self._run(data, loss_fn, loss_fn_config, backward=True, sampling_params=sampling_params)
+        return self._run(data, loss_fn, loss_fn_config, backward=True, sampling_params=sampling_params,
+                         logprobs_for=logprobs_for)
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *,
-                                sampling_params: Any = None) -> ForwardBackwardOutput:
+    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Any = None,
+                                logprobs_for: Any = "every") -> ForwardBackwardOutput:
         """One forward with gradients over all of ``data``, a loss of your own, one backward (Tinker's op).
 
         ``loss_fn(data, logprobs) -> (loss, metrics)`` gets, per datum, a tensor of the log-probabilities of
         its scored target tokens (positions with nonzero weight; float64, with gradient) and returns a scalar
         tensor to minimise and a dict of floats. Unlike ``forward_backward`` the whole batch is one forward
         (memory grows with the batch, not the micro-batch): it is the single pass that both scores the tokens
-        and trains on them, for a batch that fits. ``sampling_params`` as in ``forward_backward``.
+        and trains on them, for a batch that fits. ``sampling_params`` and ``logprobs_for`` as in
+        ``forward_backward``.
         """
         items = prepare(data, LOSSES["cross_entropy"], self.vocab_size, self.max_context)
         if not items:
             raise BatchError("forward_backward_custom needs at least one datum")
+        wants = _wanted(items, logprobs_for)
         scorer = _Scorer(self.model, scoring(sampling_params))
         with self._mode(True), self.loaded.precision():
             hidden = self._hidden(items, scorer.model)
@@ -371,27 +469,29 @@ class TrainingEngine:
             loss.backward()
         outputs = []
         for b, (item, logp) in enumerate(zip(items, logps)):
-            full = np.zeros(item.targets.shape, dtype=np.float32)
+            full = np.full(item.targets.shape, np.nan, dtype=np.float32)
             full[item.scored] = logp.detach().float().cpu().numpy()
-            self._fill_unscored(full, item, hidden[b, :item.length], scorer)
+            self._fill_unscored(full, item, hidden[b, :item.length], wants[b], scorer)
             outputs.append({"logprobs": full})
         return ForwardBackwardOutput(outputs, {"loss:sum": float(loss.detach()), **{k: float(v) for k, v in
                                                                                   dict(metrics).items()}})
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
-                reference: bool = False) -> ForwardBackwardOutput:
+                reference: bool = False, logprobs_for: Any = "every") -> ForwardBackwardOutput:
         """The same loss and metrics as ``forward_backward``, without gradients (eval mode).
 
-        Like ``forward_backward`` (and Tinker's ``forward``), it returns the learner's log-probabilities at
-        **every** position (weights 0 included): ``forward(data_with_zero_weights)`` gives the
-        log-probabilities a client-side custom loss needs. ``sampling_params`` as in
-        ``forward_backward`` (an unscored position whose target truncation removed reads -inf);
-        ``reference=True`` scores under the reference policy (a whole batch of ``ref_logprobs``).
+        Like ``forward_backward`` (and Tinker's ``forward``), by default it returns the learner's
+        log-probabilities at **every** position (weights 0 included): ``forward(data_with_zero_weights)`` gives
+        the log-probabilities a client-side custom loss needs. ``logprobs_for=[n, ...]`` asks for each
+        datum's last n positions only (a completion of n tokens after a long prompt costs what the completion
+        costs), ``"scored"`` for the loss's (``LOGPROBS_FOR``). ``sampling_params`` as in ``forward_backward``
+        (an unscored position whose target truncation removed reads -inf); ``reference=True`` scores under the
+        reference policy (a whole batch of ``ref_logprobs``).
         """
         with torch.no_grad():
             return self._run(data, loss_fn, loss_fn_config, backward=False, sampling_params=sampling_params,
-                             reference=reference)
+                             reference=reference, logprobs_for=logprobs_for)
 
     # ------------------------------------------------------------------ optimizer
     def optim_step(self, adam_params: AdamParams | Mapping[str, Any] | None = None) -> OptimStepOutput:
@@ -518,13 +618,14 @@ class TrainingEngine:
         a list of prompts -> one such list per prompt. ``sampling_params`` is a ``SamplingParams`` or a
         dict of its fields (``max_tokens`` has no default on purpose). ``version`` picks saved sampler weights."""
         from whileai.engine.sampling import SamplingParams, sample
+        from whileai.engine.stops import eos_ids
 
         sampling_params = as_params(SamplingParams, sampling_params, "sampling_params")
         single = len(prompt_tokens) > 0 and isinstance(prompt_tokens[0], (int, np.integer))
         prompts = [prompt_tokens] if single else prompt_tokens
         with self.weights(version), self.loaded.precision():
             out = sample(self.model, prompts, num_samples, sampling_params,
-                         eos_token_id=self.tokenizer.eos_token_id, max_context=self.max_context,
+                         eos_token_id=eos_ids(self.tokenizer, self.model), max_context=self.max_context,
                          decode=self.tokenizer.decode)
         return out[0] if single else out
 
@@ -549,9 +650,63 @@ class TrainingEngine:
         """Restore what ``save_state`` wrote (the latest complete snapshot under ``path``)."""
         state_io.load_state(self, path)
 
-    def export(self, path: str, merged: bool = False, overwrite: bool = False) -> str:
-        """A PEFT adapter directory (``merged=False``, LoRA only) or a full merged model directory."""
-        return state_io.export(self, path, merged=merged, overwrite=overwrite)
+    def export(self, path: str, merged: bool = False, overwrite: bool = False, dtype: Any = None) -> str:
+        """A PEFT adapter directory (``merged=False``, LoRA only) or a full merged model directory, in ``dtype``
+        (None: the model folder's own dtype)."""
+        return state_io.export(self, path, merged=merged, overwrite=overwrite, dtype=dtype)
+
+
+CHECKPOINT_PARAMETERS = 1_000_000_000
+CHECKPOINTING_RULE = (f"activation checkpointing is on by default for a model of at least {CHECKPOINT_PARAMETERS:,} "
+                      "parameters on a GPU, where activations, not weights, set the peak memory (a 1.78B model "
+                      "peaked at 80.9 GB without it); off on a CPU and for smaller models, where the time it costs "
+                      "buys nothing")
+
+
+def _checkpointing(model: Any, device: torch.device, asked: bool | None) -> bool:
+    """Turn transformers' gradient checkpointing on (non-reentrant) where ``asked`` or ``CHECKPOINTING_RULE`` says
+    so; returns whether it is on."""
+    if asked is not None and not isinstance(asked, bool):
+        raise ConfigError(f"activation_checkpointing={asked!r} must be True, False or None (None: "
+                          f"{CHECKPOINTING_RULE})")
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    size = sum(p.numel() for p in base.parameters())
+    on = asked if asked is not None else device.type == "cuda" and size >= CHECKPOINT_PARAMETERS
+    if on:
+        if not getattr(base, "supports_gradient_checkpointing", False):
+            raise ConfigError(f"activation_checkpointing=True: {type(base).__name__} does not support transformers' "
+                              "gradient checkpointing; leave it None or False")
+        options = {"use_reentrant": False}
+        if hasattr(base, "activation_checkpointing_enable"):  # its name from transformers 5.2x on
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=options)
+    return bool(on)
+
+
+LOGPROBS_FOR = ("which positions' log-probabilities a forward returns, beside the loss's own (the positions with "
+                "a nonzero weight), which are always computed: 'every' (Tinker's contract, the default), 'scored' "
+                "(the loss's only), or one integer n per datum: its last n positions (a completion of n tokens). "
+                "Only these positions go through the output layer; the others read NaN")
+
+
+def _wanted(items: Sequence[Prepared], logprobs_for: Any) -> list[np.ndarray]:
+    """Per datum, the positions (bool, (T,)) whose log-probabilities the caller asks for (``LOGPROBS_FOR``)."""
+    if isinstance(logprobs_for, str) and logprobs_for in ("every", "scored"):
+        return [np.full(it.length, logprobs_for == "every") for it in items]
+    if isinstance(logprobs_for, (str, bytes)) or not isinstance(logprobs_for, Sequence) \
+            or len(logprobs_for) != len(items):
+        raise ConfigError(f"logprobs_for={logprobs_for!r:.80} must be 'every', 'scored' or a list of one integer per "
+                          f"datum ({len(items)}): {LOGPROBS_FOR}")
+    wants = []
+    for item, n in zip(items, logprobs_for):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= n <= item.length:
+            raise BatchError(f"logprobs_for[{item.index}]={n!r} must be an integer in [0, {item.length}] (datum "
+                             f"{item.index} has {item.length} positions): the number of its last positions to score")
+        want = np.zeros(item.length, dtype=bool)
+        want[item.length - int(n):] = True
+        wants.append(want)
+    return wants
 
 
 def _refuse_impossible(logp: torch.Tensor, item: Prepared, positions: np.ndarray, what: str,

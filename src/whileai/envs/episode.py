@@ -35,9 +35,10 @@ ENV_LOGPROB = 0.0
 TURN_SEED_STRIDE = 7919  # a later turn's sampler seed: seed + stride * turn (turn 0 keeps the one-turn seeds)
 STOP_SEED_STRIDE = 104_729  # one more stride per group of episodes with other stop strings in the same turn
 
-Sampler = Callable[[list[list[int]], int, int, list[list[int]], int], list[list[Any]]]
-"""``sampler(prompts, n, max_tokens, stop_ids, seed)`` -> ``n`` samples per prompt, each with ``.tokens``,
-``.logprobs`` and ``.stop_reason`` ("stop" or "length"); EOS ends a sample like a stop sequence"""
+Sampler = Callable[[list[list[int]], int, int, list[str], int], list[list[Any]]]
+"""``sampler(prompts, n, max_tokens, stop, seed)`` -> ``n`` samples per prompt, each with ``.tokens``,
+``.logprobs`` and ``.stop_reason`` ("stop" or "length"); ``stop`` holds the environment's stop strings, matched
+on the decoded text (``whileai.engine.stops``); every EOS id ends a sample too"""
 
 
 class EnvError(GraderError):
@@ -48,7 +49,8 @@ class Env:
     """One episode of one task. Subclass it: set ``stop`` and ``max_turns``, implement ``step`` and ``reward``."""
 
     stop: tuple[str, ...] = ()
-    """text that ends a model turn (kept at the end of the turn), besides the tokenizer's EOS"""
+    """text that ends a model turn, besides every EOS id: matched on the decoded text (``whileai.engine.stops``),
+    so the turn ends on the token that completes it (kept, with any text that token holds past it)"""
     max_turns: int = 8
     """most model turns per episode; an episode the environment has not ended by then is truncated"""
 
@@ -212,7 +214,7 @@ def play(sampler: Sampler, tokenizer: Any, taskset: Any, tasks: Sequence[Task], 
     while live := [e for e in episodes if not e.done]:
         for g, group in enumerate(_by_stop(live)):
             samples = sampler([e.prompt + e.tokens for e in group], 1, max(e.budget for e in group),
-                              _stop_ids(tokenizer, group[0].env.stop),
+                              list(group[0].env.stop),
                               seed + TURN_SEED_STRIDE * turn + STOP_SEED_STRIDE * g)
             for episode, (sample,) in zip(group, samples):
                 _take(tokenizer, taskset, episode, sample, cap_ends_turn)
@@ -238,7 +240,7 @@ def _first_turn(sampler: Sampler, tokenizer: Any, taskset: Any, started: list[Ep
         calls.setdefault(stop, []).append(block)
     for g, (stop, group) in enumerate(calls.items()):
         samples = sampler([b[0].prompt for b in group], n, max(b[0].budget for b in group),
-                          _stop_ids(tokenizer, stop), seed + STOP_SEED_STRIDE * g)
+                          list(stop), seed + STOP_SEED_STRIDE * g)
         for block, sequences in zip(group, samples):
             for episode, sample in zip(block, sequences):
                 _take(tokenizer, taskset, episode, sample, cap_ends_turn)
@@ -250,10 +252,6 @@ def _by_stop(episodes: list[Episode]) -> list[list[Episode]]:
     for e in episodes:
         groups.setdefault(tuple(e.env.stop), []).append(e)
     return list(groups.values())
-
-
-def _stop_ids(tokenizer: Any, stop: Sequence[str]) -> list[list[int]]:
-    return [[int(t) for t in tokenizer.encode(s, add_special_tokens=False)] for s in stop]
 
 
 def _take(tokenizer: Any, taskset: Any, episode: Episode, sample: Any, cap_ends_turn: bool) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.errors import ConfigError
 from whileai.loop.hooks.warm_start import warm_start
@@ -22,10 +22,13 @@ from whileai.loop.types import PASS, LoopState, prompts
 from whileai.methods.flash_reinforce import FlashReinforce
 from whileai.routing import route
 
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
+
 PROBE_TASKS, PROBE_ROLLOUTS = 16, 8  # what --method auto routes on when no rows are given
 
 
-def route_method(config: TrainConfig, plan: RunPlan, backend: Backend, taskset: Any, rows: Any, run_dir: Path,
+def route_method(config: TrainConfig, plan: RunPlan, backend: Backend, taskset: Taskset | None, rows: Any, run_dir: Path,
                  state: LoopState) -> tuple[TrainConfig, RunPlan, Any]:
     """The config, plan and method route chose; the warm start is done here (on the model the probe samples)."""
     origins = {k: s for k, s in plan.sources if s in (USER, FILE)}
@@ -37,7 +40,8 @@ def route_method(config: TrainConfig, plan: RunPlan, backend: Backend, taskset: 
     ask: Any
     if rows is not None:  # the file's tasks, rewards and models (which model wrote them, or none)
         ask = rows.graded()
-    else:  # probe rollouts come from the model being trained
+    else:  # probe rollouts come from the model being trained (a run without rows has a taskset: checked)
+        assert taskset is not None
         tasks = taskset.split("train")[:PROBE_TASKS]
         sampled = rollouts(trainer, taskset, tasks, prompts(trainer.tokenizer, tasks), [PROBE_ROLLOUTS] * len(tasks),
                            probe.sampling(), config.seed, -1)

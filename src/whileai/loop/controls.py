@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
@@ -34,6 +34,10 @@ from whileai.loop.run import train as train_run
 from whileai.loop.types import PASS
 from whileai.rows.io import load_rows
 from whileai.rows.stats import GAIN, LOSS, TABLE_HEADER, compare, format_table
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Task, Taskset
+    from whileai.loop.run import Run
 
 CONTROLS: tuple[str, ...] = ("random-reward", "random-selection")
 CONTROL_SEEDS = 5  # training seeds per arm; at 2 the seed-paired t-interval (1 dof) rarely shows a real gain
@@ -45,7 +49,7 @@ class RandomRewardTaskset:
     """A taskset whose training rewards are random draws from the rewards its training rollouts earned so far;
     a held-out (test split) task is graded by the real grader. Everything else is the wrapped taskset's."""
 
-    def __init__(self, taskset: Any, seed: int, memory: int = REWARD_MEMORY) -> None:
+    def __init__(self, taskset: Taskset, seed: int, memory: int = REWARD_MEMORY) -> None:
         self.taskset = taskset
         self.name = f"{taskset.name} (random reward)"
         self._held_out = {t.task_id for t in taskset.split("test")}
@@ -57,7 +61,7 @@ class RandomRewardTaskset:
             raise AttributeError(name)
         return getattr(self.taskset, name)
 
-    def grade(self, task: Any, completion: str) -> float:
+    def grade(self, task: Task, completion: str) -> float:
         reward = self.taskset.grade(task, completion)
         if task.task_id in self._held_out:
             return reward
@@ -182,7 +186,7 @@ def _check(controls: Sequence[str], select_from: Any, train: Mapping[str, Any]) 
         raise ConfigError("\n".join(["controls:", *(f"  - {p}" for p in problems)]))
 
 
-def _control_arm(name: str, train: Mapping[str, Any], taskset: Any, select_from: Any, seed: int) -> dict[str, Any]:
+def _control_arm(name: str, train: Mapping[str, Any], taskset: Taskset | None, select_from: Any, seed: int) -> dict[str, Any]:
     """``wai.train``'s arguments for the control ``name`` at ``seed``. A control trains on the budget the real
     arm had whatever its first batch shows (its rewards are noise on purpose), so the preflight does not stop it."""
     arm = {**train, "force": True}
@@ -194,12 +198,13 @@ def _control_arm(name: str, train: Mapping[str, Any], taskset: Any, select_from:
         random.Random(seed).shuffle(rewards)
         arm["rows"] = [{**r, "reward": w} for r, w in zip(rows, rewards)]
     else:  # rollouts graded by the taskset: draw their rewards at random
+        assert taskset is not None  # a run without rows samples a taskset
         arm["taskset"] = RandomRewardTaskset(taskset, seed)
         arm.pop("taskset_options", None)  # already applied to the loaded taskset
     return arm
 
 
-def _taskset(train: Mapping[str, Any]) -> Any:
+def _taskset(train: Mapping[str, Any]) -> Taskset | None:
     """The taskset the real arm samples from, loaded (None for a run on rows); refused when the run would hold
     no held-out evaluation to compare the arms on."""
 
@@ -240,7 +245,7 @@ def _random_subset(kept: list[dict[str, Any]], pool: list[dict[str, Any]], seed:
     return random.Random(seed).sample(pool, len(kept))
 
 
-def _held_out_rows(run: Any) -> list[dict[str, Any]]:
+def _held_out_rows(run: Run) -> list[dict[str, Any]]:
     path = run.dir / "heldout.jsonl"
     if not path.is_file():  # _taskset refused a run without one; a run that skipped it anyway is a bug
         raise WhileaiError(f"the run in {run.dir} wrote no heldout.jsonl, so the arms cannot be compared")
@@ -253,7 +258,7 @@ def _pooled(runs: Sequence[Any]) -> list[dict[str, Any]]:
             for run in runs for r in _held_out_rows(run)]
 
 
-def _same_budget(real: Any, control: Any, name: str) -> None:
+def _same_budget(real: Run, control: Run, name: str) -> None:
     """The control trained as long, as often and on the same model as the real arm (a guard, not a check a
     user can trip: a difference here is a bug)."""
     keys = ("steps", "rollouts_per_step", "model", "seed", "lora_rank", "eval_tasks", "eval_samples")

@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.loop.plan.run_plan import RunPlan
-from whileai.loop.step import train_step
-from whileai.loop.types import Batches, Hook, LagQueue, Loop, LoopState
+from whileai.loop.step import single_pass_budget, train_step
+from whileai.loop.types import Batches, Hook, LagQueue, Loop, LoopState, Scoring
+
+if TYPE_CHECKING:
+    from whileai.loop.hooks.teacher import RunTeacher
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
 
-def run_loop(trainer: Any, method: Any, plan: RunPlan, batches: Batches, state: LoopState,
-             hooks: Sequence[Hook], teacher: Any = None) -> None:
+def run_loop(trainer: Trainer, method: Method, plan: RunPlan, batches: Batches, state: LoopState,
+             hooks: Sequence[Hook], teacher: RunTeacher | None = None) -> None:
     """Train from ``state.step`` to ``plan.steps``. Every hook's ``before`` runs first and ``after_step`` after
     each step, in order (the last, the checkpoint, may stop the run)."""
     loop = Loop(trainer, method, plan, state, teacher)
@@ -33,18 +38,19 @@ def run_loop(trainer: Any, method: Any, plan: RunPlan, batches: Batches, state: 
     warmup = spec.critic.warmup if spec.critic is not None else 0  # critic-only steps before the policy moves
     queue = LagQueue(plan.lag, state.queue)
     scoring = plan.sampling().scoring()
+    single_pass = single_pass_budget(spec, plan.micro_batch_tokens)  # the step's path, chosen once for the run
     started = time.perf_counter()
     while state.step < plan.steps:
         try:
-            _step(loop, batches, hooks, queue, scoring, warmup, started)
+            _step(loop, batches, hooks, queue, scoring, warmup, single_pass, started)
         except Exception as error:
             for hook in hooks:  # the server sampler's stops a run whose server died with a checkpoint
                 hook.failed(loop, error)
             raise
 
 
-def _step(loop: Loop, batches: Batches, hooks: Sequence[Hook], queue: LagQueue, scoring: Any, warmup: int,
-          started: float) -> None:
+def _step(loop: Loop, batches: Batches, hooks: Sequence[Hook], queue: LagQueue, scoring: Scoring, warmup: int,
+          single_pass: int, started: float) -> None:
     """One step of ``run_loop``: the batch, the update and optimizer step, the record, the hooks."""
     trainer, method, plan, state, teacher = loop.trainer, loop.method, loop.plan, loop.state, loop.teacher
     t = state.step
@@ -56,7 +62,7 @@ def _step(loop: Loop, batches: Batches, hooks: Sequence[Hook], queue: LagQueue, 
     trained = time.perf_counter()
     result = train_step(trainer, method, loop.batch, adam=adam, state=state.method_state,
                         sampling_params=scoring, rescore=batches.rescore(loop.batch, t),
-                        train_policy=t >= warmup, single_pass_tokens=plan.micro_batch_tokens, teacher=teacher)
+                        train_policy=t >= warmup, single_pass_tokens=single_pass, teacher=teacher)
     if teacher is not None:  # an EMA teacher follows the weights after every optimizer step
         teacher.after_step(trainer)
     state.method_state, state.step, state.queue = result.state, t + 1, queue.state()

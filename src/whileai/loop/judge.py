@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.errors import ConfigError
 from whileai.loop.plan.checks import resolve_method
 from whileai.loop.plan.config import build
 from whileai.loop.sources.pushed import tokenised
 from whileai.loop.step import critic_values
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Task
+    from whileai.loop.run import Run
 
 
 class Judge:
@@ -29,18 +33,18 @@ class Judge:
         ready = [tokenised(r, i, self.engine.tokenizer) for i, r in enumerate(rows)]
         return [float(v[-1]) for v in critic_values(self.engine, ready)]
 
-    def __call__(self, task: Any, completion: str) -> float:
+    def __call__(self, task: Task, completion: str) -> float:
         return self.scores([{"prompt": task.prompt, "completion": completion, "task_id": task.task_id}])[0]
 
     def __repr__(self) -> str:
         return f"Judge({self.source!r})"
 
 
-def reward_model(run: Any) -> Judge:
+def reward_model(run: Run | str | Path) -> Judge:
     """The judge a reward-model run (``wai.train(method="rm", rows=...)``) trained: a ``Run`` or its directory."""
     from whileai.engine import TrainingEngine  # torch: loaded only when a judge is made
 
-    folder = Path(getattr(run, "dir", run))
+    folder = Path(run) if isinstance(run, (str, Path)) else run.dir
     if not (folder / "config.toml").is_file():
         raise ConfigError(f"reward_model: {str(folder)!r} is not a run directory (no config.toml); pass the Run "
                           "that wai.train returned or its directory")

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.errors import ConfigError
 from whileai.loop.auto import route_method
@@ -50,6 +50,12 @@ from whileai.loop.sources.traces import RowsFile, open_rows
 from whileai.loop.trainers.backends import Backend, local_backend, remote_backend, remote_checkpoint
 from whileai.loop.trainers.tinker import tinker_backend
 from whileai.loop.types import LoopState, Source
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from whileai.envs.core import Taskset
+    from whileai.methods.base import Method
 
 LOCK_FILE = "run.lock"
 """RUN_DIR/run.lock: the process training the run (pid and host), there while it runs; a resume of a run whose
@@ -94,7 +100,7 @@ class Run:
 
 
 # ----------------------------------------------------------------------------- the run
-def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = None, taskset: Any = "",
+def train(config: TrainConfig | None = None, *, method: Method | str | None = None, rows: Any = None, taskset: Any = "",
           resume: str | None = None, config_file: str | None = None, token: str | None = None,
           **overrides: Any) -> Run:
     """Train a model; return the run. Keyword arguments override the config's fields (see ``TrainConfig``).
@@ -117,7 +123,7 @@ def train(config: TrainConfig | None = None, *, method: Any = None, rows: Any = 
     return _start(config, origins, method_obj, rows_data, taskset_obj, token)
 
 
-def _inputs(config: TrainConfig | None, method: Any, rows: Any, taskset: Any, config_file: str | None,
+def _inputs(config: TrainConfig | None, method: Method | str | None, rows: Any, taskset: Taskset | None, config_file: str | None,
             overrides: dict[str, Any]) -> tuple[TrainConfig, dict[str, str], Any, Any, Any]:
     """The config (defaults, then the file, then the arguments) and where each set field came from."""
     if isinstance(method, str):
@@ -146,8 +152,8 @@ def _inputs(config: TrainConfig | None, method: Any, rows: Any, taskset: Any, co
     return built, origins, method_obj, rows_data, taskset_obj
 
 
-def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, rows_data: Any,
-             taskset_obj: Any) -> tuple[Any, Any, RunPlan]:
+def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None, rows_data: Any,
+             taskset_obj: Taskset | None) -> tuple[Method | None, Taskset | None, RunPlan]:
     """The method, the taskset and the plan, or every problem at once (nothing loads)."""
     method, problems = resolve_method(config, method_obj)
     problems += inputs.model_problems(config)  # a missing folder named as one (no rule reads a model that is not there)
@@ -165,7 +171,7 @@ def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, r
     return method, taskset, plan
 
 
-def dry_run(config: TrainConfig | None = None, *, method: Any = None, rows: Any = None, taskset: Any = "",
+def dry_run(config: TrainConfig | None = None, *, method: Method | str | None = None, rows: Any = None, taskset: Any = "",
             config_file: str | None = None, **overrides: Any) -> RunPlan:
     """The run plan ``train`` would use, checked, with nothing loaded or written (``wai train --dry-run``)."""
     config_obj, origins, method_obj, rows_data, taskset_obj = _inputs(config, method, rows, taskset, config_file,
@@ -173,7 +179,8 @@ def dry_run(config: TrainConfig | None = None, *, method: Any = None, rows: Any 
     return _prepare(config_obj, origins, method_obj, rows_data, taskset_obj)[2]
 
 
-def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Any, rows_data: Any, taskset_obj: Any,
+def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None, rows_data: Any,
+           taskset_obj: Taskset | None,
            token: str | None) -> Run:
     method, taskset, plan = _prepare(config, origins, method_obj, rows_data, taskset_obj)
     run_dir = Path(config.run_dir or f"runs/{config.method}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -284,7 +291,7 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
         return
     previous = signal.getsignal(signal.SIGINT)
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         if flag["stop"]:
             raise KeyboardInterrupt
         flag["stop"] = True
@@ -298,7 +305,7 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
         signal.signal(signal.SIGINT, previous)
 
 
-def backend_for(config: TrainConfig, plan: RunPlan, method: Any, token: str | None,
+def backend_for(config: TrainConfig, plan: RunPlan, method: Method | None, token: str | None,
                 resume: Path | None = None) -> Backend:
     """The trainer the config names (in-process, a wai serve's API, a Tinker-API server); ``resume``: the
     checkpoint folder a remote trainer starts from (the state it names on the server)."""
@@ -358,7 +365,7 @@ def live_holder(path: Path) -> str | None:
     return f"pid {pid}"
 
 
-def _execute(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows: RowsFile | None, run_dir: Path,
+def _execute(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: Taskset | None, rows: RowsFile | None, run_dir: Path,
              resumed: LoopState | None, token: str | None) -> Run:
     with run_lock(run_dir), torch_threads(plan.threads):
         return _locked(config, plan, method, taskset, rows, run_dir, resumed, token)
@@ -377,7 +384,7 @@ def torch_threads(count: int) -> Iterator[None]:
         torch.set_num_threads(was)
 
 
-def _locked(config: TrainConfig, plan: RunPlan, method: Any, taskset: Any, rows: RowsFile | None, run_dir: Path,
+def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: Taskset | None, rows: RowsFile | None, run_dir: Path,
             resumed: LoopState | None, token: str | None) -> Run:
     started = time.perf_counter()
     state = resumed or LoopState()
@@ -423,6 +430,7 @@ def source_for(ctx: Context, state: LoopState) -> Source:
     if ctx.rows is not None:
         pushed = Pushed(ctx.rows, trace_run.grouped(method), plan)
         return Source(pushed, feed=[TraceHook(ctx, pushed)])
+    assert ctx.taskset is not None  # a run on rollouts has a taskset (plan.checks)
     if plan.sampler != IN_PROCESS:
         return server_rollouts(ctx, ctx.backend.trainer, ctx.taskset, method, plan)
     return Source(Rollouts(ctx.backend.trainer, ctx.taskset, method, plan))
@@ -443,7 +451,7 @@ def announce(ctx: Context) -> None:
     if spec.critic is not None:
         write(f"critic learning rate {plan.critic_learning_rate:g} (" + ("--critic-learning-rate"
               if config.critic_learning_rate else "the method's") + ")")
-    held = len(ctx.taskset.split("test")) if ctx.can_eval() else 0
+    held = len(ctx.taskset.split("test")) if ctx.can_eval() and ctx.taskset is not None else 0
     if ctx.can_eval() and plan.eval_tasks > held:
         write(f"note: eval_tasks {plan.eval_tasks}, but the taskset's test split holds {held} tasks: every "
               f"evaluation scores all {held}")
@@ -454,5 +462,5 @@ def announce(ctx: Context) -> None:
               f"{plan.max_tokens}, is (--max-tokens sets it); the knob still reaches an update that reads it "
               "(Dr. GRPO's length normaliser)")
     if sampling and plan.max_tokens >= LONG_CAP and config.max_tokens is None:
-        write(f"note: generations may run to {plan.max_tokens} tokens (the method's max_tokens; the taskset sets "
+        write(f"note: replies may run to {plan.max_tokens} tokens (the method's max_tokens; the taskset sets "
               "none): set --max-tokens, or max_tokens in the taskset, for short answers")

@@ -14,14 +14,32 @@ own ``sampling``). Nothing here reads a method's attributes or name: only ``run_
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from whileai.errors import BatchError, ConfigError
 from whileai.knobs import SCORED_FIELDS
+from whileai.loop.types import Adam, Scoring
+from whileai.methods.run_spec import RunSpec
+
+if TYPE_CHECKING:
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method, Update
+
+T = TypeVar("T")
+MethodState = Mapping[str, Any] | None
+"""a stateful method's state before an update (``Method.initial_state()``, then ``Update.state``)"""
+
+
+class TeacherFill(Protocol):
+    """What a step asks of a run's teacher: fill its fields on rows scored under one distribution."""
+
+    def fill(self, rows: list[dict[str, Any]], sampling_params: Scoring) -> None: ...
+
 
 # Fields a loop keeps on its rows for itself; the method sees everything else. ``sampling``: the settings a
 # logged trace was sampled with (``whileai.loop.sources.trace_formats``), the distribution its tokens are scored under.
@@ -38,7 +56,7 @@ REMOVED_LOGPROB = -1e4
 class StepResult:
     """What a step did: the method's Update, the new method state, and plain-number metrics."""
 
-    update: Any
+    update: Update
     state: dict[str, Any] | None
     metrics: dict[str, float] = field(default_factory=dict)
 
@@ -57,12 +75,18 @@ def value_datum(row: Mapping[str, Any], values: Sequence[float], returns: Sequen
     return out
 
 
-def completion_part(values: Any, n: int) -> list[float]:
+def completions(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Each row's completion length: the last positions whose log-probabilities a scoring forward asks for (the
+    prompt's positions are not projected through the output layer)."""
+    return [len(r["tokens"]) for r in rows]
+
+
+def completion_part(values: ArrayLike, n: int) -> list[float]:
     """The last ``n`` positions of a per-position output: the completion's tokens."""
     return np.asarray(values, dtype=np.float64)[-n:].tolist()
 
 
-def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[tuple[Any, list[int]]]:
+def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring) -> list[tuple[Any, list[int]]]:
     """The rows grouped by the distribution their tokens are scored under, as ``(sampling_params, indices)``
     in order of first appearance. A row's own ``sampling`` (the temperature / top_p / top_k a logged trace
     was sampled with; a null one is not stated) replaces the run's ``sampling_params`` for that row."""
@@ -77,7 +101,8 @@ def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> 
     return list(groups.values())
 
 
-def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any, call: Any) -> list[Any]:
+def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring,
+                     call: Callable[[list[Mapping[str, Any]], Scoring], Sequence[T]]) -> list[T]:
     """``call(group_rows, group_sampling_params)`` once per group of ``by_distribution`` (one list of
     per-row results each), the results put back in row order."""
     out: list[Any] = [None] * len(rows)
@@ -87,7 +112,7 @@ def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Any, ca
     return out
 
 
-def _settings(sampling_params: Any) -> dict[str, Any]:
+def _settings(sampling_params: Scoring) -> dict[str, Any]:
     """Sampling settings as a dict of ``SamplingParams`` fields (None: the model's own distribution, {})."""
     if sampling_params is None:
         return {}
@@ -96,7 +121,7 @@ def _settings(sampling_params: Any) -> dict[str, Any]:
     return {k: getattr(sampling_params, k) for k in ("max_tokens", *SCORED)}
 
 
-def _distribution_key(sampling_params: Any) -> tuple[float, float, int]:
+def _distribution_key(sampling_params: Scoring) -> tuple[float, float, int]:
     """What tells two distributions apart: (temperature, top_p, top_k), unstated ones at their defaults."""
     from whileai.engine.sampling import SAMPLING_KNOBS
 
@@ -113,40 +138,40 @@ def plain() -> dict[str, Any]:
     return {k: SAMPLING_KNOBS[k].value for k in SCORED}
 
 
-def sent(sampling_params: Any) -> Any:
+def sent(sampling_params: Scoring) -> Scoring:
     """What the trainer is given to score under: None for the model's own distribution (a backend that scores
     only that one, Tinker's, takes every such call), else the settings."""
     return None if _distribution_key(sampling_params) == _distribution_key(None) else sampling_params
 
 
-def _truncates(sampling_params: Any) -> bool:
+def _truncates(sampling_params: Scoring) -> bool:
     """Whether the distribution has top-k or top-p (then a logged token can have probability 0)."""
     _, top_p, top_k = _distribution_key(sampling_params)
     return top_p < 1.0 or top_k > 0
 
 
-def score(trainer: Any, rows: Sequence[Mapping[str, Any]], *, sampling_params: Any = None,
+def score(trainer: Trainer, rows: Sequence[Mapping[str, Any]], *, sampling_params: Scoring = None,
           reference: bool = False) -> list[list[float]]:
     """Each row's completion log-probabilities under the current (or reference) policy: one call per
     distribution the rows are scored under (``by_distribution``; one call when no row has ``sampling``)."""
-    def one(group: list[Mapping[str, Any]], params: Any) -> list[list[float]]:
+    def one(group: list[Mapping[str, Any]], params: Scoring) -> list[list[float]]:
         # weights 0: the forward returns every position's log-probability, -inf (truncated away) included
         out = trainer.forward([datum(r, weights=[0.0] * len(r["tokens"])) for r in group], "cross_entropy",
-                              sampling_params=sent(params), reference=reference)
+                              sampling_params=sent(params), reference=reference, logprobs_for=completions(group))
         return [np.maximum(completion_part(o["logprobs"], len(r["tokens"])), REMOVED_LOGPROB).tolist()
                 for o, r in zip(out.loss_fn_outputs, group)]
 
     return per_distribution(rows, sampling_params, one)
 
 
-def critic_values(trainer: Any, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
+def critic_values(trainer: Trainer, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
     """The value head's prediction at every completion token (a value loss's forward returns them)."""
     data = [value_datum(r, [0.0] * len(r["tokens"]), [0.0] * len(r["tokens"])) for r in rows]
     out = trainer.forward(data, "ppo_critic", {"value_clip": None})
     return [completion_part(o["values"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, rows)]
 
 
-def topk_datum(row: Mapping[str, Any], slots: Any, **completion_fields: Any) -> dict[str, Any]:
+def topk_datum(row: Mapping[str, Any], slots: ArrayLike, **completion_fields: ArrayLike) -> dict[str, Any]:
     """A datum whose completion positions target K tokens each (``slots``, (T, K)); the prompt positions
     target their next token K times, with weight 0 (``completion_fields`` are (T, K) too)."""
     slots_TK = np.asarray(slots, dtype=np.int64)
@@ -160,18 +185,18 @@ def topk_datum(row: Mapping[str, Any], slots: Any, **completion_fields: Any) -> 
     return {"model_input": full[:-1], "loss_fn_inputs": inputs}
 
 
-def student_topk(trainer: Any, rows: Sequence[Mapping[str, Any]], sampling_params: Any) -> list[list[list[float]]]:
+def student_topk(trainer: Trainer, rows: Sequence[Mapping[str, Any]], sampling_params: Scoring) -> list[list[list[float]]]:
     """The policy's log-probabilities of each row's ``teacher_topk_tokens`` (T, K), one call per distribution."""
-    def one(group: list[Mapping[str, Any]], params: Any) -> list[list[list[float]]]:
+    def one(group: list[Mapping[str, Any]], params: Scoring) -> list[list[list[float]]]:
         out = trainer.forward([topk_datum(r, r["teacher_topk_tokens"]) for r in group], "cross_entropy",
-                              sampling_params=sent(params))
+                              sampling_params=sent(params), logprobs_for=completions(group))
         return [np.asarray(o["logprobs"], dtype=np.float64)[-len(r["tokens"]):].tolist()
                 for o, r in zip(out.loss_fn_outputs, group)]
 
     return per_distribution(rows, sampling_params, one)
 
 
-def fill(trainer: Any, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Any) -> None:
+def fill(trainer: Trainer, rows: list[dict[str, Any]], needs: Sequence[str], sampling_params: Scoring) -> None:
     """Fill the per-token fields the method's run spec asks for, where a row lacks them (a teacher's fields
     come from the run's teacher, before this: ``policy_step(..., teacher=)``)."""
     missing = [n for n in needs if any(FILLED_AS.get(n, n) not in r for r in rows)]
@@ -194,57 +219,86 @@ def fill(trainer: Any, rows: list[dict[str, Any]], needs: Sequence[str], samplin
 FILLED_AS = {"teacher_topk": "topk_logprobs"}
 
 
-def policy_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
-                sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
-                critic_steps: int = 0, single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
+def single_pass_budget(spec: RunSpec, tokens: int) -> int:
+    """The token budget of a run's single-pass steps, chosen once per run from the method's run spec (0: every
+    step scores first, then trains). Only the kernel on the sampled tokens takes the single pass: a named loss
+    computes its ratio in the engine, and a teacher's top-k form trains other slots than it scored."""
+    return tokens if spec.loss == "cross_entropy" and "teacher_topk" not in spec.needs else 0
+
+
+def policy_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam, state: MethodState = None,
+                sampling_params: Scoring = None, rescore: bool = True, train_policy: bool = True,
+                critic_steps: int = 0, single_pass_tokens: int = 0, teacher: TeacherFill | None = None) -> StepResult:
     """One step: (teacher,) score, update, weighted cross-entropy, critic steps, optimizer step.
 
     ``rescore=False`` skips the scoring forward when its answer is known: on-policy rows whose sampler
     log-probabilities (``behavior_logprobs``) are the policy's at the same temperature and truncation.
     ``train_policy=False`` (a critic warm-up) computes the update and trains only the critic.
-    ``single_pass_tokens``: when the padded batch fits in this many tokens, score and train in one forward
-    (``forward_backward_custom``); otherwise score, then ``forward_backward`` in micro-batches.
+    ``single_pass_tokens``: the run's ``single_pass_budget``; a batch that fits in it, under one distribution
+    that truncates nothing, is scored and trained in one forward (``forward_backward_custom``); otherwise
+    scored, then ``forward_backward`` in micro-batches.
     ``teacher``: fills the teacher's fields on the rows first (``whileai.loop.hooks.teacher.RunTeacher``).
     Rows with their own ``sampling`` (logged traces) are scored and trained under it, one trainer call per
-    distribution (``by_distribution``); the single pass needs them all under one.
+    distribution (``by_distribution``).
     """
     work = [dict(r) for r in rows]
     spec = method.run_spec()
+    budget = single_pass_budget(spec, single_pass_tokens)
     groups = by_distribution(work, sampling_params)
-    for params, indices in groups if teacher is not None else ():  # first: the teacher reads no student score
-        teacher.fill([work[i] for i in indices], params)
-    # the single pass trains the sampled tokens only (a top-k form trains the teacher's slots), every one of
-    # them, so it needs one distribution that truncates nothing (where none is -inf, REMOVED_LOGPROB)
-    if rescore and train_policy and len(groups) == 1 and not _truncates(groups[0][0]) \
-            and fits(work, single_pass_tokens) and "teacher_topk" not in spec.needs and spec.loss == "cross_entropy":
-        update, single = _single_pass(trainer, method, work, state, groups[0][0], spec.needs)
-        return _finish(trainer, update, work, adam, critic_steps, single)
+    if teacher is not None:  # first: the teacher reads no student score
+        for params, indices in groups:
+            teacher.fill([work[i] for i in indices], params)
+    # the single pass trains every sampled token of the one distribution it scored (none is -inf there)
+    if budget and rescore and train_policy and len(groups) == 1 and not _truncates(groups[0][0]) \
+            and fits(work, budget):
+        update, metrics = _single_pass(trainer, method, work, state, groups[0][0], spec.needs)
+    else:
+        _policy_logprobs(trainer, work, rescore, sampling_params)
+        update = _update(trainer, method, work, state, spec.needs, sampling_params)
+        metrics = _policy_backward(trainer, spec, update, work, groups) if train_policy else {}
+    return _finish(trainer, update, work, adam, critic_steps, metrics)
+
+
+def _policy_logprobs(trainer: Trainer, work: list[dict[str, Any]], rescore: bool, sampling_params: Scoring) -> None:
+    """Each row's ``logprobs``: scored by the trainer, or (``rescore=False``) the sampler's own numbers."""
     if rescore:
         for row, logprobs in zip(work, score(trainer, work, sampling_params=sampling_params)):
             row["logprobs"] = logprobs
-    else:
-        for i, row in enumerate(work):
-            if "behavior_logprobs" not in row:
-                raise BatchError(f"row {i}: rescore=False needs the sampler's 'behavior_logprobs' to stand in for "
-                                 "the policy's; score the rows instead")
-            row["logprobs"] = list(row["behavior_logprobs"])
-    fill(trainer, work, spec.needs, sampling_params)
+        return
+    for i, row in enumerate(work):
+        if "behavior_logprobs" not in row:
+            raise BatchError(f"row {i}: rescore=False needs the sampler's 'behavior_logprobs' to stand in for "
+                             "the policy's; score the rows instead")
+        row["logprobs"] = list(row["behavior_logprobs"])
+
+
+def _update(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: MethodState, needs: Sequence[str],
+            sampling_params: Scoring) -> Update:
+    """The one update call: the fields the run spec needs filled, the loop's bookkeeping left out, the state
+    passed where the method carries one."""
+    fill(trainer, work, needs, sampling_params)
     for_method = [{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work]
-    update = method.update(for_method, state=state) if state is not None else method.update(for_method)
-    metrics: dict[str, float] = {}
-    for params, indices in groups if train_policy else ():  # each log pi differentiated is the one scored
+    return method.update(for_method, state=state) if state is not None else method.update(for_method)
+
+
+def _policy_backward(trainer: Trainer, spec: RunSpec, update: Update, work: list[dict[str, Any]],
+                     groups: list[tuple[Any, list[int]]]) -> dict[str, float]:
+    """The policy's gradient, one call per distribution (each log pi differentiated is the one scored): the
+    coefficients as the kernel's weights, or the advantages through the run spec's named loss."""
+    metrics: dict[str, float] = {}  # no loss key when nothing was trained (every coefficient 0)
+    for params, indices in groups:
         if spec.loss == "cross_entropy":
             data = [kernel_datum(work[i], update.coefficients[i]) for i in indices if np.any(update.coefficients[i])]
         else:
             data = [loss_datum(work[i], update.advantages[i], i) for i in indices if update.admitted[i]]
         if data:
             out = trainer.forward_backward(data, spec.loss, dict(spec.loss_config) or None,
-                                           sampling_params=sent(params))
+                                           sampling_params=sent(params), logprobs_for="scored")
             metrics["loss"] = metrics.get("loss", 0.0) + float(out.metrics.get("loss:sum", 0.0))
-    return _finish(trainer, update, work, adam, critic_steps, metrics)
+    return metrics
 
 
-def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str, Any]:
+def loss_datum(row: Mapping[str, Any], advantages: ArrayLike, index: int) -> dict[str, Any]:
     """A named loss's datum: per-token advantages, the sampler's log-probabilities, the action mask as weights."""
     if "behavior_logprobs" not in row:
         raise BatchError(f"row {index}: the method runs a named engine loss, which needs the sampler's "
@@ -256,9 +310,9 @@ def loss_datum(row: Mapping[str, Any], advantages: Any, index: int) -> dict[str,
     return datum(row, **fields)
 
 
-def train_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any, state: Any = None,
-               sampling_params: Any = None, rescore: bool = True, train_policy: bool = True,
-               single_pass_tokens: int = 0, teacher: Any = None) -> StepResult:
+def train_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam, state: MethodState = None,
+               sampling_params: Scoring = None, rescore: bool = True, train_policy: bool = True,
+               single_pass_tokens: int = 0, teacher: TeacherFill | None = None) -> StepResult:
     """The step every entry point runs: a scalar head's (``run_spec().head == 'score'``) or the policy's, with
     the critic's steps from the run spec. ``sampling_params``: the distribution the rows were sampled from."""
     spec = method.run_spec()
@@ -269,7 +323,7 @@ def train_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, 
                        train_policy=train_policy, single_pass_tokens=single_pass_tokens, teacher=teacher)
 
 
-def kernel_datum(row: Mapping[str, Any], coefficients: Any) -> dict[str, Any]:
+def kernel_datum(row: Mapping[str, Any], coefficients: ArrayLike) -> dict[str, Any]:
     """The kernel's datum: weights c on the sampled tokens, or (T, K) weights on the teacher's top-k slots."""
     c = np.asarray(coefficients, dtype=np.float64)
     if c.ndim == 2:
@@ -283,7 +337,8 @@ def fits(rows: Sequence[Mapping[str, Any]], single_pass_tokens: int) -> bool:
     return longest * len(rows) <= single_pass_tokens
 
 
-def _single_pass(trainer: Any, method: Any, work: list[dict[str, Any]], state: Any, sampling_params: Any,
+def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: MethodState,
+                 sampling_params: Scoring,
                  needs: Sequence[str]) -> tuple[Any, dict[str, float]]:
     """Score and train in one forward: the log-probabilities (detached) go to the update, whose coefficients
     weight the same tensors for the backward. Equal to score-then-forward_backward, one forward cheaper."""
@@ -294,33 +349,32 @@ def _single_pass(trainer: Any, method: Any, work: list[dict[str, Any]], state: A
     def loss_fn(data: Any, logprobs: list[Any]) -> tuple[Any, dict[str, float]]:
         for row, lp in zip(work, logprobs):
             row["logprobs"] = lp.detach().cpu().tolist()
-        fill(trainer, work, needs, sampling_params)
-        for_method = [{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work]
-        update = method.update(for_method, state=state) if state is not None else method.update(for_method)
-        holder["update"] = update
+        update = holder["update"] = _update(trainer, method, work, state, needs, sampling_params)
         loss = sum((torch.as_tensor(np.asarray(c, dtype=np.float64), device=lp.device) * lp).sum() * -1.0
                    for c, lp in zip(update.coefficients, logprobs))
         return loss, {}
 
-    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sent(sampling_params))
+    out = trainer.forward_backward_custom([datum(r) for r in work], loss_fn, sampling_params=sent(sampling_params),
+                                          logprobs_for="scored")
     return holder["update"], {"loss": float(out.metrics["loss:sum"])}
 
 
-def _finish(trainer: Any, update: Any, work: list[dict[str, Any]], adam: Any, critic_steps: int,
+def _finish(trainer: Trainer, update: Update, work: list[dict[str, Any]], adam: Adam, critic_steps: int,
             metrics: dict[str, float]) -> StepResult:
     """The critic's steps and the optimizer step, after the policy's gradient is in."""
-    if update.value_targets is not None and critic_steps > 0:
-        metrics["critic_loss"] = _critic_backward(trainer, work, update.value_targets)
+    targets = update.value_targets
+    if targets is not None and critic_steps > 0:
+        metrics["critic_loss"] = _critic_backward(trainer, work, targets)
     optim = trainer.optim_step(adam)
     metrics["grad_norm"] = float(optim.grad_norm)
-    for _ in range(max(critic_steps - 1, 0) if update.value_targets is not None else 0):
-        _critic_backward(trainer, work, update.value_targets)
+    for _ in range(max(critic_steps - 1, 0) if targets is not None else 0):
+        _critic_backward(trainer, work, targets or [])
         trainer.optim_step(adam)  # only the critic has gradients: the policy's weights do not move
     metrics.update(step_stats(update, work))
     return StepResult(update, update.state, metrics)
 
 
-def score_head_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]], *, adam: Any) -> StepResult:
+def score_head_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str, Any]], *, adam: Adam) -> StepResult:
     """One step of a method that trains a scalar head (``run_spec().head == "score"``, a reward model).
 
     The head (the trainer's value head) reads each row's last position; its output there is the row's
@@ -333,7 +387,7 @@ def score_head_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]]
     for row, v in zip(work, values):
         row["score"] = float(v[-1])
         row.setdefault("logprobs", [0.0] * len(row["tokens"]))  # unread by a score head; the batch contract wants them
-    update = method.update([{k: v for k, v in r.items() if k not in BOOKKEEPING} for r in work])
+    update = _update(trainer, method, work, None, (), None)
     data = []
     for row, v, c in zip(work, values, update.coefficients):
         c = np.asarray(c, dtype=np.float64)
@@ -347,7 +401,7 @@ def score_head_step(trainer: Any, method: Any, rows: Sequence[Mapping[str, Any]]
     return StepResult(update, None, metrics)
 
 
-def _critic_backward(trainer: Any, rows: Sequence[Mapping[str, Any]], targets: Sequence[Any]) -> float:
+def _critic_backward(trainer: Trainer, rows: Sequence[Mapping[str, Any]], targets: Sequence[Any]) -> float:
     """Accumulate the value head's gradient: 1/2 (V - target)^2 summed over the action tokens (the methods
     reference: the critic trains toward R at every action token; a tool's tokens are not fitted)."""
     data = []
@@ -357,12 +411,12 @@ def _critic_backward(trainer: Any, rows: Sequence[Mapping[str, Any]], targets: S
             mask = np.asarray(row["action_mask"], dtype=np.float64)
             out["loss_fn_inputs"]["weights"] = [0.0] * (len(row["prompt_tokens"]) - 1) + mask.tolist()
         data.append(out)
-    out = trainer.forward_backward(data, "ppo_critic", {"value_clip": None})
-    tokens = max(float(out.metrics.get("num_tokens:sum", 1.0)), 1.0)
-    return float(out.metrics.get("loss:sum", 0.0)) / tokens
+    result = trainer.forward_backward(data, "ppo_critic", {"value_clip": None})
+    tokens = max(float(result.metrics.get("num_tokens:sum", 1.0)), 1.0)
+    return float(result.metrics.get("loss:sum", 0.0)) / tokens
 
 
-def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def step_stats(update: Update, rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Rows trained on (more than rollouts_per_step when a method samples more rounds), reward, pass rate,
     admitted share, ratio and drift of one step, as flat numbers."""
     rewards = np.asarray([float(r["reward"]) for r in rows])
@@ -375,7 +429,7 @@ def step_stats(update: Any, rows: Sequence[Mapping[str, Any]]) -> dict[str, floa
     stats["mean_ratio"] = float(update.stats.get("mean_ratio", 1.0))
     stats.update(_reply_lengths(rows, rewards))
     # the method's own drift measure when it has one (FlashReinforce's Bernoulli KL), else the k3 estimate
-    stats["drift"] = float(update.stats.get("mean_sequence_kl", _drift(rows)))
+    stats["drift"] = float(update.drift if update.drift is not None else _drift(rows))
     if (gap := _ratio_gap(rows)) is not None:
         stats["ratio_gap_max"] = gap
     return stats

@@ -7,19 +7,53 @@
     Source      a source's batches and the hooks it brings
     LagQueue    the batches in flight between sampler and trainer
     prompts()   the tokens of each task's prompt
+    Scoring     one sampling-parameters type for sampling and scoring
+    Adam        the optimizer settings of a step
+    Tokenizer   what the loop reads of a tokenizer
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from whileai.envs import render_prompt
 
 if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only carries it
+    from whileai.engine.sampling import SamplingParams
+    from whileai.engine.training import AdamParams
+    from whileai.loop.hooks.teacher import RunTeacher
     from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.step import StepResult
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
+
+Scoring = Union["SamplingParams", Mapping[str, object], None]
+"""The one sampling-parameters type, for sampling and for scoring: the engine's ``SamplingParams``, or its fields
+as a dict (the JSON wire form; a logged trace's own settings); None: the model's own distribution."""
+Adam = Union["AdamParams", Mapping[str, float], None]
+"""A step's optimizer settings: the engine's ``AdamParams`` or its fields (``{"learning_rate": ...}``)."""
+LogprobsFor = str | Sequence[int]
+"""Which positions' log-probabilities a forward returns (engine.training.LOGPROBS_FOR): "every", "scored" or, per
+datum, its last n positions."""
+
+
+class Tokenizer(Protocol):
+    """What the loop reads of a tokenizer (transformers' or the built-in byte tokenizer)."""
+
+    @property
+    def eos_token_id(self) -> int | None: ...
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
+
+    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
+
+    def __len__(self) -> int:
+        """the vocabulary size, added tokens included"""
+        ...
+
 
 PASS = 1.0  # a pass is reward >= 1.0 (the taskset contract)
 
@@ -73,11 +107,11 @@ class Batches(Protocol):
 class Loop:
     """What the hooks see of a running loop."""
 
-    trainer: Any
-    method: Any
+    trainer: Trainer
+    method: Method
     plan: RunPlan
     state: LoopState
-    teacher: Any = None
+    teacher: RunTeacher | None = None
     batch: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -92,7 +126,7 @@ class Hook:
     def before_update(self, loop: Loop) -> None:
         return None
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         return None
 
     def failed(self, loop: Loop, error: BaseException) -> None:
@@ -110,6 +144,6 @@ class Source:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
 
-def prompts(tokenizer: Any, tasks: Sequence[Any]) -> list[list[int]]:
+def prompts(tokenizer: Tokenizer, tasks: Sequence[Any]) -> list[list[int]]:
     """The tokens of each task's prompt (one rendering, ``whileai.envs.render_prompt``, everywhere)."""
     return [render_prompt(tokenizer, t) for t in tasks]

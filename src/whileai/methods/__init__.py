@@ -1,8 +1,9 @@
 """Every method as a validated config whose ``update(batch)`` returns per-token coefficients and advantages.
 
-numpy only: importing this never imports torch. One registry (``method(name)``, ``method_names()``); a
-method whose ``run_spec().loss`` is an engine loss sends ``Update.advantages`` through it. See
-``docs/methods.md``.
+numpy only: importing this never imports torch (and the names below resolve on first use). One registry
+(``method(name)``, ``method_names()``) over the one class list ``CLASSES``, which ``whileai`` and
+``whileai.methods.registry`` read too; a method whose ``run_spec().loss`` is an engine loss sends
+``Update.advantages`` through it. See ``docs/methods.md``.
 """
 
 from __future__ import annotations
@@ -10,10 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from whileai.methods.base import Method, Update
-from whileai.methods.registry import method, method_names
-
-# class name -> the module that defines it, resolved on first use (no loop names: the loop lives above).
+# The one list of method classes: class name -> the module that defines it (a new method adds its line here).
 CLASSES: dict[str, str] = {
     "FlashReinforce": "flash_reinforce", "SAO": "critic", "BPCO": "critic",
     "GRPO": "grouped", "DrGRPO": "grouped", "RLOO": "grouped", "MaxRL": "grouped", "RAE": "grouped",
@@ -22,11 +20,14 @@ CLASSES: dict[str, str] = {
     "RM": "supervised", "OPD": "distill", "OPSD": "distill", "GroupwiseGrading": "shaping",
     "ReinforceAda": "shaping",
 }
+# the contract and the registry, by module
+API: dict[str, str] = {"Method": "base", "Update": "base", "method": "registry", "method_names": "registry"}
 
-__all__ = ["CLASSES", "Method", "Update", "method", "method_names", *CLASSES]
+__all__ = ["CLASSES", *API, *CLASSES]
 
 
 def __getattr__(name: str) -> Any:
-    if name not in CLASSES:
+    module = API.get(name) or CLASSES.get(name)
+    if module is None:
         raise AttributeError(f"module 'whileai.methods' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"whileai.methods.{CLASSES[name]}"), name)
+    return getattr(importlib.import_module(f"whileai.methods.{module}"), name)

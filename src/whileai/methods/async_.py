@@ -45,11 +45,11 @@ class Async(Method):
     name = "async"
 
     method: Any = None
-    correction: str = knob("async", "correction")
-    off_policy_steps: int = knob("async", "off_policy_steps")
-    threshold: float = knob("async", "threshold")
-    ratio: tuple[float, float] = knob("async", "ratio")
-    max_ratio: float = knob("async", "max_ratio")
+    correction: str = knob()
+    off_policy_steps: int = knob()
+    threshold: float = knob()
+    ratio: tuple[float, float] = knob()
+    max_ratio: float = knob()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "method", _resolve(self.method))
@@ -89,7 +89,7 @@ class Async(Method):
         notes = list(inner.notes) + no_behavior_note(batch, f"the {self.correction} correction")
         notes += self._notes(batch, affected_N)
         return Update(f"async({inner.method}, {self.correction})", coefficients, inner.advantages, inner.admitted,
-                      stats, notes, inner.value_targets, inner.state)
+                      stats, notes, inner.value_targets, inner.state, inner.drift)
 
     def _factor(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """The per-token multiplier, and the action tokens it changed."""

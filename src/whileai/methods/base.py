@@ -1,6 +1,6 @@
 """The method contract: a frozen, validated config whose ``update(batch)`` returns an ``Update``.
 
-A method subclass is a frozen dataclass whose fields are declared with ``knob(method, name)``, so
+A method subclass is a frozen dataclass whose fields are declared with ``knob()``, so
 its defaults, docs and validation rules come from the one table in ``defaults.py``; a field it inherits
 takes its own row's entry where the row has one. Construction
 and ``.replace(...)`` validate every field and report every bad one at once, as a ``ConfigError``
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -20,17 +21,56 @@ import numpy as np
 from whileai.errors import ConfigError
 from whileai.knobs import Knob
 from whileai.methods.defaults import DEFAULTS
+from whileai.methods.losses import as_pairs
 from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch, as_batch
 
+# Old knob names, each accepted for one more release with a one-line DeprecationWarning (wai.method, the
+# classes, replace, --set, a config file's [knobs]): rollouts per prompt has one name across the package.
+DEPRECATED: dict[str, str] = {"generations": "rollouts_per_prompt", "samples": "rollouts_per_prompt"}
+
+
+def renamed(cls: type, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``changes`` with each deprecated knob name ``cls`` does not have put under its one name, warned once."""
+    fields = {f.name for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else set()
+    out = dict(changes)
+    for old, new in DEPRECATED.items():
+        if old in out and old not in fields and new in fields:
+            if new in out:
+                raise ConfigError(f"{cls.__name__}: give {new}= only ({old}= is its deprecated name)")
+            warnings.warn(f"{cls.__name__}({old}=...) is deprecated: the knob is {new} (one name for rollouts per "
+                          "prompt); the old name goes in the next release", DeprecationWarning, stacklevel=3)
+            out[new] = out.pop(old)
+    return out
+
+
+CAP = "max_tokens"
+"""the standard field of a method's generation cap per trajectory (what ``run_spec().max_tokens`` reports)"""
 # name -> method class; filled by subclasses that set ``name`` (see Method.__init_subclass__)
 REGISTRY: dict[str, type[Method]] = {}
 
 
-def knob(method: str, name: str) -> Any:
-    """A dataclass field whose default, doc and rule come from ``DEFAULTS[method][name]``."""
+def knob(row: str | None = None) -> Any:
+    """A method's knob field: ``rollouts_per_prompt: int = knob()``. The field's name is the knob's name, and its
+    default, doc and rule are its row of the knob table (``DEFAULTS[cls.name][field name]``); ``row`` names
+    another method's row, for a base class without a name of its own. Bound when the class is made."""
+    return field(default=None, metadata={KNOB_ROW: row})
+
+
+KNOB_ROW = "knob_row"
+
+
+def _knob_field(method: str, name: str) -> Any:
+    """The dataclass field of ``DEFAULTS[method][name]``: its value as the default, the ``Knob`` as metadata."""
     spec = DEFAULTS[method][name]
     return field(default=spec.value, metadata={"knob": spec})
+
+
+def _declare_knobs(cls: type) -> None:
+    """Each ``knob()`` field ``cls`` declares becomes its row's field (runs before ``@dataclass``)."""
+    for attr, value in list(cls.__dict__.items()):
+        if isinstance(value, dataclasses.Field) and KNOB_ROW in value.metadata:
+            setattr(cls, attr, _knob_field(value.metadata[KNOB_ROW] or cls.__dict__["name"], attr))
 
 
 def _bind_own_row(cls: type) -> None:
@@ -42,19 +82,41 @@ def _bind_own_row(cls: type) -> None:
     for f in getattr(cls, "__dataclass_fields__", {}).values():
         if "knob" in f.metadata and f.name in row and f.name not in own:
             cls.__annotations__[f.name] = f.type
-            setattr(cls, f.name, knob(cls.name, f.name))  # type: ignore[attr-defined]
+            setattr(cls, f.name, _knob_field(cls.name, f.name))  # type: ignore[attr-defined]
+
+
+# The run spec's settings a method declares as fields (or class attributes) of the same name: ``run_spec()``
+# reads them by these names, so a method states its temperature, cap, rollouts per prompt, learning rate and
+# engine loss once, as fields; a method with a ``loss`` and a ``loss_config()`` sends that config too.
+STANDARD_FIELDS = ("rollouts_per_prompt", "temperature", "max_tokens", "learning_rate", "loss")
+
+
+class _Built(type):
+    """Records which fields a method object was given (``Method.set_fields``): a knob left out keeps its declared
+    default and its source says so, so a run can still fill it (the plan's generation cap into Dr. GRPO's L_max)."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        kwargs = renamed(cls, kwargs)
+        made = super().__call__(*args, **kwargs)
+        names = [f.name for f in dataclasses.fields(made) if f.init]
+        object.__setattr__(made, "_set", frozenset(names[:len(args)]) | frozenset(kwargs))
+        return made
 
 
 @dataclass(frozen=True)
-class Method:
+class Method(metaclass=_Built):
     """Base class of every method. Subclasses set ``name`` and implement ``_update``."""
 
     name: ClassVar[str] = ""
     # per-token row fields the update cannot run without, with the reason (checked up front)
     requires: ClassVar[dict[str, str]] = {}
 
+    # run spec settings fixed for the class, e.g. {"max_lag": None, "min_rollouts_per_prompt": 2}
+    run_settings: ClassVar[Mapping[str, Any]] = {}
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        _declare_knobs(cls)
         if "name" in cls.__dict__ and cls.name:
             _bind_own_row(cls)
             REGISTRY[cls.name] = cls
@@ -81,11 +143,39 @@ class Method:
     # ----------------------------------------------------------------- public API
     def replace(self, **changes: Any) -> Method:
         """A copy with some fields changed, validated like a new object."""
+        changes = renamed(type(self), changes)
         names = [f.name for f in dataclasses.fields(self)]
         unknown = sorted(set(changes) - set(names))
         if unknown:
             raise ConfigError(f"{type(self).__name__} has no field {unknown[0]!r}; its fields are {', '.join(names)}")
-        return dataclasses.replace(self, **changes)
+        return self._replaced(changes)
+
+    def _replaced(self, changes: Mapping[str, Any]) -> Method:
+        made = dataclasses.replace(self, **changes)
+        object.__setattr__(made, "_set", self.set_fields() | frozenset(changes))
+        return made
+
+    def set_fields(self) -> frozenset[str]:
+        """The fields this object was given (at construction or by ``replace``); every other field holds its
+        declared default."""
+        return getattr(self, "_set", frozenset())
+
+    def with_cap(self, cap: int) -> Method:
+        """This method with ``cap`` (the run's generation budget) as its generation cap where the cap was left at
+        its declared default, in a wrapped method too: an update that reads the cap (Dr. GRPO's L_max) then
+        divides by the budget the replies really had. A cap the user set stays theirs."""
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == CAP and f.name not in self.set_fields() and value != cap:
+                changes[f.name] = cap
+            elif isinstance(value, Method) and (inner := value.with_cap(cap)) is not value:
+                changes[f.name] = inner
+        if not changes:
+            return self
+        made = dataclasses.replace(self, **changes)
+        object.__setattr__(made, "_set", self.set_fields())  # the filled cap is still the run's, not the user's
+        return made
 
     def update(self, batch: Batch | Iterable[Mapping[str, Any]], *, state: Mapping[str, Any] | None = None) -> Update:
         """Coefficients for every token of ``batch`` (a list of row dicts or a ``Batch``).
@@ -109,8 +199,16 @@ class Method:
                           "state= (run_spec().stateful is False)")
 
     def run_spec(self) -> RunSpec:
-        """How this method must be run (rollouts per prompt, temperature, lag, fields to fill, critic)."""
-        return RunSpec(needs=tuple(self.requires))
+        """How this method must be run: its ``STANDARD_FIELDS`` as they are, its class's ``run_settings``, and
+        ``_run_spec()``'s settings that depend on its fields (needs, a critic, a teacher, a lag)."""
+        own = {name: getattr(self, name) for name in STANDARD_FIELDS if hasattr(self, name)}
+        if "loss" in own and hasattr(self, "loss_config"):
+            own["loss_config"] = as_pairs(self.loss_config())
+        return RunSpec(**{**own, **self.run_settings, **self._run_spec()})
+
+    def _run_spec(self) -> dict[str, Any]:
+        """The run spec's settings that this method computes from its fields (beyond ``STANDARD_FIELDS``)."""
+        return {}
 
     def initial_state(self) -> dict[str, Any] | None:
         """The state a stateful method starts from (None for a stateless one)."""
@@ -135,6 +233,9 @@ class Update:
     value_targets: list[np.ndarray] | None = None
     state: dict[str, Any] | None = None
     """a stateful method's state after this update (when ``update`` was given ``state=``)"""
+    drift: float | None = None
+    """the method's own measure of how far the sampler's policy is from the trained one (FlashReinforce's mean
+    sequence Bernoulli KL); None: the loop's k3 estimate stands in"""
 
     @property
     def coefficients_flat(self) -> np.ndarray:

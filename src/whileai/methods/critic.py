@@ -28,7 +28,7 @@ from whileai.errors import BatchError
 from whileai.methods._ops import agree, far_outside, gae_advantages, no_behavior_note, unclipped_is_min
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
 from whileai.methods.defaults import DEFAULTS
-from whileai.methods.run_spec import CriticSpec, RunSpec
+from whileai.methods.run_spec import CriticSpec
 from whileai.rows.batch import Batch
 
 VALUES_WHY = "the critic's prediction at every token is the baseline the advantage is measured against"
@@ -85,18 +85,18 @@ class SAO(Method):
     name = "sao"
     requires = {"values": VALUES_WHY}
 
-    ratio: tuple[float, float] = knob("sao", "ratio")
-    gae_alpha: float = knob("sao", "gae_alpha")
-    critic_steps: int = knob("sao", "critic_steps")
-    critic_warmup: int = knob("sao", "critic_warmup")
-    temperature: float = knob("sao", "temperature")
-    max_tokens: int = knob("sao", "max_tokens")
-    critic_learning_rate: float = knob("sao", "critic_learning_rate")
+    ratio: tuple[float, float] = knob()
+    gae_alpha: float = knob()
+    critic_steps: int = knob()
+    critic_warmup: int = knob()
+    temperature: float = knob()
+    max_tokens: int = knob()
+    critic_learning_rate: float = knob()
 
-    def run_spec(self) -> RunSpec:
-        critic = CriticSpec(self.critic_learning_rate, self.critic_steps, self.critic_warmup)
-        # the ratio band masks what a stale sampler moved, so no lag is out of bounds
-        return RunSpec(1, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.requires), critic=critic)
+    run_settings = {"max_lag": None, "needs": ("values",)}  # the ratio band masks what a stale sampler moved
+
+    def _run_spec(self) -> dict[str, Any]:
+        return {"critic": CriticSpec(self.critic_learning_rate, self.critic_steps, self.critic_warmup)}
 
     def _update(self, batch: Batch) -> Update:
         values_N = batch.token_fields["values"]
@@ -175,21 +175,21 @@ class BPCO(Method):
     name = "bpco"
     requires = {"values": VALUES_WHY}
 
-    clip: float = knob("bpco", "clip")
-    gae_alpha: float = knob("bpco", "gae_alpha")
-    reward_range: tuple[float, float] = knob("bpco", "reward_range")
-    critic_warmup: int = knob("bpco", "critic_warmup")
-    temperature: float = knob("bpco", "temperature")
-    max_tokens: int = knob("bpco", "max_tokens")
-    learning_rate: float = knob("bpco", "learning_rate")
-    critic_learning_rate: float = knob("bpco", "critic_learning_rate")
+    clip: float = knob()
+    gae_alpha: float = knob()
+    reward_range: tuple[float, float] = knob()
+    critic_warmup: int = knob()
+    temperature: float = knob()
+    max_tokens: int = knob()
+    learning_rate: float = knob()
+    critic_learning_rate: float = knob()
 
     bound = _Bound()
 
-    def run_spec(self) -> RunSpec:
-        critic = CriticSpec(self.critic_learning_rate, 1, self.critic_warmup, self.reward_range)
-        return RunSpec(1, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.requires), critic=critic,
-                       learning_rate=self.learning_rate)
+    run_settings = {"max_lag": None, "needs": ("values",)}
+
+    def _run_spec(self) -> dict[str, Any]:
+        return {"critic": CriticSpec(self.critic_learning_rate, 1, self.critic_warmup, self.reward_range)}
 
     def _update(self, batch: Batch) -> Update:
         values_N = batch.token_fields["values"]

@@ -10,7 +10,7 @@ per-token advantages of ``loss``; ``Update.coefficients`` are that loss's gradie
         r = batch.rewards_B
         return r - (r.sum() - r) / (len(r) - 1)
 
-    wai.CustomLoss(advantages=leave_one_out, loss="importance_sampling", generations=4)
+    wai.CustomLoss(advantages=leave_one_out, loss="importance_sampling", rollouts_per_prompt=4)
 
 ``fn`` returns one number per row (shape ``(B,)``), one per token of the batch (``(N,)``), or a list of
 one array per row; observation tokens (``action_mask`` false) get 0 whatever it returns.
@@ -27,7 +27,7 @@ import numpy as np
 from whileai.errors import BatchError
 from whileai.methods import losses
 from whileai.methods.base import Method, Update, knob
-from whileai.methods.run_spec import FILLABLE, RunSpec
+from whileai.methods.run_spec import FILLABLE
 from whileai.rows.batch import Batch
 
 AdvantageFn = Callable[[Batch], Any]
@@ -44,12 +44,12 @@ class CustomLoss(Method):
     name = "custom_loss"
 
     advantages: AdvantageFn | None = None
-    loss: str = knob("custom_loss", "loss")
-    clip: float = knob("custom_loss", "clip")
-    clip_high: float | None = knob("custom_loss", "clip_high")
-    generations: int = knob("custom_loss", "generations")
-    temperature: float = knob("custom_loss", "temperature")
-    max_tokens: int = knob("custom_loss", "max_tokens")
+    loss: str = knob()
+    clip: float = knob()
+    clip_high: float | None = knob()
+    rollouts_per_prompt: int = knob()
+    temperature: float = knob()
+    max_tokens: int = knob()
     needs: tuple[str, ...] = ()
 
     def _check(self) -> list[str]:
@@ -66,9 +66,10 @@ class CustomLoss(Method):
     def loss_config(self) -> dict[str, Any]:
         return losses.clip_config(self.clip, self.clip_high) if self.loss in losses.CLIPPED else {}
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.generations, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.needs),
-                       loss=self.loss, loss_config=losses.as_pairs(self.loss_config()))
+    run_settings = {"max_lag": None}
+
+    def _run_spec(self) -> dict[str, Any]:
+        return {"needs": tuple(self.needs)}
 
     def _update(self, batch: Batch) -> Update:
         assert self.advantages is not None  # _check

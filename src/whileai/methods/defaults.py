@@ -130,7 +130,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
     },
     # --- the group baselines and the async wrapper ---
     "grpo": {
-        "generations": Knob(8, "k: rollouts sampled per prompt; rows sharing a task_id form one group", integer(1),
+        "rollouts_per_prompt": Knob(8, "k: rollouts sampled per prompt; rows sharing a task_id form one group", integer(1),
                             f"{GRPO_PAPER}, section 4.2 (64 samples per question)", paper_value=64,
                             why="8 is the spec's and TRL's default (num_generations=8); DeepSeekMath's 64 costs "
                             "8x the sampling per prompt"),
@@ -166,7 +166,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                        f"Liu et al. 2025, arXiv:2503.20783 ('own' and 'none': {SPEC_SERVICE})"),
     },
     "rloo": {
-        "generations": Knob(8, "k: rollouts per prompt; each is judged against the mean of the other k - 1",
+        "rollouts_per_prompt": Knob(8, "k: rollouts per prompt; each is judged against the mean of the other k - 1",
                             integer(1), f"{RLOO_PAPER}, experiments (k = 2 and 4)", paper_value=4,
                             why="kept equal to GRPO's k so the two compare at the same sampling cost"),
         "clip": Knob(0.2, "PPO clip on the ratio (same surrogate as GRPO)", number(0.0, open_low=True),
@@ -177,8 +177,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "loss": LOSS,
     },
     "max_rl": {
-        "generations": Knob(8, "k: rollouts per prompt; a group whose mean reward is 0 carries nothing",
-                            integer(1), f"{MAX_RL_PAPER}; k as GRPO's generations"),
+        "rollouts_per_prompt": Knob(8, "k: rollouts per prompt; a group whose mean reward is 0 carries nothing",
+                            integer(1), f"{MAX_RL_PAPER}; k as GRPO's rollouts_per_prompt"),
         "clip": AS_GRPO_CLIP,
         **AS_GRPO,
         "loss": LOSS,
@@ -190,7 +190,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "decay": Knob(0.95, "per-agent running baseline: b <- decay * b + (1 - decay) * R, in batch order",
                       number(0.0, 1.0, open_high=True), f"{SPIRAL_PAPER}, role-conditioned advantage estimation; "
                       "prime-rl algo 'rae' (decay = 0.95)"),
-        "generations": Knob(1, "rollouts per prompt; the running baseline works at one", integer(1),
+        "rollouts_per_prompt": Knob(1, "rollouts per prompt; the running baseline works at one", integer(1),
                             f"{SPIRAL_PAPER}; prime-rl 'rae' accepts any group_size, including 1"),
         "clip": AS_GRPO_CLIP,
         **AS_GRPO,
@@ -232,7 +232,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
     "opd": {
         "top_k": Knob(32, "K: teacher slots per position in the top-k form (the rows' K when smaller)", integer(1),
                       f"{TOPK_OPD_PAPER}; methods reference, OPD defaults"),
-        "samples": Knob(4, "student rollouts per prompt the loop draws (no group is formed)", integer(1),
+        "rollouts_per_prompt": Knob(4, "student rollouts per prompt the loop draws (no group is formed)", integer(1),
                         f"{THINKING_MACHINES_OPD}; methods reference, OPD defaults"),
         "divergence": Knob("reverse_kl", "per-token divergence: 'reverse_kl' KL(student || teacher), 'forward_kl' "
                            "KL(teacher || student), 'jsd' Jensen-Shannon (beta = 0.5)",
@@ -263,7 +263,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                        f"{SDFT_PAPER} (EMA teacher, rate 0.01); {OPSD_REFERENCE_PAPER} ('initial')"),
         "top_k": Knob(32, "K: teacher slots per position in the top-k form", integer(1),
                       f"{TOPK_OPD_PAPER}; methods reference, OPD defaults"),
-        "samples": Knob(1, "student rollouts per prompt; there is no group to form", integer(1),
+        "rollouts_per_prompt": Knob(1, "student rollouts per prompt; there is no group to form", integer(1),
                         f"{SDFT_PAPER}; methods reference, OPSD"),
         "divergence": Knob("reverse_kl", "per-token divergence (as OPD's)", one_of("reverse_kl", "forward_kl", "jsd"),
                            f"{SDFT_PAPER}; {GKD_PAPER}, section 3"),
@@ -321,8 +321,8 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
                                  "leave the 1/N normalizer)", one_of(True, False), f"{DAPO_PAPER}, section 3.2"),
     },
     "reinforce_pp": {
-        "generations": Knob(8, "k: rollouts per prompt (the group of kl_in='token')", integer(1),
-                            "as GRPO's generations"),
+        "rollouts_per_prompt": Knob(8, "k: rollouts per prompt (the group of kl_in='token')", integer(1),
+                            "as GRPO's rollouts_per_prompt"),
         "kl_coef": Knob(0.01, "beta: weight of the K2 penalty 1/2 (log pi - log pi_ref)^2", number(0.0),
                         "OpenRLHF --algo.kl.init_coef default 0.01 (reference/peers.md)"),
         "kl_in": Knob("return", "'return': the penalty summed into the return-to-go, then z-scored over the batch's "
@@ -338,7 +338,7 @@ DEFAULTS: dict[str, dict[str, Knob]] = {
         "clip": Knob(0.2, "ppo / cispo / gspo: the bounds 1 - clip, 1 + clip_high", number(0.0, 1.0, open_low=True),
                      f"{PPO_PAPER}, Eq. 7"),
         "clip_high": CLIP_HIGH,
-        "generations": Knob(1, "rollouts per prompt the loop samples", integer(1), "whileai default"),
+        "rollouts_per_prompt": Knob(1, "rollouts per prompt the loop samples", integer(1), "whileai default"),
         "temperature": AS_GRPO_TEMPERATURE,
         "max_tokens": AS_GRPO_MAX_TOKENS,
     },

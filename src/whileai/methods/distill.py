@@ -56,7 +56,7 @@ from whileai.endpoints import Endpoint
 from whileai.errors import BatchError
 from whileai.methods._ops import agree
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
-from whileai.methods.run_spec import RunSpec, TeacherSpec
+from whileai.methods.run_spec import TeacherSpec
 from whileai.methods.supervised import mean_ratio
 from whileai.rows.batch import TOPK_FIELDS, Batch
 
@@ -139,6 +139,8 @@ def keep_top(teacher_NK: np.ndarray, top_k: int) -> np.ndarray:
 @dataclass(frozen=True)
 class _Distill(Method):
     """Shared update of OPD and OPSD (fields top_k and divergence come from the subclass)."""
+
+    run_settings = {"max_lag": None}
 
     def _update(self, batch: Batch) -> Update:
         if self._loss != "cross_entropy":
@@ -284,18 +286,17 @@ class OPD(_Distill):
     name = "opd"
 
     teacher: Endpoint | None = None
-    top_k: int = knob("opd", "top_k")
-    samples: int = knob("opd", "samples")
-    divergence: str = knob("opd", "divergence")
-    max_ratio: float | None = knob("opd", "max_ratio")
-    temperature: float = knob("opd", "temperature")
-    max_tokens: int = knob("opd", "max_tokens")
-    loss: str = knob("opd", "loss")
-    kl_coef: float = knob("opd", "kl_coef")
+    top_k: int = knob()
+    rollouts_per_prompt: int = knob()
+    divergence: str = knob()
+    max_ratio: float | None = knob()
+    temperature: float = knob()
+    max_tokens: int = knob()
+    loss: str = knob()
+    kl_coef: float = knob()
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=self._needs,
-                       teacher=TeacherSpec("model", top_k=self._spec_top_k), loss=self.loss)
+    def _run_spec(self) -> dict[str, Any]:
+        return {"needs": self._needs, "teacher": TeacherSpec("model", top_k=self._spec_top_k)}
 
     def _check(self) -> list[str]:
         problems = super()._check()
@@ -333,22 +334,20 @@ class OPSD(_Distill):
 
     name = "opsd"
 
-    privileged: str = knob("opsd", "privileged")
-    anchor: str = knob("opsd", "anchor")
-    top_k: int = knob("opsd", "top_k")
-    samples: int = knob("opsd", "samples")
-    divergence: str = knob("opsd", "divergence")
-    max_ratio: float | None = knob("opsd", "max_ratio")
-    temperature: float = knob("opsd", "temperature")
-    max_tokens: int = knob("opsd", "max_tokens")
-    loss: str = knob("opsd", "loss")
-    kl_coef: float = knob("opsd", "kl_coef")
+    privileged: str = knob()
+    anchor: str = knob()
+    top_k: int = knob()
+    rollouts_per_prompt: int = knob()
+    divergence: str = knob()
+    max_ratio: float | None = knob()
+    temperature: float = knob()
+    max_tokens: int = knob()
+    loss: str = knob()
+    kl_coef: float = knob()
 
-    def run_spec(self) -> RunSpec:
+    def _run_spec(self) -> dict[str, Any]:
         weights, rate = parse_anchor(self.anchor) or ("live", None)
-        teacher = TeacherSpec(weights, rate, self.privileged, self._spec_top_k)
-        return RunSpec(self.samples, self.temperature, self.max_tokens, max_lag=None, needs=self._needs,
-                       teacher=teacher, loss=self.loss)
+        return {"needs": self._needs, "teacher": TeacherSpec(weights, rate, self.privileged, self._spec_top_k)}
 
     def _check(self) -> list[str]:
         problems = super()._check()

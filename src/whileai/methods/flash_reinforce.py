@@ -14,12 +14,12 @@ implicit; we put 1/B inside c so that splitting a batch never changes the summed
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from whileai.methods._ops import no_behavior_note
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
-from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
 
@@ -55,13 +55,13 @@ class FlashReinforce(Method):
 
     name = "flash_reinforce"
 
-    trust: float = knob("flash_reinforce", "trust")
-    off_policy_steps: int = knob("flash_reinforce", "off_policy_steps")
-    temperature: float = knob("flash_reinforce", "temperature")
-    max_tokens: int = knob("flash_reinforce", "max_tokens")
+    trust: float = knob()
+    off_policy_steps: int = knob()
+    temperature: float = knob()
+    max_tokens: int = knob()
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(1, self.temperature, self.max_tokens, max_lag=self.off_policy_steps)
+    def _run_spec(self) -> dict[str, Any]:
+        return {"max_lag": self.off_policy_steps}
 
     def _update(self, batch: Batch) -> Update:
         tokens_B = batch.action_tokens_B
@@ -91,6 +91,7 @@ class FlashReinforce(Method):
             admitted=admitted_B,
             stats=stats,
             notes=self._notes(batch, mean_kl_B, admitted_B),
+            drift=stats["mean_sequence_kl"],
         )
 
     def _notes(self, batch: Batch, mean_kl_B: np.ndarray, admitted_B: np.ndarray) -> list[str]:

@@ -35,12 +35,11 @@ from whileai.errors import ConfigError
 from whileai.methods import losses
 from whileai.methods._ops import Groups, agree, far_outside, group_by, group_stats, unclipped_is_min
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
-from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
 GROUP_WHY = "rollouts of the same prompt share a task_id and are compared with each other"
 ONE_ROLLOUT_FIX = ("with one rollout per prompt use wai.FlashReinforce, wai.SAO, wai.BPCO or wai.RAE, which bring "
-                   "their own baseline, or sample several rollouts per prompt (generations)")
+                   "their own baseline, or sample several rollouts per prompt (rollouts_per_prompt)")
 # GRPO: A = (R - mean) / (std + 1e-6): verl's epsilon (compute_grpo_outcome_advantage). TRL adds 1e-4
 # instead; the two differ only when a group's std is near 0, and a unanimous group gets A = 0 here anyway.
 STD_EPSILON = 1e-6
@@ -152,7 +151,7 @@ def key_list(keys: list[Hashable]) -> str:
     return f"({shown}{', ...' if len(keys) > 5 else ''})"
 
 
-def group_notes(groups: Groups, unanimous_G: np.ndarray, rewards_B: np.ndarray, generations: int) -> list[str]:
+def group_notes(groups: Groups, unanimous_G: np.ndarray, rewards_B: np.ndarray, rollouts_per_prompt: int) -> list[str]:
     """Groups of one (point to the single-rollout methods) and unanimous groups (point to select)."""
     notes = []
     sizes_G = groups.sizes_G
@@ -171,13 +170,13 @@ def group_notes(groups: Groups, unanimous_G: np.ndarray, rewards_B: np.ndarray, 
         notes.append(f"{plural(same.size, 'group')} {key_list([groups.keys_G[g] for g in same])} scored the same on "
                      f"every rollout (first: R = {first:g}), so {plural(rows, 'trajectory', 'trajectories')} carry "
                      "A = 0: drop unanimous groups before the update with wai.select(rows, mode='rl'), or raise "
-                     "generations so a hard prompt shows a pass")
-    short = np.flatnonzero((sizes_G > 1) & (sizes_G < generations))
+                     "rollouts_per_prompt so a hard prompt shows a pass")
+    short = np.flatnonzero((sizes_G > 1) & (sizes_G < rollouts_per_prompt))
     if short.size:
         notes.append(f"{plural(short.size, 'group')} {key_list([groups.keys_G[g] for g in short])} "
-                     f"{'has' if short.size == 1 else 'have'} fewer rollouts than generations={generations} "
+                     f"{'has' if short.size == 1 else 'have'} fewer rollouts than rollouts_per_prompt={rollouts_per_prompt} "
                      f"(smallest: {int(sizes_G[short].min())}), so {'its' if short.size == 1 else 'their'} baseline "
-                     "is noisier: check no rollouts were lost, or set generations to what the sampler drew")
+                     "is noisier: check no rollouts were lost, or set rollouts_per_prompt to what the sampler drew")
     return notes
 
 
@@ -256,21 +255,21 @@ class GRPO(Method):
 
     name = "grpo"
 
-    generations: int = knob("grpo", "generations")
-    clip: float = knob("grpo", "clip")
-    clip_high: float | None = knob("grpo", "clip_high")
-    dual_clip: float | None = knob("grpo", "dual_clip")
-    beta: float = knob("grpo", "beta")
-    loss_type: str = knob("grpo", "loss_type")
-    truncated: str = knob("grpo", "truncated")
-    max_tokens: int = knob("grpo", "max_tokens")
-    temperature: float = knob("grpo", "temperature")
-    loss: str = knob("grpo", "loss")
+    rollouts_per_prompt: int = knob()
+    clip: float = knob()
+    clip_high: float | None = knob()
+    dual_clip: float | None = knob()
+    beta: float = knob()
+    loss_type: str = knob()
+    truncated: str = knob()
+    max_tokens: int = knob()
+    temperature: float = knob()
+    loss: str = knob()
 
-    def run_spec(self) -> RunSpec:
-        needs = ("ref_logprobs",) if self.beta > 0 else ()
-        return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
-                       max_lag=None, needs=needs, loss=self.loss, loss_config=losses.as_pairs(self.loss_config()))
+    run_settings = {"max_lag": None, "min_rollouts_per_prompt": 2}
+
+    def _run_spec(self) -> dict[str, Any]:
+        return {"needs": ("ref_logprobs",) if self.beta > 0 else ()}
 
     def loss_config(self) -> dict[str, Any]:
         """The config ``loss`` is sent with (``RunSpec.loss_config``)."""
@@ -304,7 +303,7 @@ class GRPO(Method):
         else:
             advantage_B = centered_B / (stats_G.std_G[g] + STD_EPSILON)
         advantage_B = np.where(stats_G.unanimous_G[g] | ~admitted_B, 0.0, advantage_B)
-        notes = group_notes(groups, stats_G.unanimous_G, rewards_B, self.generations)
+        notes = group_notes(groups, stats_G.unanimous_G, rewards_B, self.rollouts_per_prompt)
         notes += self._truncation_notes(batch) + admit_notes
         if self.loss != "cross_entropy":
             advantage_N = batch.spread(advantage_B * self._length_weights(batch, admitted_B))
@@ -384,7 +383,7 @@ class DrGRPO(GRPO):
 
     name = "dr_grpo"
 
-    length: str = knob("dr_grpo", "length")
+    length: str = knob()
 
 
 # --------------------------------------------------------------------- RLOO and MaxRL
@@ -394,7 +393,7 @@ AdvantageRule = Callable[[np.ndarray, Groups, np.ndarray], "tuple[np.ndarray, li
 def baseline_update(batch: Batch, method: Any, rule: AdvantageRule) -> Update:
     """A grouped advantage (one per trajectory, 0 in unanimous groups) under GRPO's surrogate, w_i = 1/(B T_i);
     under a named loss, the advantage itself on every action token (the engine sums)."""
-    name, band, generations = method.name, band_of(method), method.generations
+    name, band, rollouts_per_prompt = method.name, band_of(method), method.rollouts_per_prompt
     groups = group_by(batch.row_field("task_id", name, GROUP_WHY), "task_id")
     rewards_B = batch.rewards_B
     admitted_B = np.ones(batch.size, dtype=bool)
@@ -402,14 +401,14 @@ def baseline_update(batch: Batch, method: Any, rule: AdvantageRule) -> Update:
     advantage_B, rule_notes = rule(rewards_B, groups, unanimous_G)
     advantage_B = np.where(unanimous_G[groups.index_B], 0.0, advantage_B)
     if method.loss != "cross_entropy":
-        notes = group_notes(groups, unanimous_G, rewards_B, generations) + rule_notes
+        notes = group_notes(groups, unanimous_G, rewards_B, rollouts_per_prompt) + rule_notes
         return named_loss_update(batch, method, batch.spread(advantage_B) * batch.action_weight_N, admitted_B, notes)
     weight_B = 1.0 / (batch.size * batch.action_tokens_B.astype(np.float64))
     surrogate = clipped_surrogate(batch, advantage_B, weight_B, admitted_B, band)
     stats = base_stats(batch, admitted_B)
     stats["clipped_token_share"] = float(surrogate.clipped_N.sum() / max(int(batch.action_mask_N.sum()), 1))
     stats["zero_advantage_share"] = zero_advantage_share(advantage_B, admitted_B)
-    notes = group_notes(groups, unanimous_G, rewards_B, generations)
+    notes = group_notes(groups, unanimous_G, rewards_B, rollouts_per_prompt)
     notes += rule_notes + clip_note(batch, surrogate, band)
     return Update(name, batch.split(surrogate.coefficients_N), batch.split(surrogate.advantages_N),
                   admitted_B, stats, notes)
@@ -456,21 +455,19 @@ def mean_normalized(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarr
 
 @dataclass(frozen=True)
 class GroupBaseline(Method):
-    """RLOO's and MaxRL's shared machinery: a group of ``generations``, any lag, the method's loss, and
+    """RLOO's and MaxRL's shared machinery: a group of ``rollouts_per_prompt``, any lag, the method's loss, and
     ``baseline_update`` with the subclass's advantage rule. The knobs are declared here with RLOO's row;
     each subclass's own row gives their defaults (``Method``)."""
 
-    generations: int = knob("rloo", "generations")
-    clip: float = knob("rloo", "clip")
-    clip_high: float | None = knob("rloo", "clip_high")
-    dual_clip: float | None = knob("rloo", "dual_clip")
-    max_tokens: int = knob("rloo", "max_tokens")
-    temperature: float = knob("rloo", "temperature")
-    loss: str = knob("rloo", "loss")
+    rollouts_per_prompt: int = knob("rloo")
+    clip: float = knob("rloo")
+    clip_high: float | None = knob("rloo")
+    dual_clip: float | None = knob("rloo")
+    max_tokens: int = knob("rloo")
+    temperature: float = knob("rloo")
+    loss: str = knob("rloo")
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.generations, self.temperature, min_rollouts_per_prompt=2, max_tokens=self.max_tokens,
-                       max_lag=None, loss=self.loss, loss_config=losses.as_pairs(self.loss_config()))
+    run_settings = {"max_lag": None, "min_rollouts_per_prompt": 2}
 
     def loss_config(self) -> dict[str, Any]:
         return loss_config_of(self)
@@ -517,7 +514,7 @@ class MaxRL(GroupBaseline):
 
     name = "max_rl"
 
-    estimator: str = knob("max_rl", "estimator")
+    estimator: str = knob()
 
     def _rule(self) -> AdvantageRule:
         return mean_normalized if self.estimator == "mean" else beat_the_best
@@ -543,13 +540,13 @@ class RAE(Method):
 
     name = "rae"
 
-    decay: float = knob("rae", "decay")
-    generations: int = knob("rae", "generations")
-    clip: float = knob("rae", "clip")
-    clip_high: float | None = knob("rae", "clip_high")
-    dual_clip: float | None = knob("rae", "dual_clip")
-    max_tokens: int = knob("rae", "max_tokens")
-    temperature: float = knob("rae", "temperature")
+    decay: float = knob()
+    rollouts_per_prompt: int = knob()
+    clip: float = knob()
+    clip_high: float | None = knob()
+    dual_clip: float | None = knob()
+    max_tokens: int = knob()
+    temperature: float = knob()
     _baselines: dict[Any, float] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -575,8 +572,7 @@ class RAE(Method):
         self._baselines.clear()
         self._baselines.update(restored)
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.generations, self.temperature, self.max_tokens, max_lag=None, stateful=True)
+    run_settings = {"max_lag": None, "stateful": True}
 
     def initial_state(self) -> dict[str, Any]:
         return {"baselines": {}}

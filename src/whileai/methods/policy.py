@@ -19,7 +19,7 @@ Every one is ``update(batch) -> Update`` like any method: ``Update.advantages`` 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -28,7 +28,6 @@ from whileai.methods import losses
 from whileai.methods._ops import Groups, group_by, group_stats
 from whileai.methods.base import Method, Update, knob, plural
 from whileai.methods.grouped import GROUP_WHY, GRPO, DrGRPO, base_stats, key_list
-from whileai.methods.run_spec import RunSpec
 from whileai.methods.shaping import SamplingPlan
 from whileai.rows.batch import Batch
 
@@ -75,9 +74,9 @@ class DPPO(PPO):
 
     name = "dppo"
 
-    delta_low: float = knob("dppo", "delta_low")
-    delta_high: float = knob("dppo", "delta_high")
-    divergence: str = knob("dppo", "divergence")
+    delta_low: float = knob()
+    delta_high: float = knob()
+    divergence: str = knob()
 
     def loss_config(self) -> dict[str, Any]:
         return {"delta_low": self.delta_low, "delta_high": self.delta_high, "dppo_type": self.divergence}
@@ -93,8 +92,8 @@ class SAPO(PPO):
 
     name = "sapo"
 
-    tau_pos: float = knob("sapo", "tau_pos")
-    tau_neg: float = knob("sapo", "tau_neg")
+    tau_pos: float = knob()
+    tau_neg: float = knob()
 
     def loss_config(self) -> dict[str, Any]:
         return {"tau_pos": self.tau_pos, "tau_neg": self.tau_neg}
@@ -107,25 +106,25 @@ class DAPO(GRPO):
     filtering and dynamic sampling; loss ``ppo`` with the bounds 1 - 0.2 and 1 + 0.28.
 
     Per group: a truncated row is filtered out (``truncated="mask"``); while fewer than ``min_retained``
-    untruncated rows remain, ``run_spec().plan`` asks the loop for ``generations`` more from the same weights,
+    untruncated rows remain, ``run_spec().plan`` asks the loop for ``rollouts_per_prompt`` more from the same weights,
     at most ``max_rounds`` times; a group still short is not admitted; with ``dynamic_sampling`` a group
     whose kept rewards are all equal is not admitted either. Of a group, the first
-    ``max(generations, min_retained)`` untruncated rows count. Then GRPO's sample-std advantage over the
+    ``max(rollouts_per_prompt, min_retained)`` untruncated rows count. Then GRPO's sample-std advantage over the
     kept rows, divided by N, the action tokens of every admitted row (``loss_type="bnpo"``, Eq. 8). No
     provider exposes the paper's dual clip: this is PPO's clip with asymmetric bounds.
     """
 
     name = "dapo"
 
-    min_retained: int = knob("dapo", "min_retained")
-    max_rounds: int = knob("dapo", "max_rounds")
-    dynamic_sampling: bool = knob("dapo", "dynamic_sampling")
+    min_retained: int = knob()
+    max_rounds: int = knob()
+    dynamic_sampling: bool = knob()
 
-    def run_spec(self) -> RunSpec:
-        return replace(super().run_spec(), plan=self.plan)
+    def _run_spec(self) -> dict[str, Any]:
+        return {**super()._run_spec(), "plan": self.plan}
 
     def plan(self, rows: Iterable[Mapping[str, Any]], tasks: Iterable[Hashable] = ()) -> SamplingPlan:
-        """Resample ``generations`` more for a prompt with fewer than ``min_retained`` untruncated rows, until
+        """Resample ``rollouts_per_prompt`` more for a prompt with fewer than ``min_retained`` untruncated rows, until
         it has them or has had ``max_rounds`` extra rounds (``tasks``: prompts that may have no rows yet)."""
         drawn: dict[Hashable, int] = dict.fromkeys(tasks, 0)
         kept: dict[Hashable, int] = dict.fromkeys(tasks, 0)
@@ -135,11 +134,11 @@ class DAPO(GRPO):
             kept[task] = kept.get(task, 0) + (0 if row.get("truncated") else 1)
         resample, done, exhausted = {}, [], []
         for task, n in drawn.items():
-            rounds = max(n - self.generations, 0) // self.generations
+            rounds = max(n - self.rollouts_per_prompt, 0) // self.rollouts_per_prompt
             if kept[task] >= self.min_retained:
                 done.append(task)
             elif rounds < self.max_rounds or n == 0:
-                resample[task] = self.generations
+                resample[task] = self.rollouts_per_prompt
             else:
                 exhausted.append(task)
         return SamplingPlan(resample, tuple(done), tuple(exhausted))
@@ -152,7 +151,7 @@ class DAPO(GRPO):
         seen = np.zeros(groups.count, dtype=np.int64)
         for i in np.flatnonzero(admitted_B):
             rank_B[i], seen[g[i]] = seen[g[i]], seen[g[i]] + 1
-        admitted_B &= rank_B < max(self.generations, self.min_retained)
+        admitted_B &= rank_B < max(self.rollouts_per_prompt, self.min_retained)
         count_G = np.bincount(g, weights=admitted_B, minlength=groups.count)
         short_G = count_G < self.min_retained
         uniform_G = ~short_G & group_stats(rewards_B, groups, admitted_B).unanimous_G & self.dynamic_sampling
@@ -191,16 +190,14 @@ class ReinforcePP(Method):
     name = "reinforce_pp"
     requires = {"ref_logprobs": K2_WHY}
 
-    generations: int = knob("reinforce_pp", "generations")
-    kl_coef: float = knob("reinforce_pp", "kl_coef")
-    kl_in: str = knob("reinforce_pp", "kl_in")
-    max_tokens: int = knob("reinforce_pp", "max_tokens")
-    temperature: float = knob("reinforce_pp", "temperature")
+    rollouts_per_prompt: int = knob()
+    kl_coef: float = knob()
+    kl_in: str = knob()
+    max_tokens: int = knob()
+    temperature: float = knob()
     loss: ClassVar[str] = "importance_sampling"
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.generations, self.temperature, self.max_tokens, max_lag=None, needs=tuple(self.requires),
-                       loss=self.loss)
+    run_settings = {"max_lag": None, "needs": ("ref_logprobs",)}
 
     def _update(self, batch: Batch) -> Update:
         mask_N = batch.action_weight_N

@@ -7,20 +7,11 @@ import importlib
 from typing import Any
 
 from whileai.errors import ConfigError
-from whileai.methods.base import REGISTRY, Method
+from whileai.methods import CLASSES
+from whileai.methods.base import REGISTRY, Method, renamed
 
-# Modules whose classes register themselves; importing them fills REGISTRY.
-METHOD_MODULES: tuple[str, ...] = (
-    "whileai.methods.flash_reinforce",
-    "whileai.methods.supervised",
-    "whileai.methods.distill",
-    "whileai.methods.shaping",
-    "whileai.methods.grouped",
-    "whileai.methods.async_",
-    "whileai.methods.critic",
-    "whileai.methods.policy",
-    "whileai.methods.custom",
-)
+# The modules of the one class list (``whileai.methods.CLASSES``); importing them fills REGISTRY.
+METHOD_MODULES: tuple[str, ...] = tuple(dict.fromkeys(f"whileai.methods.{module}" for module in CLASSES.values()))
 
 # Names that are another method with some knobs set: the service page's (spec 004) GRPO variants and SDPO.
 ALIASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -52,6 +43,7 @@ def method(name: str, **overrides: Any) -> Method:
         preset = overrides
     if key not in registry:
         raise ConfigError(f"unknown method {name!r}; valid names: {', '.join(method_names())}")
+    preset = renamed(registry[key], preset)
     knobs = [f.name for f in dataclasses.fields(registry[key])] if dataclasses.is_dataclass(registry[key]) else None
     unknown = sorted(set(preset) - set(knobs)) if knobs is not None else []
     if unknown:

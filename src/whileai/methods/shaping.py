@@ -128,12 +128,12 @@ class GroupwiseGrading(Method):
     name = "groupwise_grading"
 
     grader: Grader | None = None
-    mode: str = knob("groupwise_grading", "mode")
+    mode: str = knob()
     method: Any = "grpo"
-    scores: str = knob("groupwise_grading", "scores")
-    spread: float = knob("groupwise_grading", "spread")
-    cap: float = knob("groupwise_grading", "cap")
-    pass_reward: float = knob("groupwise_grading", "pass_reward")
+    scores: str = knob()
+    spread: float = knob()
+    cap: float = knob()
+    pass_reward: float = knob()
 
     def __post_init__(self) -> None:
         if isinstance(self.method, str):
@@ -146,7 +146,7 @@ class GroupwiseGrading(Method):
             problems.append(f"GroupwiseGrading.grader={self.grader!r} is invalid: it must be a callable taking one "
                             "group's passing rows and returning one score per row (higher is better); it is Python "
                             "code, so GroupwiseGrading runs from Python, not from `wai update` or `wai train`: "
-                            "wai.train(method=wai.GroupwiseGrading(grader=my_grader, method=wai.GRPO(generations=4)))")
+                            "wai.train(method=wai.GroupwiseGrading(grader=my_grader, method=wai.GRPO(rollouts_per_prompt=4)))")
         if not isinstance(self.method, Method) or isinstance(self.method, GroupwiseGrading):
             problems.append(f"GroupwiseGrading.method={self.method!r} is invalid: it must be a grouped method "
                             "(wai.GRPO(), wai.RLOO(), wai.MaxRL(), or its name)")
@@ -271,18 +271,20 @@ class ReinforceAda(Method):
 
     name = "reinforce_ada"
 
-    exit: str = knob("reinforce_ada", "exit")
-    group_size: int = knob("reinforce_ada", "group_size")
-    round_size: int = knob("reinforce_ada", "round_size")
-    max_rounds: int = knob("reinforce_ada", "max_rounds")
-    pass_reward: float = knob("reinforce_ada", "pass_reward")
-    divide_by_std: bool = knob("reinforce_ada", "divide_by_std")
-    clip: float = knob("reinforce_ada", "clip")
-    clip_high: float | None = knob("reinforce_ada", "clip_high")
-    dual_clip: float | None = knob("reinforce_ada", "dual_clip")
+    exit: str = knob()
+    group_size: int = knob()
+    round_size: int = knob()
+    max_rounds: int = knob()
+    pass_reward: float = knob()
+    divide_by_std: bool = knob()
+    clip: float = knob()
+    clip_high: float | None = knob()
+    dual_clip: float | None = knob()
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(self.round_size, max_lag=None, plan=self.plan)
+    run_settings = {"max_lag": None}
+
+    def _run_spec(self) -> dict[str, Any]:
+        return {"rollouts_per_prompt": self.round_size, "plan": self.plan}
 
     # ----------------------------------------------------------------- sampling side
     def has_exited(self, passes: int, fails: int) -> bool:

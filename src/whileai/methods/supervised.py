@@ -37,7 +37,6 @@ import numpy as np
 
 from whileai.errors import BatchError
 from whileai.methods.base import Method, Update, knob, plural, trajectory_list
-from whileai.methods.run_spec import RunSpec
 from whileai.rows.batch import Batch
 
 
@@ -149,10 +148,9 @@ class SFT(Method):
 
     name = "sft"
 
-    normalize: str = knob("sft", "normalize")
+    normalize: str = knob()
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(source="rows")
+    run_settings = {"source": "rows"}
 
     def _update(self, batch: Batch) -> Update:
         if self.normalize == "token_mean":
@@ -196,11 +194,10 @@ class DPO(Method):
     name = "dpo"
     requires = {"ref_logprobs": "z is the policy's log-ratio to the frozen reference, summed over each row"}
 
-    beta: float = knob("dpo", "beta")
-    pass_reward: float = knob("dpo", "pass_reward")
+    beta: float = knob()
+    pass_reward: float = knob()
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(needs=tuple(self.requires), source="rows")
+    run_settings = {"needs": ("ref_logprobs",), "source": "rows"}
 
     def _update(self, batch: Batch) -> Update:
         pairs = pair_rows(batch, self.pass_reward, self.name)
@@ -236,10 +233,9 @@ class RM(Method):
 
     name = "rm"
 
-    pass_reward: float = knob("rm", "pass_reward")
+    pass_reward: float = knob()
 
-    def run_spec(self) -> RunSpec:
-        return RunSpec(source="rows", head="score")
+    run_settings = {"source": "rows", "head": "score"}
 
     def _update(self, batch: Batch) -> Update:
         scores_B = _scores(batch, self.name)

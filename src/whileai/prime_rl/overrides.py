@@ -68,7 +68,7 @@ def _canonical(path: str, raw: str, plan: Plan) -> str:
 
 
 def _knob_hint(raw: str, plan: Plan) -> str:
-    """A hint when an override is really a knob of the method (``--set generations=16``)."""
+    """A hint when an override is really a knob of the method (``--set rollouts_per_prompt=16``)."""
     fields = {f.name for f in dataclasses.fields(plan.method)} if dataclasses.is_dataclass(plan.method) else set()
     if raw not in fields:
         return ""

@@ -97,7 +97,7 @@ WHOLE_METHODS: dict[str, tuple[str, str, str]] = {
         "group_size per prompt (prime_rl/configs/orchestrator.py)",
         "The nearest thing it has is a curriculum gate (advantage_range) that rejects a unanimous group and asks "
         "for other work, without the balanced stopping rule, which is a different method.",
-        f"sample adaptively yourself and {OWN_LOOP}; or write 'grpo' with a larger generations"),
+        f"sample adaptively yourself and {OWN_LOOP}; or write 'grpo' with a larger rollouts_per_prompt"),
 }
 
 
@@ -174,7 +174,7 @@ MISSING: dict[str, tuple[str, str, str]] = {
         "advantage 0 everywhere (prime-rl aborts after 10 consecutive empty batches, "
         "prime_rl/orchestrator/orchestrator.py)",
         "The one prime-rl baseline that stands at one rollout per prompt is 'rae', an EMA of past rewards.",
-        "raise generations (or orchestrator.group_size) to 4 or more; or write "
+        "raise rollouts_per_prompt (or orchestrator.group_size) to 4 or more; or write "
         "prime_rl_config(env, 'rae', model=..., **{'orchestrator.group_size': 1}) and call it rae"),
     "teacher": (
         "without a teacher cannot be written: prime-rl's opd needs [orchestrator.algo.teacher] with the served "

@@ -25,8 +25,7 @@ from whileai.prime_rl.schema import PINNED_SHORT
 # ----------------------------------------------------------------- knob names -> prime-rl keys
 # Fields with these names mean the same thing on every method that has them.
 KNOB_KEYS: dict[str, str] = {
-    "generations": "orchestrator.group_size",
-    "samples": "orchestrator.group_size",
+    "rollouts_per_prompt": "orchestrator.group_size",
     "temperature": "orchestrator.train.sampling.temperature",
     "max_tokens": "orchestrator.train.sampling.max_completion_tokens",
     "off_policy_steps": "orchestrator.max_off_policy_steps",

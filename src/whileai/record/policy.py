@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whileai.engine.stops import cut_at_stop, eos_ids, reply_ids
 from whileai.errors import ConfigError, WhileaiError
 from whileai.prompts import text_ids
-from whileai.record import chat
-from whileai.record.requests import Ask, RequestError, is_batch
+from whileai.record import chat, token_text
+from whileai.record.requests import DEFAULT_LIMITS, Ask, Limits, RequestError, is_batch, text_bytes
 
 LOGPROBS_MODE = "processed_logprobs"
 _UNSTABLE = ("\ufffd",)  # a decoded tail that may change when the next token arrives
@@ -111,15 +112,46 @@ class Policy:
     """Samples for requests, one at a time (the engine is not thread-safe). ``lock`` is re-entrant: hold it
     around a sample and its headers so a weight reload cannot fall between them."""
 
-    def __init__(self, served: Served) -> None:
+    def __init__(self, served: Served, limits: Limits = DEFAULT_LIMITS) -> None:
         self.served = served
+        self.limits = limits
         self.lock = threading.RLock()
+        self._token_bytes: int | None = None
 
     @property
     def tokenizer(self) -> Any:
         return self.served.engine.tokenizer
 
+    def most_prompt_bytes(self) -> int:
+        """A text longer than this cannot fit the context, whatever the tokenizer does with it: the context
+        times the longest token's UTF-8 bytes (its vocabulary string, an upper bound), doubled for a
+        normaliser that shortens text (NFC)."""
+        if self._token_bytes is None:
+            vocab = self.tokenizer.get_vocab()
+            self._token_bytes = max((len(t.encode("utf-8", "surrogatepass")) for t in vocab), default=1)
+        return 2 * self.served.engine.max_context * self._token_bytes
+
+    def check_prompt(self, ask: Ask) -> None:
+        """Refuse, before tokenizing, a text too long for the context, and token ids outside the vocabulary."""
+        field = "messages" if ask.chat else "prompt"
+        size, most = text_bytes(ask.prompt), self.most_prompt_bytes()
+        if size > most:
+            raise RequestError(f"'{field}' holds {size} bytes of text; no text over {most} bytes fits this model's "
+                               f"context of {self.served.engine.max_context} tokens. Fix: shorten the prompt",
+                               param=field)
+        rows: list[tuple[str, Any]] = [("stop_token_ids", ask.stop_token_ids)]
+        if not ask.chat and isinstance(ask.prompt, list):
+            batch = isinstance(ask.prompt[0], list)
+            rows += [(f"prompt[{i}]", r) for i, r in enumerate(ask.prompt)] if batch else [("prompt", ask.prompt)]
+        vocab = self.served.engine.vocab_size
+        for where, row in rows:
+            bad = [t for t in row if not 0 <= t < vocab]
+            if bad:
+                raise RequestError(f"'{where}' holds token id {bad[0]}, outside this model's vocabulary [0, {vocab}). "
+                                   "Fix: use ids from this model's tokenizer", param=where.split("[")[0])
+
     def prompt_ids(self, ask: Ask) -> list[int]:
+        self.check_prompt(ask)
         if not ask.chat:
             if isinstance(ask.prompt, list):
                 return list(ask.prompt)
@@ -142,7 +174,8 @@ class Policy:
         samples and top alternatives. Prompt i's sample j draws the engine's random stream (seed, i, j)."""
         from whileai.engine.sampling import SamplingParams
 
-        stops = [chat.encode(self.tokenizer, s) for s in ask.stop] + [[t] for t in ask.stop_token_ids]
+        self.check_prompt(ask)
+        stops = [*ask.stop, *([t] for t in ask.stop_token_ids)]  # strings match on the text (engine.stops)
         engine = self.served.engine
         for prompt in prompts:
             if len(prompt) >= engine.max_context:
@@ -167,6 +200,11 @@ class Policy:
             sampling_params={"temperature": ask.temperature, "top_p": ask.top_p, "top_k": ask.top_k})
         return [[(i, v) for i, v in pairs if v > float("-inf")] for pairs in scored["topk"][len(prompt):]]
 
+    def end_ids(self, ask: Ask) -> tuple[int, ...]:
+        """The ids a sample of ``ask`` ends on that are not reply text: every EOS id (engine.stops) and
+        ``stop_token_ids`` (vLLM drops them from the text too; the token ids keep them)."""
+        return eos_ids(self.tokenizer, self.served.engine.model) + tuple(ask.stop_token_ids)
+
     def answered_by(self, ask: Ask) -> tuple[str, str]:
         """The name and weights version of what answers ``ask``: its adapter, or the base model."""
         if ask.adapter is not None and ask.adapter in self.served.adapters:
@@ -185,44 +223,44 @@ def _finish(sample: Any) -> str:
     return "stop" if sample.stop_reason == "stop" else "length"
 
 
-def _reply_ids(tokenizer: Any, sample: Any) -> list[int]:
-    """The tokens whose text is the reply: without the stop token the sample ended on."""
-    eos = tokenizer.eos_token_id
-    ended_on_eos = sample.stop_reason == "stop" and sample.tokens and sample.tokens[-1] == eos
-    return sample.tokens[:-1] if ended_on_eos else sample.tokens
-
-
-def _piece(tokenizer: Any, token: int, as_id: bool = False) -> str:
-    if as_id:  # vLLM's return_tokens_as_token_ids
-        return f"token_id:{token}"
-    return chat.decode(tokenizer, [token]) if token != tokenizer.eos_token_id else str(tokenizer.eos_token)
+def _reply(policy: Policy, ask: Ask, sample: Any) -> tuple[str, list[str], list[int]]:
+    """The reply's text as OpenAI and vLLM return it, the text each token adds to it (the stream's deltas) and
+    where each token starts in it (``text_offset``): without the end or stop token the sample ended on, and cut
+    before a stop string (engine.stops)."""
+    tok = policy.tokenizer
+    ids = reply_ids(sample.tokens, sample.stop_reason == "stop", policy.end_ids(ask))
+    deltas = _deltas(tok, ids) + [""] * (len(sample.tokens) - len(ids))
+    text, _ = cut_at_stop("".join(deltas), ask.stop)
+    cut, left = [], len(text)
+    for delta in deltas:
+        cut.append(delta[:left])
+        left -= len(cut[-1])
+    return text, cut, token_text.offsets(tok, ids, len(sample.tokens), text, cut)
 
 
 def _chat_logprob(tokenizer: Any, token: int, logprob: float, top: list[tuple[int, float]] | None,
                   as_ids: bool = False) -> dict[str, Any]:
-    piece = _piece(tokenizer, token, as_ids)
-    alternatives = [{"token": _piece(tokenizer, i, as_ids), "logprob": v,
-                     "bytes": list(_piece(tokenizer, i, as_ids).encode())} for i, v in (top or [])]
-    return {"token": piece, "logprob": logprob, "bytes": list(piece.encode()), "top_logprobs": alternatives}
+    alternatives = [{"token": token_text.piece(tokenizer, i, as_ids), "logprob": v,
+                     "bytes": token_text.piece_bytes(tokenizer, i, as_ids)} for i, v in (top or [])]
+    return {"token": token_text.piece(tokenizer, token, as_ids), "logprob": logprob,
+            "bytes": token_text.piece_bytes(tokenizer, token, as_ids), "top_logprobs": alternatives}
 
 
 def _completion_logprobs(tokenizer: Any, tokens: list[int], logprobs: list[float],
-                         top: list[list[tuple[int, float]]] | None, start: int = 0,
+                         top: list[list[tuple[int, float]]] | None, offsets: list[int],
                          as_ids: bool = False) -> dict[str, Any]:
-    pieces = [_piece(tokenizer, t, as_ids) for t in tokens]
-    offsets = [start + sum(len(p) for p in pieces[:j]) for j in range(len(pieces))]
-    tops = ([{_piece(tokenizer, i, as_ids): v for i, v in alt} for alt in top] if top is not None
+    tops = ([token_text.keyed(tokenizer, alt, as_ids) for alt in top] if top is not None
             else [None] * len(tokens))
-    return {"tokens": pieces, "token_logprobs": list(logprobs), "top_logprobs": tops, "text_offset": offsets}
+    return {"tokens": [token_text.piece(tokenizer, t, as_ids) for t in tokens], "token_logprobs": list(logprobs),
+            "top_logprobs": tops, "text_offset": offsets}
 
 
 def answer(policy: Policy, ask: Ask) -> dict[str, Any]:
     """The whole (non-streaming) response body; a batch's choices prompt by prompt (index i * n + j)."""
     answered = policy.sample_all(ask, ask.prompt) if is_batch(ask) else [policy.sample(ask)]
-    tok = policy.tokenizer
     choices: list[dict[str, Any]] = []
     for prompt, samples, tops in answered:
-        choices += _choices(tok, ask, prompt, samples, tops, len(choices))
+        choices += _choices(policy, ask, prompt, samples, tops, len(choices))
     body = _envelope(policy, ask)
     body["choices"] = choices
     usage = [_usage(prompt, samples) for prompt, samples, _ in answered]
@@ -232,11 +270,11 @@ def answer(policy: Policy, ask: Ask) -> dict[str, Any]:
     return body
 
 
-def _choices(tok: Any, ask: Ask, prompt: list[int], samples: list[Any], tops: list[Any],
+def _choices(policy: Policy, ask: Ask, prompt: list[int], samples: list[Any], tops: list[Any],
              first: int) -> list[dict[str, Any]]:
-    choices = []
+    choices, tok = [], policy.tokenizer
     for k, (sample, top) in enumerate(zip(samples, tops), start=first):
-        text = chat.decode(tok, _reply_ids(tok, sample))
+        text, _, offsets = _reply(policy, ask, sample)
         choice: dict[str, Any] = {"index": k, "finish_reason": _finish(sample), "logprobs": None}
         if ask.chat:
             choice["message"] = {"role": "assistant", "content": text}
@@ -247,7 +285,7 @@ def _choices(tok: Any, ask: Ask, prompt: list[int], samples: list[Any], tops: li
             choice["text"] = text
             if ask.logprobs is not None:
                 choice["logprobs"] = _completion_logprobs(tok, sample.tokens, sample.logprobs, top,
-                                                          as_ids=ask.tokens_as_ids)
+                                                          offsets, as_ids=ask.tokens_as_ids)
             if ask.return_token_ids:
                 choice["prompt_token_ids"] = prompt
         if ask.return_token_ids:
@@ -276,7 +314,7 @@ def stream(policy: Policy, ask: Ask) -> tuple[list[int], list[Any], Iterator[str
     def lines() -> Iterator[str]:
         first = True
         for k, (sample, top) in enumerate(zip(samples, tops)):
-            for chunk in _choice_chunks(policy.tokenizer, ask, k, sample, top):
+            for chunk in _choice_chunks(policy, ask, k, sample, top):
                 if first and ask.return_token_ids:
                     (chunk if ask.chat else chunk["choices"][0])["prompt_token_ids"] = prompt
                 first = False
@@ -303,13 +341,12 @@ def _deltas(tokenizer: Any, ids: list[int]) -> list[str]:
     return out
 
 
-def _choice_chunks(tokenizer: Any, ask: Ask, k: int, sample: Any, top: Any) -> Iterator[dict[str, Any]]:
-    reply = _reply_ids(tokenizer, sample)
-    deltas = _deltas(tokenizer, reply) + [""] * (len(sample.tokens) - len(reply))
+def _choice_chunks(policy: Policy, ask: Ask, k: int, sample: Any, top: Any) -> Iterator[dict[str, Any]]:
+    tokenizer = policy.tokenizer
+    _, deltas, offsets = _reply(policy, ask, sample)
     if ask.chat:
         yield {"choices": [{"index": k, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
                             "finish_reason": None}]}
-    offset = 0  # text_offset of the next token (completions)
     for j, (token, logprob) in enumerate(zip(sample.tokens, sample.logprobs)):
         last = j == len(sample.tokens) - 1
         choice: dict[str, Any] = {"index": k, "logprobs": None, "finish_reason": None}
@@ -323,8 +360,7 @@ def _choice_chunks(tokenizer: Any, ask: Ask, k: int, sample: Any, top: Any) -> I
             choice["finish_reason"] = _finish(sample) if last else None
             if ask.logprobs is not None:
                 choice["logprobs"] = _completion_logprobs(tokenizer, [token], [logprob], [top[j]] if top else None,
-                                                          offset, as_ids=ask.tokens_as_ids)
-                offset += len(choice["logprobs"]["tokens"][0])
+                                                          offsets[j:j + 1], as_ids=ask.tokens_as_ids)
         if ask.return_token_ids:
             choice["token_ids"] = [token]
         yield {"choices": [choice]}

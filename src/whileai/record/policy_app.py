@@ -12,13 +12,15 @@
 The weight routes are record.weights; each answer's ``x-whileai-weights-version`` header is the new version.
 
 Errors are OpenAI's shape, ``{"error": {"message", "type", "param", "code"}}``, so the official client
-raises them with the message. ``--api-key`` (optional) makes every /v1 route and the reload route ask for ``Bearer KEY``.
+raises them with the message; an unexpected failure is a 500 in the same shape. With a token (the default:
+``--token``, ``$WAI_TOKEN`` or one generated and printed) every route but /healthz asks for ``Bearer TOKEN``;
+``--no-token`` (loopback only) opens them. Each request is bounded before work (``requests.Limits``): the body
+while it is read, the prompt's bytes before it is tokenized, token ids against the vocabulary, n, max_tokens
+and the batch against their flags.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -27,29 +29,13 @@ from starlette.concurrency import run_in_threadpool
 
 from whileai.record import weights
 from whileai.record.policy import Policy, Served, answer, stream
-from whileai.record.requests import RequestError, parse_ask
+from whileai.record.requests import DEFAULT_LIMITS, Limits, RequestError, guarded, parse_ask, read_json
 
 
-async def read_json(request: Request) -> Any:
-    raw = await request.body()
-    try:
-        return json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise RequestError(f"the body is not valid JSON ({err}). Fix: send a JSON object") from None
-
-
-def create_policy_app(served: Served, api_key: str | None = None) -> FastAPI:
-    policy = Policy(served)
+def create_policy_app(served: Served, token: str | None = None, limits: Limits = DEFAULT_LIMITS) -> FastAPI:
+    policy = Policy(served, limits)
     app = FastAPI(title="wai policy")
-
-    def refuse_key(request: Request) -> Response | None:
-        if api_key is None:
-            return None
-        given = request.headers.get("authorization", "")
-        if hmac.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-            return None
-        return RequestError("missing or wrong API key: send 'Authorization: Bearer <key>' with the key "
-                                  "given to `wai policy --api-key`", status=401).response()
+    guarded(app, token, "policy")
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -57,9 +43,6 @@ def create_policy_app(served: Served, api_key: str | None = None) -> FastAPI:
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        refused = refuse_key(request)
-        if refused is not None:
-            return refused
         adapters = [{"id": name, "object": "model", "created": 0, "owned_by": "whileai", "parent": served.name,
                      "weights_version": version} for name, version in served.adapters.items()]
         return JSONResponse({"object": "list", "data": [{"id": served.name, "object": "model", "created": 0,
@@ -73,11 +56,8 @@ def create_policy_app(served: Served, api_key: str | None = None) -> FastAPI:
             return answer(policy, ask), policy.headers(ask)
 
     async def complete(request: Request, chat: bool) -> Response:
-        refused = refuse_key(request)
-        if refused is not None:
-            return refused
         try:
-            ask = parse_ask(await read_json(request), chat, served.name, tuple(served.adapters))
+            ask = parse_ask(await read_json(request, limits), chat, served.name, tuple(served.adapters), limits)
             body, headers = await run_in_threadpool(respond, ask)
             if ask.stream:
                 return StreamingResponse(body, media_type="text/event-stream", headers=headers)
@@ -93,11 +73,11 @@ def create_policy_app(served: Served, api_key: str | None = None) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         return await complete(request, chat=True)
 
-    add_weight_routes(app, policy, refuse_key)
+    add_weight_routes(app, policy)
     return app
 
 
-def add_weight_routes(app: FastAPI, policy: Policy, refuse_key: Any) -> None:
+def add_weight_routes(app: FastAPI, policy: Policy) -> None:
     """vLLM's runtime LoRA routes and SGLang's full reload (record.weights), serialised with sampling."""
     served = policy.served
 
@@ -107,10 +87,8 @@ def add_weight_routes(app: FastAPI, policy: Policy, refuse_key: Any) -> None:
 
     @app.post("/v1/load_lora_adapter")
     async def load_lora_adapter(request: Request) -> Response:
-        if (refused := refuse_key(request)) is not None:
-            return refused
         try:
-            body = await read_json(request)
+            body = await read_json(request, policy.limits)
             version = await run_in_threadpool(under_lock, weights.load_adapter, body)
         except RequestError as err:
             return err.response()
@@ -119,22 +97,19 @@ def add_weight_routes(app: FastAPI, policy: Policy, refuse_key: Any) -> None:
 
     @app.post("/v1/unload_lora_adapter")
     async def unload_lora_adapter(request: Request) -> Response:
-        if (refused := refuse_key(request)) is not None:
-            return refused
         try:
-            name = await run_in_threadpool(under_lock, weights.unload_adapter, await read_json(request))
+            name = await run_in_threadpool(under_lock, weights.unload_adapter, await read_json(request, policy.limits))
         except RequestError as err:
             return err.response()
         return PlainTextResponse(f"Success: LoRA adapter '{name}' removed successfully.")
 
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(request: Request) -> Response:
-        if (refused := refuse_key(request)) is not None:
-            return refused
         try:
-            new, path = await run_in_threadpool(weights.read_full, served, await read_json(request))
+            new, path = await run_in_threadpool(weights.read_full, served, await read_json(request, policy.limits))
         except RequestError as err:
-            return JSONResponse({"success": False, "message": str(err), "num_paused_requests": 0}, status_code=400)
+            return JSONResponse({"success": False, "message": str(err), "num_paused_requests": 0},
+                                status_code=err.status)
         dropped = await run_in_threadpool(under_lock, weights.swap_full, new)
         also = f"; unloaded the LoRA adapters {dropped}, trained on the old weights" if dropped else ""
         return JSONResponse({"success": True, "message": f"Succeeded to update model weights from {path}{also}.",

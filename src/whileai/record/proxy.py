@@ -8,7 +8,13 @@
     GET  /v1/traces/{trace_id}                     a recorded trace, its exchanges oldest first
     GET  /v1/export?after=CURSOR&limit=N           the rows of traces first scored after CURSOR (a scored_seq),
                                                    in score order: {rows, refused, cursor, unscored}
-    GET  /healthz                                  readiness
+    GET  /healthz                                  readiness (the only route without the token)
+
+With a token (the default: ``--token``, ``$WAI_TOKEN`` or one generated and printed) every route but /healthz
+asks for ``Bearer TOKEN``; the recorder then sends the upstream its own ``--upstream-key`` (default: the same
+token, so one ``$WAI_TOKEN`` serves a whole local stack), never the client's. With ``--no-token`` (loopback
+only) the client's ``Authorization`` header goes upstream as it came. Bodies over ``--max-body-mb`` are
+refused (413) while they are read, before anything is forwarded.
 
 Threading: a chat request whose messages, up to its last assistant message, equal an earlier request's
 messages plus the reply it got continues that exchange's trace, when its prompt's token ids begin with the
@@ -35,7 +41,7 @@ from starlette.concurrency import run_in_threadpool
 
 from whileai.record.exchange import Sampled, continued_key, conversation_key, strip, widen
 from whileai.record.export import scored_after
-from whileai.record.requests import error_response
+from whileai.record.requests import DEFAULT_LIMITS, Limits, RequestError, error_response, guarded, read_json
 from whileai.record.rewards import reward_route
 from whileai.record.store import RecordStore, UnknownTrace
 
@@ -56,6 +62,12 @@ class RecordConfig:
     """What the upstream's log-probabilities are when it does not say (x-whileai-logprobs-mode); None: raw
     (vLLM's default), so an export refuses a ratio for traces sampled with anything but plain settings."""
     timeout: float = 600.0
+    token: str | None = None
+    """The bearer token every route but /healthz asks for (None: --no-token)."""
+    upstream_key: str | None = None
+    """The bearer token sent upstream (None: the client's own Authorization header, passed through)."""
+    limits: Limits = DEFAULT_LIMITS
+    """Only ``max_body_bytes`` applies here; the upstream bounds the rest."""
 
 
 class Recorder:
@@ -107,15 +119,19 @@ class Recorder:
         self.store.add_exchange(trace_id, parent, fields)
 
     # ------------------------------------------------------------------ forwarding
+    def upstream_headers(self, request: Request) -> dict[str, str]:
+        if self.config.upstream_key is not None:
+            return {"authorization": f"Bearer {self.config.upstream_key}"}
+        return {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
+
     async def forward(self, request: Request, path: str, chat: bool) -> Response:
-        raw = await request.body()
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            return error_response(400, f"the body is not valid JSON ({err}). Fix: send a JSON object")
+            body = await read_json(request, self.config.limits)
+        except RequestError as err:
+            return err.response()
         if not isinstance(body, dict):
             return error_response(400, "the body must be a JSON object (the OpenAI request fields)")
-        headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
+        headers = self.upstream_headers(request)
         try:
             upstream = await self.http.send(self.http.build_request("POST", path, json=widen(body, chat),
                                                                     headers=headers), stream=True)
@@ -158,7 +174,7 @@ class Recorder:
 
     async def models(self, request: Request) -> Response:
         """``GET /v1/models``, the upstream's answer passed on (the OpenAI client's ``models.list()``)."""
-        headers = {k: v for k, v in request.headers.items() if k.lower() == "authorization"}
+        headers = self.upstream_headers(request)
         try:
             upstream = await self.http.get("/v1/models", headers=headers)
         except httpx.HTTPError as err:
@@ -231,6 +247,7 @@ def create_record_app(config: RecordConfig) -> FastAPI:
     recorder = Recorder(config)
     app = FastAPI(title="wai record")
     app.state.recorder = recorder
+    guarded(app, config.token, "record")
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
@@ -250,7 +267,11 @@ def create_record_app(config: RecordConfig) -> FastAPI:
 
     @app.post("/v1/rewards")
     async def rewards(request: Request) -> Response:
-        return await reward_route(recorder.store, await request.body())
+        try:
+            body = await read_json(request, config.limits)
+        except RequestError as err:
+            return error_response(err.status if err.status == 413 else 422, str(err))
+        return await reward_route(recorder.store, body)
 
     @app.get("/v1/traces/{trace_id}")
     async def trace(trace_id: str) -> Response:

@@ -8,8 +8,8 @@ unknown trace id is a 404; a body that is not an object with a string ``trace_id
 
 from __future__ import annotations
 
-import json
 import math
+import os
 from typing import Any
 
 from fastapi.responses import JSONResponse, Response
@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 from whileai.errors import WhileaiError
 from whileai.record.requests import error_response
 from whileai.record.store import AlreadyScored, RecordStore, UnknownTrace
+from whileai.service.auth import TOKEN_ENV
 
 FIELDS = ("trace_id", "reward", "replace")
 
@@ -40,12 +41,8 @@ def check_reward(body: Any) -> tuple[str, float, bool] | str:
     return str(trace_id), float(reward or 0.0), bool(replace)
 
 
-async def reward_route(store: RecordStore, raw: bytes) -> Response:
-    try:
-        body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        return error_response(422, f"the body is not valid JSON ({err}). Fix: send "
-                                   "{\"trace_id\": ..., \"reward\": ...}")
+async def reward_route(store: RecordStore, body: Any) -> Response:
+    """``POST /v1/rewards`` on a body already read (within the limit) and parsed."""
     checked = check_reward(body)
     if isinstance(checked, str):
         return error_response(422, checked)
@@ -61,12 +58,16 @@ async def reward_route(store: RecordStore, raw: bytes) -> Response:
     return JSONResponse({"trace_id": trace_id, "reward": reward, "replaced": replaced})
 
 
-def score(url: str, trace_id: str, reward: float, replace: bool = False, timeout: float = 30.0) -> dict[str, Any]:
-    """Score a trace through a running recorder at ``url``; a refusal raises ``WhileaiError`` with its message."""
+def score(url: str, trace_id: str, reward: float, replace: bool = False, timeout: float = 30.0,
+          token: str | None = None) -> dict[str, Any]:
+    """Score a trace through a running recorder at ``url`` with its ``token`` (default ``$WAI_TOKEN``); a
+    refusal raises ``WhileaiError`` with its message."""
     import httpx
 
+    token = token or os.environ.get(TOKEN_ENV)
+    headers = {"authorization": f"Bearer {token}"} if token else {}
     try:
-        answer = httpx.post(f"{url.rstrip('/')}/v1/rewards", timeout=timeout,
+        answer = httpx.post(f"{url.rstrip('/')}/v1/rewards", timeout=timeout, headers=headers,
                             json={"trace_id": trace_id, "reward": reward, "replace": replace})
     except httpx.HTTPError as err:
         raise WhileaiError(f"no recorder answered at {url} ({err}). Fix: start `wai record`, or score into its "

@@ -29,12 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, Response
 from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
 
 from whileai.errors import WhileaiError
 from whileai.service import schemas
 from whileai.service.auth import Tokens
+from whileai.service.guard import BodyTooLarge, read_body
 from whileai.service.provider import LocalProvider, Provider
 from whileai.service.runs import Answer, Runner, error_answer, status_of
 from whileai.service.store import Store
@@ -103,14 +106,11 @@ class Service:
         return owner
 
     async def body(self, request: Request) -> bytes:
-        limit = self.config.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _too_large(int(declared), limit)
-        raw = await request.body()
-        if len(raw) > limit:
-            raise _too_large(len(raw), limit)
-        return raw
+        """The body, refused (413) past --max-body-mb while it is read (guard.read_body)."""
+        try:
+            return await read_body(request, self.config.max_body_bytes)
+        except BodyTooLarge as err:
+            raise Refusal(413, "TooLarge", str(err)) from None
 
     def session(self, session_id: str, owner: str) -> dict[str, Any]:
         row = self.store.session(session_id)
@@ -168,11 +168,6 @@ class Service:
                                                f"{self.config.max_samples} (--max-samples): split the request")
 
 
-def _too_large(size: int, limit: int) -> Refusal:
-    return Refusal(413, "TooLarge", f"the body is {size} bytes; the limit is {limit} (--max-body-mb): "
-                                    "split the batch into several requests")
-
-
 def create_app(config: ServeConfig, provider: Provider | None = None) -> FastAPI:
     """The FastAPI app of ``wai serve``; ``provider`` defaults to the local engine."""
     service = Service(config, provider)
@@ -189,6 +184,23 @@ def create_app(config: ServeConfig, provider: Provider | None = None) -> FastAPI
     @app.exception_handler(Refusal)
     async def refused(request: Request, err: Refusal) -> Response:
         return reply(err.answer)
+
+    @app.exception_handler(HTTPException)
+    async def routing(request: Request, err: HTTPException) -> Response:  # no such route, or not with this method
+        kind = "NotFound" if err.status_code == 404 else "MethodNotAllowed" if err.status_code == 405 else "HTTPError"
+        return reply(error_answer(err.status_code, kind, f"{request.method} {request.url.path}: {err.detail}; "
+                                                         "the routes are listed in docs/service.md"))
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, err: RequestValidationError) -> Response:
+        return reply(error_answer(422, "ValidationError", f"{request.method} {request.url.path}: "
+                                                          f"{str(err.errors())[:300]}"))
+
+    @app.exception_handler(Exception)
+    async def failed(request: Request, err: Exception) -> Response:  # a bug: still the documented error shape
+        return reply(error_answer(500, "InternalError", f"wai serve failed on this request ({type(err).__name__}: "
+                                                        f"{str(err)[:200]}); the server is still up. Please report "
+                                                        "it with the request"))
 
     _routes(app, service)
     from whileai.service.tinker_api import mount

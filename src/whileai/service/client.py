@@ -146,7 +146,8 @@ class SampledSequence:
 class _Http:
     """One httpx client with the bearer token, retries with backoff, and error answers as exceptions."""
 
-    def __init__(self, url: str, token: str, timeout: float, retries: int, backoff: float) -> None:
+    def __init__(self, url: str, token: str, timeout: float, retries: int, backoff: float,
+                 give_up_after: float = 30.0) -> None:
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"service url {url!r} has no scheme: write it as http://HOST:PORT (e.g. "
                               "http://127.0.0.1:8321, what `wai serve` prints at start)")
@@ -154,6 +155,8 @@ class _Http:
         self.connected = False  # until the server has answered once, a refused connection is not retried long
         self.retries = retries
         self.backoff = backoff
+        self.give_up_after = give_up_after
+        self.gave_up = False  # the last request found no server: the next tries once (a cleanup after a failure)
         self.http = httpx.Client(base_url=self.url, timeout=timeout,
                                  headers={"Authorization": f"Bearer {token}"})
 
@@ -161,19 +164,25 @@ class _Http:
              params: Mapping[str, Any] | None = None) -> httpx.Response:
         """The response, after retrying lost connections and 429/502/503/504 (the same bytes each time)."""
         headers = {"Content-Type": "application/json"} if content is not None else None
+        began = time.monotonic()
         for attempt in range(self.retries + 1):
+            delay = min(self.backoff * 2 ** attempt, 10.0)
+            last = attempt == self.retries or self.gave_up or time.monotonic() - began + delay > self.give_up_after
             try:
                 response = self.http.request(method, path, content=content, params=params, headers=headers)
             except httpx.TransportError as err:
                 never_answered = not self.connected and isinstance(err, httpx.ConnectError) and attempt >= 1
-                if attempt == self.retries or never_answered or isinstance(err, httpx.UnsupportedProtocol):
-                    raise ServiceError(0, f"{method} {self.url}{path}: {err!r} after {attempt + 1} attempts; "
-                                          "is `wai serve` running at that address?", "ConnectionError") from err
+                if last or never_answered or isinstance(err, httpx.UnsupportedProtocol):
+                    self.gave_up = True
+                    raise ServiceError(0, f"{method} {path} failed: the server at {self.url} did not answer "
+                                          f"({type(err).__name__}: {err}) after {attempt + 1} attempts over "
+                                          f"{time.monotonic() - began:.0f} s (check that `wai serve` runs at that "
+                                          "address)", "ConnectionError") from err
             else:
-                self.connected = True
-                if response.status_code not in RETRY_STATUSES or attempt == self.retries:
+                self.connected, self.gave_up = True, False
+                if response.status_code not in RETRY_STATUSES or last:
                     return response
-            time.sleep(min(self.backoff * 2 ** attempt, 10.0))
+            time.sleep(delay)
         raise AssertionError("unreachable")
 
     def json(self, method: str, path: str, body: Any = None) -> Any:
@@ -190,12 +199,13 @@ class Client:
 
     ``timeout``: seconds for one HTTP request (long operations are polled, so this need not cover them);
     ``retries``: attempts after the first for lost connections and 429/502/503/504, with exponential
-    backoff starting at ``backoff`` seconds.
+    backoff starting at ``backoff`` seconds, within ``give_up_after`` seconds of the first attempt: then the
+    error names the request that failed (``ServiceError`` with status 0 when nothing answered).
     """
 
     def __init__(self, url: str, token: str, *, timeout: float = 60.0, retries: int = 8,
-                 backoff: float = 0.25) -> None:
-        self._http = _Http(url, token, timeout, retries, backoff)
+                 backoff: float = 0.25, give_up_after: float = 30.0) -> None:
+        self._http = _Http(url, token, timeout, retries, backoff, give_up_after)
 
     @property
     def url(self) -> str:
@@ -329,27 +339,30 @@ class RunClient:
 
     # ------------------------------------------------------------------ the engine's operations
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Any = None) -> ForwardResult:
+                         *, sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
         result = self.call("forward_backward", {"data": data, "loss_function": loss_fn,
-                                                "loss_config": loss_fn_config, "sampling_params": sampling_params})
+                                                "loss_config": loss_fn_config, "sampling_params": sampling_params,
+                                                "logprobs_for": logprobs_for})
         return ForwardResult(result["loss_fn_outputs"], result["metrics"], self.last_version or 0)
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
-                reference: bool = False) -> ForwardResult:
+                reference: bool = False, logprobs_for: Any = "every") -> ForwardResult:
         result = self.call("forward", {"data": data, "loss_function": loss_fn, "loss_config": loss_fn_config,
-                                       "sampling_params": sampling_params, "reference": reference})
+                                       "sampling_params": sampling_params, "reference": reference,
+                                       "logprobs_for": logprobs_for})
         return ForwardResult(result["loss_fn_outputs"], result["metrics"], self.last_version or 0)
 
     def forward_backward_custom(self, data: Sequence[Any], loss_fn: Callable[..., Any], *,
-                                sampling_params: Any = None) -> ForwardResult:
+                                sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
         """As Tinker's SDK does it: ``forward`` for the log-probabilities, your ``loss_fn(data, logprobs)`` on
         torch tensors here, then ``cross_entropy`` with weights = -dloss/dlogprob (the same gradient)."""
         from whileai.service.custom import custom_weights
 
         scored = self.forward(data, "cross_entropy", sampling_params=sampling_params)
         weighted, loss, metrics = custom_weights(data, scored.loss_fn_outputs, loss_fn)
-        out = self.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params)
+        out = self.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params,
+                                    logprobs_for=logprobs_for)
         return ForwardResult(out.loss_fn_outputs, {**metrics, "loss:sum": loss}, out.version)
 
     def optim_step(self, adam_params: Any = None) -> OptimResult:

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import tarfile
 import tempfile
+import threading
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Protocol
 
 from whileai.errors import ConfigError, WhileaiError
 from whileai.service import schemas
+
+BUILDING = threading.Lock()
+"""Held while a model is built (each run loads on its own thread; concurrent creations queue here)."""
 
 
 class RunUnavailable(WhileaiError):
@@ -94,8 +99,9 @@ class LocalProvider:
                               f"{self.models} (start `wai serve --model M` to add one)")
         from whileai.engine import TrainingEngine
 
-        engine = TrainingEngine(spec["base_model"], lora_rank=spec["lora_rank"], seed=spec["seed"],
-                                reference=spec.get("reference"))
+        with BUILDING:  # one build at a time: transformers' lazy imports are not safe across threads
+            engine = TrainingEngine(spec["base_model"], lora_rank=spec["lora_rank"], seed=spec["seed"],
+                                    reference=spec.get("reference"))
         if spec["kind"] == "critic":
             options = {} if spec.get("reward_range") is None else {"reward_range": tuple(spec["reward_range"])}
             engine.add_critic(spec["critic_learning_rate"], **options)
@@ -137,12 +143,13 @@ class LocalRun(RunOps):
     # ------------------------------------------------------------------ operations
     def op_forward_backward(self, body: schemas.ForwardBackward) -> Outcome:
         out = self.engine.forward_backward(body.data, body.loss_function, body.loss_config,
-                                           sampling_params=body.sampling_params)
+                                           sampling_params=body.sampling_params, logprobs_for=body.logprobs_for)
         return self._done(out.to_dict())
 
     def op_forward(self, body: schemas.Forward) -> Outcome:
         out = self.engine.forward(body.data, body.loss_function, body.loss_config,
-                                  sampling_params=body.sampling_params, reference=body.reference)
+                                  sampling_params=body.sampling_params, reference=body.reference,
+                                  logprobs_for=body.logprobs_for)
         return self._done(out.to_dict())
 
     def op_optim_step(self, body: schemas.OptimStep) -> Outcome:
@@ -164,17 +171,36 @@ class LocalRun(RunOps):
     def op_sample(self, body: schemas.Sample) -> Outcome:
         prompts = body.prompt_tokens
         single = bool(prompts) and isinstance(prompts[0], int)
-        out = self.engine.sample(prompts, body.num_samples, body.sampling_params, version=body.version)
+        scores_prompt = body.prompt_logprobs or body.topk_prompt_logprobs or body.target_prompt_logprobs is not None \
+            or body.prompt_alt_tokens_k
+        if scores_prompt and not single:
+            raise ConfigError("sample: prompt_logprobs / topk_prompt_logprobs / target_prompt_logprobs / "
+                              "prompt_alt_tokens_k take one prompt, not a list")
+        if single and scores_prompt and len(prompts) >= self.engine.max_context:  # compute_logprobs of a full context
+            out: list[Any] = [SimpleNamespace(tokens=[], logprobs=[], stop_reason="length")] * body.num_samples
+        else:
+            out = self.engine.sample(prompts, body.num_samples, body.sampling_params, version=body.version)
         groups = [out] if single else out
         sequences = [[{"tokens": s.tokens, "logprobs": s.logprobs, "stop_reason": s.stop_reason} for s in g]
                      for g in groups]
         result = {"sequences": sequences, "single": single}
-        if body.prompt_logprobs or body.topk_prompt_logprobs:
-            if not single:
-                raise ConfigError("sample: prompt_logprobs / topk_prompt_logprobs take one prompt, not a list")
+        if scores_prompt or body.topk_sample_logprobs:
+            from whileai.service import tinker_scoring as extra
+
             with self.engine.weights(body.version):
-                scored = self.engine.compute_logprobs(prompts, body.topk_prompt_logprobs)
-            result.update(prompt_logprobs=scored["logprobs"], topk_prompt_logprobs=scored["topk"])
+                if single and (body.prompt_logprobs or body.topk_prompt_logprobs):
+                    scored = self.engine.compute_logprobs(prompts, body.topk_prompt_logprobs)
+                    result.update(prompt_logprobs=scored["logprobs"], topk_prompt_logprobs=scored["topk"])
+                if body.target_prompt_logprobs is not None:
+                    result["target_prompt_logprobs"] = extra.target_logprobs(self.engine, prompts,
+                                                                             body.target_prompt_logprobs)
+                if body.prompt_alt_tokens_k:
+                    result["prompt_alt_tokens"] = extra.alternative_tokens(self.engine, prompts,
+                                                                           body.prompt_alt_tokens_k, body.sampling_params)
+                if body.topk_sample_logprobs:
+                    batch: list[Any] = [prompts] if single else list(prompts)
+                    for group, prompt in zip(sequences, batch):
+                        extra.sampled_topk(self.engine, prompt, group, body.topk_sample_logprobs, body.sampling_params)
         return self._done(result, body.version)
 
     def op_logprobs(self, body: schemas.Logprobs) -> Outcome:

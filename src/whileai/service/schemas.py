@@ -23,8 +23,9 @@ class Body(BaseModel):
 
 class CreateRun(Body):
     base_model: str = Field("builtin:tiny", description="a model the server lists in capabilities()['models']")
-    lora_rank: int = Field(0, ge=0, description="LoRA rank; 0 trains every weight")
-    seed: int = Field(0, ge=0, description="initialises built-in models and LoRA matrices")
+    lora_rank: int = Field(0, ge=0, le=4096, description="LoRA rank; 0 trains every weight (at most 4096: a rank "
+                                                         "past a model's width adds nothing but memory)")
+    seed: int = Field(0, ge=0, le=2**63 - 1, description="initialises built-in models and LoRA matrices")
     kind: Literal["policy", "critic"] = Field("policy", description="'critic' adds a value head (ppo_critic)")
     critic_learning_rate: float = Field(1e-5, gt=0, description="the value head's own AdamW rate (critic runs)")
     reward_range: tuple[float, float] | None = Field(None, description="bound the value head to [low, high]")
@@ -43,6 +44,8 @@ class ForwardBackward(Op):
     loss_function: str = Field(description="a loss name from capabilities()['losses']")
     loss_config: dict[str, Any] | None = Field(None, description="that loss's config keys; None = defaults")
     sampling_params: dict[str, Any] | None = Field(None, description="score under the sampler's distribution")
+    logprobs_for: str | list[int] = Field("every", description="'every' position, the loss's ('scored'), or per "
+                                          "datum its last n positions (TrainingEngine.forward)")
 
 
 class Forward(ForwardBackward):
@@ -61,6 +64,10 @@ class Sample(Op):
     version: int | None = Field(None, ge=0, description="saved sampler weights; None = the current ones")
     prompt_logprobs: bool = Field(False, description="also score the prompt (one prompt only), Tinker's way")
     topk_prompt_logprobs: int = Field(0, ge=0, description="also the prompt's k most likely tokens per position")
+    topk_sample_logprobs: int = Field(0, ge=0, description="the k most likely tokens at every sampled position")
+    target_prompt_logprobs: list[list[int]] | None = Field(
+        None, description="[len(prompt) - 1, K] token ids to score at prompt positions 1..; -1 asks nothing")
+    prompt_alt_tokens_k: int = Field(0, ge=0, le=256, description="k draws at every prompt position after the first")
 
 
 class Logprobs(Op):

@@ -12,8 +12,14 @@ model and ``seq_id``, or same sampling session and ``seq_id``) reaches the same 
 it from its record, or a 409 if the bytes differ. The SDK submits one client's requests in turn, so arrival
 order is the SDK's order. ``request_id`` is ``<run>.<seq>``; ``retrieve_future`` long-polls the run's answer
 and shapes it into the SDK's type (protobuf for ``forward_backward`` and ``sample``). A failed operation comes
-back as ``{"error", "category"}``, which the SDK raises as ``RequestFailedError`` with the message. A route we
-do not serve is a 404 that names it.
+back as ``{"error", "category"}``, which the SDK raises as ``RequestFailedError`` with the message.
+Everything that can refuse a request (its body through the service's one body reader, the service's limits,
+names and paths, the context) is checked before it takes a sequence number or makes a run, so a refused
+request leaves the run as it was.
+
+The routes live by topic: sessions here, training in ``tinker_training.py``, sampling in ``tinker_sample.py``,
+the RestClient's routes (and those refused by name) in ``tinker_rest.py``, the futures poller and clones in
+``tinker_futures.py``, external weights in ``tinker_external.py``. docs/tinker.md's conformance table lists every SDK call and its route.
 
 What lives only in memory (lost on restart, as the engine's sampler weights are): the map from SDK request
 to sequence number, sampling sessions, named sampler-weight paths, and the SDK-made model ids of clients
@@ -35,17 +41,23 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from whileai.errors import ConfigError, WhileaiError
+from whileai.errors import WhileaiError
 from whileai.service import schemas
 from whileai.service.runs import status_of
 
 PROTO = "application/x-protobuf"
 POLL_SECONDS = 25.0  # under the SDK's 45 s retrieve_future timeout
-WEIGHTS_PATH = re.compile(r"^tinker://(?P<run>[^/]+)/(?P<kind>weights|sampler_weights)/(?P<name>[^/]+)$")
-SUPPORTED = ("create_session, session_heartbeat, client/config, get_server_capabilities, create_model, get_info, "
-             "forward_backward, optim_step, save_weights, load_weights, save_weights_for_sampler, "
-             "create_sampling_session, samplers/{id}, asample, retrieve_future, sessions/{id}/finish, "
-             "GET training_runs/{id}")
+# A checkpoint path; its name is a state name (schemas.STATE_NAME: no "..", no "/"), checked before any work.
+WEIGHTS_PATH = re.compile(r"^tinker://(?P<run>[A-Za-z0-9][A-Za-z0-9:._-]*)/(?P<kind>weights|sampler_weights)/"
+                          r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,99})$")
+EXTERNAL_PATH = re.compile(r"^tinker://(?P<run>[A-Za-z0-9][A-Za-z0-9:._-]*)/(?P<kind>external_weights)/"
+                           r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]{0,99})$")
+PATH_RULE = ("tinker://<model_id>/weights/<name> or tinker://<model_id>/sampler_weights/<name>, the name letters, "
+             "digits, '.', '_', '-' (not starting with '.')")
+
+
+CLIENT_CONFIG = {"pjwt_auth_enabled": False, "proto_compress_fwdbwd": False, "custom_loss_server_side": False,
+                 "sample_use_retrieve_futures": True, "sample_join_sampling_session": True}
 
 
 class TinkerError(WhileaiError):
@@ -56,7 +68,7 @@ class TinkerError(WhileaiError):
         self.status = status
 
 
-def _json(body: Any, status: int = 200) -> Response:
+def json_answer(body: Any, status: int = 200) -> Response:
     return Response(json.dumps(body), status_code=status, media_type="application/json")
 
 
@@ -83,11 +95,18 @@ class TinkerFront:
         self.paths: dict[str, tuple[str, int]] = {}     # tinker://run/sampler_weights/name -> run, version
         self.aliases: dict[str, str] = {}                # the SDK's "<session>:train:<n>" model id -> run
         self.metadata: dict[str, dict[str, Any]] = {}    # run -> create_model's user_metadata (RestClient reads it)
+        self.records: Any = None                         # tinker_rest.Records / Checkpoints, set by mount()
+        self.checkpoints: Any = None
+        self.external: Any = None                        # tinker_external.External, set by mount()
+        self.checkpoint_metadata: dict[tuple[str, str], dict[str, str]] = {}  # (run, checkpoint id) -> user_metadata
+        from whileai.service.tinker_futures import Futures
+
+        self.futures = Futures()
 
     # ------------------------------------------------------------------ who, which run
     def owner(self, request: Request) -> str:
-        key = request.headers.get("x-api-key") or ""
-        owner = self.service.tokens.owner(f"Bearer {key}")
+        key = request.headers.get("x-api-key")  # the SDK's header; a wai client's Authorization works as well
+        owner = self.service.tokens.owner(f"Bearer {key}" if key else request.headers.get("authorization") or "")
         if owner is None:
             raise TinkerError(401, "the api_key is not accepted by this wai serve: pass one of its tokens "
                                    "(--token-file or WAI_TOKEN; the Tinker SDK needs it to start with 'tml-')")
@@ -100,15 +119,31 @@ class TinkerFront:
                                    "create_lora_training_client")
         return row  # type: ignore[no-any-return]
 
+    def parse_path(self, path: str, route: str) -> Any:
+        """A checkpoint path's parts (run, kind, name); a 400 naming the rule for anything else."""
+        found = WEIGHTS_PATH.match(path) or EXTERNAL_PATH.match(path)
+        if found is None:
+            raise TinkerError(400, f"{route}: {path!r} is not a checkpoint path: {PATH_RULE}")
+        return found
+
     def session(self, session_id: str, owner: str, route: str) -> None:
         row = self.service.store.session(session_id)
         if row is None or row["owner"] != owner or row["closed"] is not None:
             raise TinkerError(404, f"{route}: no open session {session_id!r} for this api_key")
 
+    async def body(self, request: Request, route: str) -> bytes:
+        """A route's raw body, read through the service's one body reader (its ``--max-body-mb`` limit)."""
+        from whileai.service.app import Refusal
+
+        try:
+            return await self.service.body(request)  # type: ignore[no-any-return]
+        except Refusal as err:
+            raise TinkerError(err.answer[0], f"{route}: {err}") from None
+
     async def parsed(self, request: Request, model: type[BaseModel], route: str) -> tuple[Any, bytes, str]:
-        """A route's body as ``model``, its raw bytes and the caller's owner (401 / 400 when they are not)."""
+        """A route's body as ``model``, its raw bytes and the caller's owner (401 / 413 / 400 when they are not)."""
         owner = self.owner(request)
-        raw = await request.body()
+        raw = await self.body(request, route)
         return _parse(model, raw, route), raw, owner
 
     async def on_model(self, request: Request, model: type[BaseModel], route: str) -> tuple[Any, bytes, dict[str, Any]]:
@@ -121,11 +156,29 @@ class TinkerFront:
                shape: dict[str, Any]) -> Response:
         """Queue a training client's ``op`` (``submit``) and answer with the SDK's future."""
         request_id = self.submit(run, ("train", body.seq_id), op, fields, raw, shape)
-        return _json({"request_id": request_id, "model_id": body.model_id})
+        return json_answer({"request_id": request_id, "model_id": body.model_id})
+
+    def checked(self, op: str, fields: dict[str, Any], route: str) -> schemas.Op:
+        """The operation's body, validated and within the service's limits (``--max-samples``,
+        ``--max-datums``), before it takes a sequence number: a refused request uses up nothing."""
+        from whileai.service.app import Refusal
+
+        try:
+            body = schemas.OPERATIONS[op](seq_id=0, **fields)
+        except ValidationError as err:
+            problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:5]]
+            raise TinkerError(400, f"{route}: {'; '.join(problems)}") from None
+        try:
+            self.service.check_limits(body)
+        except Refusal as err:
+            raise TinkerError(err.answer[0], f"{route}: {err}") from None
+        return body
 
     def submit(self, run: dict[str, Any], key: tuple[Any, ...], op: str, fields: dict[str, Any], raw: bytes,
-               shape: dict[str, Any]) -> str:
-        """Give the SDK request its run sequence number (the same one on a retry) and queue the operation."""
+               shape: dict[str, Any], watch: Any = None) -> str:
+        """Give the SDK request its run sequence number (the same one on a retry) and queue the operation.
+        Everything that can refuse it runs first, so a refusal leaves the run's numbering as it was."""
+        checked = self.checked(op, fields, shape["route"])
         runner = self.service.runner
         slot = runner.slot(run)
         where = (run["id"], *key)
@@ -133,10 +186,7 @@ class TinkerFront:
             self.seqs[where] = max(self.next.get(run["id"], 0), slot.next_seq)
             self.next[run["id"]] = self.seqs[where] + 1
         seq = self.seqs[where]
-        try:
-            body = schemas.OPERATIONS[op](seq_id=seq, **fields)
-        except ValidationError as err:
-            raise TinkerError(400, f"{shape['route']}: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from None
+        body = checked.model_copy(update={"seq_id": seq})
         digest = hashlib.sha256(op.encode() + b"\0" + raw).hexdigest()
         future = runner.submit(slot, op, body, digest)
         request_id = f"{run['id']}.{seq}"
@@ -144,17 +194,19 @@ class TinkerFront:
             request_id = f"{request_id}.refused-{uuid.uuid4().hex[:8]}"
             self.refused[request_id] = future.result()
         self.shapes[request_id] = shape
+        if watch is not None:  # a sampling client's futures poller hears of its completion
+            watch(request_id, future)
         return request_id
 
     async def retrieve(self, request_id: str, owner: str) -> Response:
         if request_id in self.ready:
             self.run(self.ready[request_id]["model_id"], owner, "/api/v1/retrieve_future")  # the owner's only
-            return _json(self.ready[request_id])
+            return json_answer(self.ready[request_id])
         if request_id in self.refused:
             return self.shaped(request_id, *self.refused[request_id])
         run_id, _, seq = request_id.rpartition(".")
         self.run(run_id, owner, "/api/v1/retrieve_future")
-        found = self.service.runner.answer_of(run_id, int(seq)) if seq.isdigit() else None
+        found = self.service.runner.answer_of(run_id, int(seq)) if seq.isdigit() and len(seq) < 19 else None
         if found is None or request_id not in self.shapes:
             raise TinkerError(410, f"/api/v1/retrieve_future: request {request_id!r} is unknown here (the server "
                                    "may have restarted); the SDK sends it again")
@@ -163,7 +215,7 @@ class TinkerFront:
         try:
             status, text = await asyncio.wait_for(asyncio.shield(found), POLL_SECONDS)
         except asyncio.TimeoutError:
-            return _json({"type": "try_again", "request_id": request_id, "queue_state": "active"})
+            return json_answer({"type": "try_again", "request_id": request_id, "queue_state": "active"})
         return self.shaped(request_id, status, text)
 
     def shaped(self, request_id: str, status: int, text: str) -> Response:
@@ -171,7 +223,7 @@ class TinkerFront:
         shape, answer = self.shapes[request_id], json.loads(text)
         if status != 200:
             error = answer.get("error", {})
-            return _json({"error": f"{shape['route']}: {error.get('type')}: {error.get('message')}",
+            return json_answer({"error": f"{shape['route']}: {error.get('type')}: {error.get('message')}",
                           "category": "user" if status < 500 else "server"})
         run_id, result = answer["run_id"], answer["result"]
         kind = shape["kind"]
@@ -180,24 +232,49 @@ class TinkerFront:
             return Response(forward_backward_output(result), media_type=PROTO)
         if kind == "sample":
             from whileai.service.tinker_wire import sample_output
-            return Response(sample_output(result), media_type=PROTO)
+            return Response(sample_output(result, shape.get("last_n"), shape.get("sparse")), media_type=PROTO)
         if kind == "optim_step":
-            return _json({"metrics": result["metrics"]})
+            return json_answer({"metrics": result["metrics"]})
+        if kind == "external":
+            if self.external.unpack(run_id, result["archive"], shape["name"]) and shape["ttl"] is not None:
+                self.records.set_ttl(run_id, f"external_weights/{shape['name']}", shape["ttl"])
+            return json_answer({"path": f"tinker://{run_id}/external_weights/{shape['name']}",
+                          "type": "save_weights_external"})
         if kind in ("save_weights", "load_weights"):
-            return _json({"path": f"tinker://{run_id}/weights/{shape['name']}", "type": kind})
-        return _json(self.sampler_saved(run_id, result["version"], shape))
+            self.start_ttl(run_id, f"weights/{shape['name']}", shape.get("ttl"))
+            return json_answer({"path": f"tinker://{run_id}/weights/{shape['name']}", "type": kind})
+        return json_answer(self.sampler_saved(run_id, result["version"], shape))
 
     def sampler_saved(self, run_id: str, version: int, shape: dict[str, Any]) -> dict[str, Any]:
         if shape["name"] is not None:
             path = f"tinker://{run_id}/sampler_weights/{shape['name']}"
             self.paths[path] = (run_id, version)
+            self.start_ttl(run_id, f"sampler_weights/{shape['name']}", shape.get("ttl"))
             return {"path": path, "type": "save_weights_for_sampler"}
         self.samplers[shape["sampler"]] = (run_id, version, None)
         return {"sampling_session_id": shape["sampler"], "type": "save_weights_for_sampler"}
 
+    def check_saving(self, route: str, ttl: int | None) -> None:
+        if ttl is not None and ttl < 1:
+            raise TinkerError(400, f"{route}: ttl_seconds={ttl} must be >= 1 (None: never expires)")
+
+    def start_ttl(self, run_id: str, checkpoint: str, ttl: int | None) -> None:
+        """A checkpoint's ``ttl_seconds``, counted from its first answer (an SDK retry does not extend it)."""
+        if ttl is not None and self.records.expiry(run_id, checkpoint) is None:
+            self.records.set_ttl(run_id, checkpoint, ttl)
+
+    def keep_checkpoint_metadata(self, run_id: str, checkpoint: str, metadata: dict[str, str] | None) -> None:
+        if metadata:
+            self.checkpoint_metadata[(run_id, checkpoint)] = {str(k): str(v) for k, v in metadata.items()}
+
     # ------------------------------------------------------------------ models
     async def open_run(self, session_id: str, owner: str, base_model: str, rank: int, seed: int) -> str:
-        spec = schemas.CreateRun.model_validate({"base_model": base_model, "lora_rank": rank, "seed": seed}).model_dump()
+        try:
+            spec = schemas.CreateRun.model_validate({"base_model": base_model, "lora_rank": rank,
+                                                     "seed": seed}).model_dump()
+        except ValidationError as err:
+            problems = [f"{'.'.join(str(p) for p in e['loc'])}={e['input']!r}: {e['msg']}" for e in err.errors()]
+            raise TinkerError(400, f"/api/v1/create_model: {'; '.join(problems)}") from None
         try:
             return await self.service.runner.create_run(session_id, owner, spec)  # type: ignore[no-any-return]
         except WhileaiError as err:
@@ -215,22 +292,27 @@ class TinkerFront:
         runs = Path(self.service.config.data_dir) / "runs"
         if found is None or source is None or found["kind"] != "weights" or not (
                 runs / source["id"] / "states" / found["name"]).is_dir():
-            raise TinkerError(404, f"{route}: no saved state at {body.path!r}; save_state(name) writes "
-                                   "tinker://<model_id>/weights/<name>")
+            raise TinkerError(404 if found is not None else 400,
+                              f"{route}: no saved state at {body.path!r}; save_state(name) writes {PATH_RULE}")
         spec = source["spec"]
         if body.base_model not in (None, spec["base_model"]):
             raise TinkerError(400, f"{route}: the state was saved from {spec['base_model']!r}, not "
                                    f"{body.base_model!r}; a state loads into the model it was saved from")
         alias = f"{body.session_id}:train:{body.model_seq_id}"
+        fields = {"name": found["name"], "optimizer": body.optimizer}
+        self.checked("load_state", fields, route)  # before a run is made: a refusal leaves no orphan run
         if alias not in self.aliases:  # a retry reuses the run made the first time
             run_id = await self.open_run(body.session_id, owner, spec["base_model"], spec["lora_rank"], spec["seed"])
-            shutil.copytree(runs / source["id"] / "states" / found["name"], runs / run_id / "states" / found["name"])
+            try:
+                shutil.copytree(runs / source["id"] / "states" / found["name"], runs / run_id / "states" / found["name"])
+            except OSError as err:  # the new run is of no use without its copy: close it, keep nothing loaded
+                await self.service.runner.close_run(self.service.runner.slots[run_id], "its state could not be copied")
+                raise TinkerError(500, f"{route}: copying the state {body.path!r} failed ({err})") from None
             self.aliases[alias] = run_id
             self.keep_metadata(run_id, body.user_metadata)
-        request_id = self.submit(self.run(alias, owner, route), ("from_state",), "load_state",
-                                 {"name": found["name"], "optimizer": body.optimizer}, raw,
+        request_id = self.submit(self.run(alias, owner, route), ("from_state",), "load_state", fields, raw,
                                  {"kind": "load_weights", "route": route, "name": found["name"]})
-        return _json({"request_id": request_id, "model_id": alias})
+        return json_answer({"request_id": request_id, "model_id": alias})
 
     def keep_metadata(self, run_id: str, metadata: dict[str, Any] | None) -> None:
         """A run's ``user_metadata`` (from create_model or a load), for the RestClient's training run."""
@@ -258,26 +340,40 @@ def mount(app: FastAPI, service: Any) -> None:
     except ImportError:
         @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST"])
         async def missing(rest: str) -> Response:
-            return _json({"error": f"/api/v1/{rest}: this wai serve has no Tinker support; install it with "
+            return json_answer({"error": f"/api/v1/{rest}: this wai serve has no Tinker support; install it with "
                                    "`pip install whileai[tinker]` and restart"}, 501)
         return
     front = TinkerFront(service)
 
     @app.exception_handler(TinkerError)
     async def refused(request: Request, err: TinkerError) -> Response:
-        return _json({"error": str(err)}, err.status)
+        return json_answer({"error": str(err)}, err.status)
 
     _session_routes(app, front)
-    _training_routes(app, front)
-    _sampling_routes(app, front)
-    from whileai.service.tinker_rest import mount_rest
+    from whileai.service.tinker_training import mount_training
 
-    mount_rest(app, front, _json)
+    mount_training(app, front)
+    from whileai.service.tinker_sample import mount_sampling
+
+    mount_sampling(app, front, json_answer)
+    from whileai.service.tinker_futures import mount_futures
+    from whileai.service.tinker_rest import Checkpoints, Records, mount_rest, refusal
+
+    front.records = Records(service.store)
+    front.checkpoints = Checkpoints(front, front.records)
+    mount_rest(app, front, json_answer)
+    mount_futures(app, front, json_answer)
+    from whileai.service.tinker_external import mount_external
+
+    mount_external(app, front, json_answer)
 
     @app.api_route("/api/v1/{rest:path}", methods=["GET", "POST", "PUT", "DELETE"])
     async def unsupported(rest: str, request: Request) -> Response:
-        return _json({"error": f"{request.method} /api/v1/{rest} is not supported by wai serve (it serves "
-                               f"training and sampling: {SUPPORTED})"}, 404)
+        refused = refusal(request.method, rest)
+        if refused is not None:
+            return json_answer({"error": refused}, 400)
+        return json_answer({"error": f"{request.method} /api/v1/{rest} is not a Tinker route (wai serve serves every "
+                               "route of the Tinker SDK 0.38; docs/tinker.md lists them)"}, 404)
 
 
 def _session_routes(app: FastAPI, front: TinkerFront) -> None:
@@ -288,190 +384,38 @@ def _session_routes(app: FastAPI, front: TinkerFront) -> None:
     @app.post("/api/v1/client/config")
     @app.post("/api/v1/client/dynamic_config")
     async def client_config(request: Request) -> Response:
-        return _json({})  # the SDK's defaults: API-key auth, uncompressed protobuf
+        # API-key auth, uncompressed protobuf (the SDK's defaults), and the two sampling routes served here
+        return json_answer(CLIENT_CONFIG)
 
     @app.get("/api/v1/healthz")
     async def healthz() -> Response:
-        return _json({"status": "ok"})
+        return json_answer({"status": "ok"})
 
     @app.post("/api/v1/telemetry")
     async def telemetry(request: Request) -> Response:
-        return _json({"status": "accepted"})  # the SDK's usage events are meant for Tinker Cloud; none kept
+        front.owner(request)
+        await front.body(request, "/api/v1/telemetry")  # read within the body limit, then dropped
+        return json_answer({"status": "accepted"})  # the SDK's usage events are meant for Tinker Cloud; none kept
 
     @app.get("/api/v1/get_server_capabilities")
     async def capabilities(request: Request) -> Response:
         front.owner(request)
         models = front.service.capabilities()["models"]
-        return _json({"supported_models": [{"model_name": m, "trainable": True, "sampleable": True}
+        return json_answer({"supported_models": [{"model_name": m, "trainable": True, "sampleable": True}
                                            for m in models]})
 
     @app.post("/api/v1/create_session")
     async def create_session(request: Request) -> Response:
-        _, _, owner = await front.parsed(request, T.CreateSessionRequest, "/api/v1/create_session")
+        body, _, owner = await front.parsed(request, T.CreateSessionRequest, "/api/v1/create_session")
         session_id = f"session-{uuid.uuid4().hex[:12]}"
         store.add_session(session_id, owner)
-        return _json({"session_id": session_id, "type": "create_session"})
+        front.records.add_session(session_id, body.display_name, body.user_metadata, body.project_id)
+        return json_answer({"session_id": session_id, "type": "create_session"})
 
     @app.post("/api/v1/session_heartbeat")
     async def heartbeat(request: Request) -> Response:
         body, _, owner = await front.parsed(request, T.SessionHeartbeatRequest, "/api/v1/session_heartbeat")
         row = store.session(body.session_id)
         if row is None or row["owner"] != owner or row["closed"] is not None:
-            return _json({"error": f"session {body.session_id!r} is finished"}, 410)
-        return _json({"type": "session_heartbeat"})
-
-    @app.post("/api/v1/sessions/{session_id}/finish")
-    async def finish(session_id: str, request: Request) -> Response:
-        owner = front.owner(request)
-        front.session(session_id, owner, f"/api/v1/sessions/{session_id}/finish")
-        runs = store.runs(session_id)
-        store.close_session(session_id)
-        for run in runs:
-            if run["id"] in front.service.runner.slots:
-                await front.service.runner.close_run(front.service.runner.slots[run["id"]], "its session finished")
-        return _json({})
-
-
-def _training_routes(app: FastAPI, front: TinkerFront) -> None:
-    from tinker import types as T
-
-    from whileai.service import tinker_wire
-
-    @app.post("/api/v1/create_model")
-    async def create_model(request: Request) -> Response:
-        body, _, owner = await front.parsed(request, T.CreateModelRequest, "/api/v1/create_model")
-        front.session(body.session_id, owner, "/api/v1/create_model")
-        lora = body.lora_config or T.LoraConfig(rank=0)
-        if not (lora.train_mlp and lora.train_attn and lora.train_unembed):
-            raise TinkerError(400, "/api/v1/create_model: train_mlp / train_attn / train_unembed = False is not "
-                                   "supported; wai serve adapts every linear layer (leave them True)")
-        if body.optimizer_config.type != "adamw":
-            raise TinkerError(400, f"/api/v1/create_model: optimizer {body.optimizer_config.type!r} is not "
-                                   "supported; wai serve trains with AdamW")
-        request_id = f"create.{body.session_id}.{body.model_seq_id}"
-        if request_id not in front.ready:  # a retry gets the run made the first time
-            run_id = await front.open_run(body.session_id, owner, body.base_model, lora.rank, lora.seed or 0)
-            front.ready[request_id] = {"model_id": run_id, "type": "create_model"}
-            front.keep_metadata(run_id, body.user_metadata)
-        return _json({"request_id": request_id, "model_id": front.ready[request_id]["model_id"]})
-
-    @app.post("/api/v1/get_info")
-    async def get_info(request: Request) -> Response:
-        body, _, owner = await front.parsed(request, T.GetInfoRequest, "/api/v1/get_info")
-        spec = front.run(body.model_id, owner, "/api/v1/get_info")["spec"]
-        data = {"arch": "qwen2" if spec["base_model"].startswith("builtin:") else None,
-                "model_name": spec["base_model"], "tokenizer_id": front.tokenizer_id(spec["base_model"])}
-        return _json({"model_data": data, "model_id": body.model_id, "is_lora": spec["lora_rank"] > 0,
-                      "lora_rank": spec["lora_rank"], "model_name": spec["base_model"], "type": "get_info"})
-
-    @app.post("/api/v1/forward_backward")
-    async def forward_backward(request: Request) -> Response:
-        owner = front.owner(request)
-        raw = await front.service.body(request)
-        try:
-            msg, fields = tinker_wire.forward_backward_body(raw)
-        except ConfigError as err:
-            raise TinkerError(400, str(err)) from None
-        run = front.run(msg.model_id, owner, "/api/v1/forward_backward")
-        op = "forward" if msg.forward_only else "forward_backward"
-        return front.queued(run, msg, op, fields, raw,
-                            {"kind": "forward_backward", "route": f"/api/v1/forward_backward ({op})"})
-
-    @app.post("/api/v1/optim_step")
-    async def optim_step(request: Request) -> Response:
-        body, raw, run = await front.on_model(request, T.OptimStepRequest, "/api/v1/optim_step")
-        try:
-            adam = tinker_wire.adam_params(body)
-        except ConfigError as err:
-            raise TinkerError(400, str(err)) from None
-        return front.queued(run, body, "optim_step", {"adam_params": adam}, raw,
-                            {"kind": "optim_step", "route": "/api/v1/optim_step"})
-
-    @app.post("/api/v1/save_weights")
-    async def save_weights(request: Request) -> Response:
-        body, raw, run = await front.on_model(request, T.SaveWeightsRequest, "/api/v1/save_weights")
-        name = body.path or f"state-{body.seq_id}"
-        return front.queued(run, body, "save_state", {"name": name}, raw,
-                            {"kind": "save_weights", "route": "/api/v1/save_weights", "name": name})
-
-    @app.post("/api/v1/load_weights")
-    async def load_weights(request: Request) -> Response:
-        body, raw, owner = await front.parsed(request, T.LoadWeightsRequest, "/api/v1/load_weights")
-        if body.model_id is None:
-            return await front.from_state(body, owner, raw)
-        run = front.run(body.model_id, owner, "/api/v1/load_weights")
-        found = WEIGHTS_PATH.match(body.path)
-        if found is None or found["kind"] != "weights" or front.aliases.get(found["run"], found["run"]) != run["id"]:
-            raise TinkerError(400, f"/api/v1/load_weights: path {body.path!r}: a training client loads a state it "
-                                   "saved itself (tinker://<its model_id>/weights/<name>); for another run's state "
-                                   "use ServiceClient.create_training_client_from_state(path)")
-        return front.queued(run, body, "load_state", {"name": found["name"], "optimizer": body.optimizer}, raw,
-                            {"kind": "load_weights", "route": "/api/v1/load_weights", "name": found["name"]})
-
-    @app.post("/api/v1/save_weights_for_sampler")
-    async def save_for_sampler(request: Request) -> Response:
-        body, raw, run = await front.on_model(request, T.SaveWeightsForSamplerRequest,
-                                              "/api/v1/save_weights_for_sampler")
-        sampler = f"{run['session_id']}:sample:{body.sampling_session_seq_id}"
-        shape = {"kind": "sampler", "route": "/api/v1/save_weights_for_sampler", "name": body.path, "sampler": sampler}
-        return front.queued(run, body, "save_weights_for_sampler", {}, raw, shape)
-
-    @app.post("/api/v1/retrieve_future")
-    async def retrieve_future(request: Request) -> Response:
-        body, _, owner = await front.parsed(request, T.FutureRetrieveRequest, "/api/v1/retrieve_future")
-        return await front.retrieve(body.request_id, owner)
-
-
-def _sampling_routes(app: FastAPI, front: TinkerFront) -> None:
-    from tinker import types as T
-
-    from whileai.service import tinker_wire
-
-    @app.post("/api/v1/create_sampling_session")
-    async def create_sampling_session(request: Request) -> Response:
-        body, _, owner = await front.parsed(request, T.CreateSamplingSessionRequest, "/api/v1/create_sampling_session")
-        front.session(body.session_id, owner, "/api/v1/create_sampling_session")
-        sampler = f"{body.session_id}:sample:{body.sampling_session_seq_id}"
-        if sampler not in front.samplers:
-            if body.model_path is not None:
-                if body.model_path not in front.paths:
-                    raise TinkerError(404, f"/api/v1/create_sampling_session: no sampler weights at "
-                                           f"{body.model_path!r}; save them with save_weights_for_sampler(name) "
-                                           f"on this server first (saved: {sorted(front.paths)})")
-                run_id, version = front.paths[body.model_path]
-                front.samplers[sampler] = (run_id, version, body.model_path)
-            else:
-                run_id = await front.open_run(body.session_id, owner, body.base_model or "", 0, 0)
-                front.samplers[sampler] = (run_id, None, None)
-        return _json({"sampling_session_id": sampler, "type": "create_sampling_session"})
-
-    @app.get("/api/v1/samplers/{sampler}")
-    async def sampler_info(sampler: str, request: Request) -> Response:
-        owner = front.owner(request)
-        run_id, _, path = _sampler(front, sampler, "/api/v1/samplers")
-        spec = front.run(run_id, owner, "/api/v1/samplers")["spec"]
-        return _json({"sampler_id": sampler, "base_model": spec["base_model"], "model_path": path})
-
-    @app.post("/api/v1/asample")
-    async def asample(request: Request) -> Response:
-        body, raw, owner = await front.parsed(request, T.SampleRequest, "/api/v1/asample")
-        if body.sampling_session_id is None:
-            raise TinkerError(400, "/api/v1/asample: sampling by base_model / model_path without a sampling "
-                                   "session is not supported; create the client with create_sampling_client")
-        run_id, version, _ = _sampler(front, body.sampling_session_id, "/api/v1/asample")
-        run = front.run(run_id, owner, "/api/v1/asample")
-        try:
-            fields = {**tinker_wire.sample_body(body), "version": version}
-        except WhileaiError as err:
-            raise TinkerError(400, str(err)) from None
-        request_id = front.submit(run, ("sample", body.sampling_session_id, body.seq_id), "sample", fields, raw,
-                                  {"kind": "sample", "route": "/api/v1/asample"})
-        return _json({"request_id": request_id, "model_id": run_id,
-                      "sample_sequence_ids": [f"{request_id}.{i}" for i in range(body.num_samples)]})
-
-
-def _sampler(front: TinkerFront, sampler: str, route: str) -> tuple[str, int | None, str | None]:
-    if sampler not in front.samplers:
-        raise TinkerError(404, f"{route}: no sampling session {sampler!r} (sampling sessions live in memory and "
-                               "end when the server restarts): create the sampling client again")
-    return front.samplers[sampler]
+            return json_answer({"error": f"session {body.session_id!r} is finished"}, 410)
+        return json_answer({"type": "session_heartbeat"})

@@ -113,6 +113,11 @@ class TinkerRun(RunOps):
         return self._done({"version": self.step})
 
     def op_sample(self, body: schemas.Sample) -> Outcome:
+        scores = [k for k in ("prompt_logprobs", "topk_prompt_logprobs", "topk_sample_logprobs",
+                              "target_prompt_logprobs", "prompt_alt_tokens_k") if getattr(body, k)]
+        if scores:
+            raise ConfigError(f"sample: {', '.join(scores)} cannot be passed on by the tinker provider (it samples "
+                              "batches prompt by prompt); score with the logprobs operation, or use the local provider")
         single = bool(body.prompt_tokens) and isinstance(body.prompt_tokens[0], int)
         prompts: list[Any] = [body.prompt_tokens] if single else list(body.prompt_tokens)
         sampled = sample_all(self._sampler(body.version), prompts, body.num_samples, body.sampling_params)

@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop.hooks.held_out import held_out
@@ -17,6 +17,13 @@ from whileai.loop.hooks.metrics import Metrics, Progress, write_json
 from whileai.loop.plan.config import TrainConfig
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.types import LoopState, prompts
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
+    from whileai.loop.hooks.teacher import RunTeacher
+    from whileai.loop.sources.traces import RowsFile
+    from whileai.loop.trainers.backends import Backend
+    from whileai.methods.base import Method
 
 
 class Interrupted(WhileaiError):
@@ -37,10 +44,10 @@ class Context:
     run_dir: Path
     config: TrainConfig
     plan: RunPlan
-    method: Any
-    taskset: Any
-    rows: Any
-    backend: Any
+    method: Method
+    taskset: Taskset | None
+    rows: RowsFile | None
+    backend: Backend
     log: Progress
     metrics: Metrics
     stop: Mapping[str, bool]
@@ -51,11 +58,12 @@ class Context:
 
     def evaluate(self) -> dict[str, Any]:
         trainer = self.backend.trainer
+        assert self.taskset is not None  # can_eval
         tasks = self.taskset.split("test")[: self.plan.eval_tasks]
         return held_out(trainer, self.taskset, tasks, prompts(trainer.tokenizer, tasks), self.plan.eval_samples,
                         self.plan.sampling(), self.plan.seed)
 
-    def checkpoint(self, state: LoopState, teacher: Any = None) -> None:
+    def checkpoint(self, state: LoopState, teacher: RunTeacher | None = None) -> None:
         """Loop state first (named by the trainer step it belongs to), then the trainer's atomic snapshot."""
         folder = self.run_dir / "checkpoint"
         folder.mkdir(exist_ok=True)
@@ -70,7 +78,7 @@ class Context:
                 if old.name != keep:
                     old.unlink()
 
-    def stop_if_asked(self, state: LoopState, teacher: Any = None) -> None:
+    def stop_if_asked(self, state: LoopState, teacher: RunTeacher | None = None) -> None:
         if self.stop["stop"]:
             state.warm_start_done = True
             self.checkpoint(state, teacher)

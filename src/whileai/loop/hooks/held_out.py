@@ -14,13 +14,18 @@ from whileai.loop.sources.rollouts import Sampling, rollouts
 from whileai.loop.types import PASS, Hook, Loop
 from whileai.rows.stats import compare, pass_at
 
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
+    from whileai.loop.sources.sampler import Sampler
+    from whileai.loop.step import StepResult
+
 if TYPE_CHECKING:  # the context evaluates with held_out, so the hook names it as a type only
     from whileai.loop.hooks.context import Context
 
 EVAL_SEED = 1_000_003  # the same sampler seeds before and after: the two arms differ only in the weights
 
 
-def held_out(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], rollouts_per_prompt: int,
+def held_out(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], rollouts_per_prompt: int,
              sampling: Sampling, seed: int) -> dict[str, Any]:
     """``rollouts_per_prompt`` episodes (completions) per held-out task at the method's temperature; pass@1 with its 95% interval."""
     rows = rollouts(engine, taskset, tasks, prompts, [rollouts_per_prompt] * len(tasks), sampling, seed + EVAL_SEED,
@@ -62,7 +67,7 @@ class HeldOut(Hook):
             self.ctx.log.write(f"held-out pass@1 before: {eval_line(loop.state.evals[-1])}")
             self.ctx.stop_if_asked(loop.state)
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         step, every = record["step"], self.ctx.plan.eval_every
         if every and step % every == 0 and step < self.ctx.plan.steps and self.ctx.can_eval():
             loop.state.evals.append({"step": step, **self.ctx.evaluate()})

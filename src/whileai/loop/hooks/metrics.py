@@ -13,6 +13,7 @@ from whileai.loop.types import Hook, Loop
 
 if TYPE_CHECKING:  # the context holds the metrics, so the hook names it as a type only
     from whileai.loop.hooks.context import Context
+    from whileai.loop.step import StepResult
 
 # What the progress bar shows, and under which short name.
 LIVE = (("reward", "reward"), ("pass_rate", "pass"), ("drift", "drift"), ("admitted_share", "admit"),
@@ -72,7 +73,7 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     _atomic_write(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
@@ -170,7 +171,7 @@ class Record(Hook):
 
     ctx: Context
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         self.ctx.metrics.write(record)
         self.ctx.log.update(record)
         for note in result.update.notes[:2] if record["step"] % 10 == 0 else ():

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,7 +27,11 @@ from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context
 from whileai.loop.plan import rules
 from whileai.loop.sources import trace_run
-from whileai.loop.types import Hook, Loop
+from whileai.loop.types import Hook, Loop, LoopState
+
+if TYPE_CHECKING:
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.run_spec import RunSpec
 
 PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""
@@ -121,7 +125,7 @@ class Preflight:
                 "above, or pass --force to train anyway")
 
 
-def preflight(rows: Sequence[Mapping[str, Any]], spec: Any, *, admitted_share: float | None = None,
+def preflight(rows: Sequence[Mapping[str, Any]], spec: RunSpec, *, admitted_share: float | None = None,
               drift: float | None = None, cap: int | None = None, answer_lengths: Sequence[int] = (),
               cap_ends_answer: bool = False, warm_start_steps: int | None = None,
               random_init: bool = False, held_out: float | None = None) -> Preflight:
@@ -177,7 +181,7 @@ def memorised(train_pass: float | None, rollouts: int, held_out: float | None) -
 class _Fixes:
     """What the fixes may suggest, from the plan."""
 
-    spec: Any
+    spec: RunSpec
     cap: int | None
     answer_lengths: Sequence[int]
     warm_start_steps: int | None
@@ -275,7 +279,7 @@ def _split(rewards: Sequence[float]) -> bool:
     return max(rewards) - min(rewards) > TIE
 
 
-def _share(flags: Any) -> float:
+def _share(flags: Iterable[object]) -> float:
     flags = list(flags)
     return sum(bool(f) for f in flags) / len(flags) if flags else 0.0
 
@@ -422,7 +426,7 @@ class PreflightHook(Hook):
         return [{"reward": float(source.reward_T[i]), "task_id": source.task_ids[source.task_T[i]]}
                 for i in np.flatnonzero(~source.heldout_T & np.isfinite(source.reward_T))]
 
-    def measured(self, trainer: Any, state: Any) -> dict[str, Any]:
+    def measured(self, trainer: Trainer, state: LoopState) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
         (a run from a file), the cap and the reference answers' lengths, the warm start."""
         plan = self.ctx.plan

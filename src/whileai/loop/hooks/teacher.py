@@ -14,12 +14,18 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.envs import render_prompt
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context
-from whileai.loop.types import Hook, Loop
+from whileai.loop.types import Hook, Loop, Scoring, Tokenizer
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Task, Taskset
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.run_spec import RunSpec, TeacherSpec
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
 PRIVILEGED: dict[str, str] = {
@@ -30,7 +36,7 @@ PRIVILEGED: dict[str, str] = {
 }
 
 
-def check(spec: Any, method_name: str, teacher: str | None, taskset: Any, no_tasks: bool = False) -> list[str]:
+def check(spec: RunSpec, method_name: str, teacher: str | None, taskset: Taskset | None, no_tasks: bool = False) -> list[str]:
     """Problems with the run's teacher, found before any model loads (each with a fix). ``no_tasks``: the run
     has no taskset (it trains from a rows file), so no task can give privileged text."""
     if spec is None or spec.teacher is None:
@@ -69,7 +75,7 @@ def _source_problems(teacher: str) -> list[str]:
     return []
 
 
-def _privileged_problems(kind: str | None, taskset: Any) -> list[str]:
+def _privileged_problems(kind: str | None, taskset: Taskset | None) -> list[str]:
     if kind not in ("reference", "hint") or taskset is None:
         return []
     tasks = taskset.split("train")
@@ -99,7 +105,7 @@ def privileged_text(kind: str, task: Any, row: Mapping[str, Any], completion: st
     return PRIVILEGED[kind].format(text=text)
 
 
-def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
+def teacher_prompt(tokenizer: Tokenizer, task: Task, text: str) -> list[int]:
     """The task's prompt with ``text`` added: before a plain-text prompt (which the completion continues), at
     the end of the last message of a chat prompt."""
     if isinstance(task.prompt, str):
@@ -111,7 +117,7 @@ def teacher_prompt(tokenizer: Any, task: Any, text: str) -> list[int]:
     return render_prompt(tokenizer, dataclasses.replace(task, prompt=prompt))
 
 
-def _before_tokens(tokenizer: Any, prompt_tokens: Sequence[int], text: str) -> list[int]:
+def _before_tokens(tokenizer: Tokenizer, prompt_tokens: Sequence[int], text: str) -> list[int]:
     """A row's own prompt tokens with ``text`` before them (after BOS): rows with no task (from a file)."""
     bos = getattr(tokenizer, "bos_token_id", None)
     head = [int(bos)] if bos is not None and prompt_tokens and prompt_tokens[0] == bos else []
@@ -121,7 +127,7 @@ def _before_tokens(tokenizer: Any, prompt_tokens: Sequence[int], text: str) -> l
 class RunTeacher:
     """The teacher of one run: fills the teacher fields of rows, follows the student (EMA), checkpoints."""
 
-    def __init__(self, spec: Any, scorer: Any, tokenizer: Any, tasks: Sequence[Any]) -> None:
+    def __init__(self, spec: TeacherSpec, scorer: Any, tokenizer: Tokenizer, tasks: Sequence[Any]) -> None:
         self.spec, self.scorer, self.tokenizer = spec, scorer, tokenizer
         self.tasks = {t.task_id: t for t in tasks}
 
@@ -139,7 +145,7 @@ class RunTeacher:
                               "taskset's train split, so there is no privileged text for it")
         return teacher_prompt(self.tokenizer, task, privileged_text(kind, task, row, completion))
 
-    def fill(self, rows: list[dict[str, Any]], sampling_params: Any) -> None:
+    def fill(self, rows: list[dict[str, Any]], sampling_params: Scoring) -> None:
         """Set ``teacher_logprobs`` (and the top-k fields) on every row that lacks them."""
         from whileai.engine.logprobs import scoring
 
@@ -153,7 +159,7 @@ class RunTeacher:
                 row["teacher_topk_tokens"] = scores.topk_tokens.tolist()
                 row["teacher_topk_logprobs"] = scores.topk_logprobs.tolist()
 
-    def after_step(self, engine: Any) -> None:
+    def after_step(self, engine: Any) -> None:  # the in-process engine: its weights feed the EMA
         """An EMA teacher follows the student's weights (a separate model's teacher has nothing to do)."""
         if self.scorer.ema is not None:
             self.scorer.after_step(engine.named_params)
@@ -178,7 +184,7 @@ class RunTeacher:
         self.scorer.ema.load_state_dict(torch.load(path, weights_only=True))
 
 
-def build(spec: Any, config: Any, engine: Any, taskset: Any) -> RunTeacher:
+def build(spec: TeacherSpec, config: TrainConfig, engine: Trainer, taskset: Taskset | None) -> RunTeacher:
     """Load or make the run's teacher (the student's weights as they are now, for an EMA)."""
     from whileai.engine.teacher import model_teacher, policy_teacher, tokenizer_mismatch
 
@@ -186,6 +192,7 @@ def build(spec: Any, config: Any, engine: Any, taskset: Any) -> RunTeacher:
     if spec.weights == "model":
         from whileai.engine.models import load_model
 
+        assert config.teacher is not None  # checked before anything loads (check())
         loaded = load_model(config.teacher, device=config.device, seed=config.seed)
         # a trainer over HTTP does not say its output size: the student's tokenizer bounds the ids it writes
         vocab_size = getattr(engine, "vocab_size", None) or len(engine.tokenizer)

@@ -3,7 +3,7 @@ each with a fix; and what a method asks of the backend (``needs_of``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.envs import load_taskset
 from whileai.errors import ConfigError, WhileaiError
@@ -16,10 +16,13 @@ from whileai.loop.sources.sampler import problems as server_sampler_problems
 from whileai.loop.trainers.backends import Needs
 from whileai.methods import method as method_named
 
+if TYPE_CHECKING:
+    from whileai.methods.base import Method
+
 PYTHON_ROWS = "<rows passed in Python>"
 
 
-def resolve_method(config: TrainConfig, method: Any = None) -> tuple[Any, list[str]]:
+def resolve_method(config: TrainConfig, method: Method | None = None) -> tuple[Any, list[str]]:
     """The method object (None for 'auto', chosen later) and any problem building it."""
     if method is not None and not isinstance(method, str):
         return method, []
@@ -32,7 +35,7 @@ def resolve_method(config: TrainConfig, method: Any = None) -> tuple[Any, list[s
         return None, [f"method = {name!r}: {err}"]
 
 
-def check(config: TrainConfig, method: Any, taskset: Any = None, plan: RunPlan | None = None) -> list[str]:
+def check(config: TrainConfig, method: Method, taskset: Any = None, plan: RunPlan | None = None) -> list[str]:
     """Every impossible combination of the config and the method's run spec, each with a fix."""
     problems = config_io.check_ranges(config) + trace_run.rows_problems(config, method, config.rows == PYTHON_ROWS) \
         + recorder.problems(config, method)
@@ -63,12 +66,12 @@ def check(config: TrainConfig, method: Any, taskset: Any = None, plan: RunPlan |
     return problems + server_sampler_problems(config, method, plan)
 
 
-def _rollout_problems(config: TrainConfig, method: Any, spec: Any) -> list[str]:
+def _rollout_problems(config: TrainConfig, method: Method, spec: Any) -> list[str]:
     problems = []
     if spec.rollouts_per_prompt < spec.min_rollouts_per_prompt:
         problems.append(f"method {method.name!r} takes its baseline over a prompt's group, and "
                         f"{spec.rollouts_per_prompt} rollout per prompt makes every advantage 0: set "
-                        f"--set generations={max(spec.min_rollouts_per_prompt, 2)} or more, or use a one-rollout "
+                        f"--set rollouts_per_prompt={max(spec.min_rollouts_per_prompt, 2)} or more, or use a one-rollout "
                         "method (flash_reinforce, rae, sao, bpco)")
     if config.rollouts_per_step >= 1 and (config.rollouts_per_step < spec.rollouts_per_prompt
                                           or config.rollouts_per_step % spec.rollouts_per_prompt):
@@ -83,7 +86,7 @@ def _needs_reference(spec: Any) -> bool:
     return "ref_logprobs" in spec.needs or (spec.teacher is not None and spec.teacher.weights == "initial")
 
 
-def _reference_problems(config: TrainConfig, method: Any, spec: Any, plan: RunPlan) -> list[str]:
+def _reference_problems(config: TrainConfig, method: Method, spec: Any, plan: RunPlan) -> list[str]:
     """Full fine-tuning re-takes the reference after the warm start; under LoRA it is the adapter-free base."""
     if not (_needs_reference(spec) and config.lora_rank and plan.warm_start_steps):
         return []
@@ -106,7 +109,7 @@ def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
         return None, [f"{name} = {spec!r}: {err}"]
 
 
-def needs_of(config: TrainConfig, plan: RunPlan, method: Any) -> Needs:
+def needs_of(config: TrainConfig, plan: RunPlan, method: Method | None) -> Needs:
     """What the method's run spec and the config ask of the backend (``--method auto``: a probe's)."""
     if method is None:
         return Needs(export=config.export)
@@ -125,10 +128,14 @@ def needs_of(config: TrainConfig, plan: RunPlan, method: Any) -> Needs:
 
 
 
-def _knobs_of(method: Any) -> dict[str, Any]:
-    """A method's knob values that a TOML file can hold (what rebuilds it with wai.method(name, **knobs))."""
+def _knobs_of(method: Method) -> dict[str, Any]:
+    """The knobs the user set on a method object that a TOML file can hold (what rebuilds it with
+    wai.method(name, **knobs)); a knob left at its declared default stays the method's, so the run may still
+    fill it (the plan's generation cap)."""
     out: dict[str, Any] = {}
     for name in method.knobs():
+        if name not in method.set_fields():
+            continue
         value = getattr(method, name)
         if value is None or isinstance(value, (bool, int, float, str)):
             if value is not None:

@@ -18,13 +18,16 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.knobs import Knob, integer, number
 from whileai.loop.plan import rules
 from whileai.loop.plan.config import TrainConfig, tomllib
 from whileai.loop.sources.rollouts import Sampling
 from whileai.methods.run_spec import RunSpec
+
+if TYPE_CHECKING:
+    from whileai.methods.base import Method
 
 # Where a value came from, as the plan's table prints it.
 USER, FILE, TASKSET, METHOD, MODEL_RULE, DEFAULT, RESUME, RULE = ("user", "config file", "taskset", "method",
@@ -168,12 +171,12 @@ def _ruled(ruled: tuple[Any, str]) -> tuple[Any, str]:
     return ruled[0], f"{RULE}: {ruled[1]}"
 
 
-def steps_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def steps_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     hint = _hint(config, taskset, "steps")
     return (hint, TASKSET) if hint is not None else (default("steps"), DEFAULT)
 
 
-def warm_start_steps_rule(config: TrainConfig, method: Any, taskset: Any,
+def warm_start_steps_rule(config: TrainConfig, method: Method, taskset: Any,
                           values: Mapping[str, Any]) -> tuple[Any, str]:
     """A built-in taskset's measured count; a taskset of the user's own: the rule (until a pass estimate, on a
     random-init model whose every train task has a reference answer); else 0."""
@@ -187,7 +190,7 @@ def warm_start_steps_rule(config: TrainConfig, method: Any, taskset: Any,
     return 0, DEFAULT
 
 
-def warm_start_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any,
+def warm_start_learning_rate_rule(config: TrainConfig, method: Method, taskset: Any,
                                   values: Mapping[str, Any]) -> tuple[Any, str]:
     hint = _hint(config, taskset, "warm_start_learning_rate")
     if hint is not None:
@@ -197,7 +200,7 @@ def warm_start_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any
     return rules.BUILTIN_WARM_START_LEARNING_RATE, DEFAULT
 
 
-def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def learning_rate_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """The method's declared rate; else, on a built-in model, a built-in taskset's recommendation or the
     random-init rate; else the rule by model kind and size (whileai.loop.plan.rules.learning_rate)."""
     declared = method.run_spec().learning_rate if method is not None else None
@@ -214,13 +217,13 @@ def learning_rate_rule(config: TrainConfig, method: Any, taskset: Any, values: M
                                       lora_rank=config.lora_rank, parameters=parameters))
 
 
-def lag_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def lag_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """0 for rows from a file (no sampler) or a method that trains on rows as pushed, else the default lag."""
     rows = config.rows is not None or config.rows_from is not None or (method is not None and method.run_spec().source == "rows")
     return (0, DEFAULT) if rows else (default("lag"), DEFAULT)
 
 
-def max_tokens_rule(config: TrainConfig, method: Any, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def max_tokens_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
     """The taskset's cap; else, for a taskset of the user's own whose completion is the answer, the longest
     reference answer + a margin + EOS; else the method's; else the rules' fallback."""
     method_cap = method.run_spec().max_tokens if method is not None else None
@@ -251,7 +254,7 @@ def _loadable(model: str) -> bool:
     return model_problem(model) is None
 
 
-def critic_learning_rate_rule(config: TrainConfig, method: Any, taskset: Any,
+def critic_learning_rate_rule(config: TrainConfig, method: Method, taskset: Any,
                               values: Mapping[str, Any]) -> tuple[Any, str]:
     """A critic method's own rate; a scalar head's (RM): the policy rate given, else its default; else none."""
     spec = method.run_spec() if method is not None else None
@@ -271,29 +274,13 @@ RULES: dict[str, Rule] = {
 }
 
 
-def with_cap(method: Any, config: TrainConfig, plan: RunPlan) -> Any:
-    """The method with the plan's sampling cap as its ``max_tokens`` where the user did not set that knob (left
-    at its default), in a wrapped method too: the cap is the replies' generation budget, so an update that
-    reads it (Dr. GRPO's L_max) divides by the budget the replies really had, not the paper's 1024."""
-    if method is None or "max_tokens" in config.knobs:
-        return method
-    return _capped(method, plan.max_tokens)
+def with_cap(method: Method, config: TrainConfig, plan: RunPlan) -> Any:
+    """The method with the plan's sampling cap as its generation cap where the user did not set that knob
+    (``Method.with_cap``: a knob left at its declared default, on a method object too)."""
+    return None if method is None else method.with_cap(plan.max_tokens)
 
 
-def _capped(method: Any, cap: int) -> Any:
-    changes = {}
-    for f in dataclasses.fields(method):
-        value = getattr(method, f.name)
-        if f.name == "max_tokens" and value == f.default and value != cap:
-            changes[f.name] = cap
-        elif dataclasses.is_dataclass(value) and hasattr(value, "run_spec"):
-            inner = _capped(value, cap)
-            if inner is not value:
-                changes[f.name] = inner
-    return dataclasses.replace(method, **changes) if changes else method
-
-
-def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Any, taskset: Any) -> RunPlan:
+def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Method | None, taskset: Any) -> RunPlan:
     """Resolve every setting once. ``origins``: where each field the config sets came from (USER or FILE);
     ``method`` None (``--method auto`` before route, or a recipe's method-independent part) leaves the
     method's settings at a one-rollout method's."""

@@ -14,13 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 from whileai.envs import Task, render_prompt
 from whileai.errors import BatchError
-from whileai.loop.types import LagQueue
+from whileai.loop.types import LagQueue, Tokenizer
 
 if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
     from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.sources.traces import RowsFile
 
 
-def tokenised(row: Mapping[str, Any], index: int, tokenizer: Any) -> dict[str, Any]:
+def tokenised(row: Mapping[str, Any], index: int, tokenizer: Tokenizer) -> dict[str, Any]:
     """The row with ``prompt_tokens`` and ``tokens``, from ids or from text. A row with no ``reward`` is a
     demonstration: it reads as reward 1.0 (SFT ignores rewards; DPO and RM refuse pairs without a fail)."""
     out = dict(row)
@@ -43,7 +44,7 @@ class Pushed:
     """Each step's rows read from a file (``whileai.loop.sources.traces.RowsFile``), whole groups together where the
     method takes them, in a seeded order; always scored (the file's log-probabilities are not the policy's)."""
 
-    rows: Any
+    rows: RowsFile
     grouped: bool
     plan: RunPlan
     lines: list[int] = field(default_factory=list)

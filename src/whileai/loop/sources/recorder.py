@@ -18,18 +18,26 @@ the weights that served it (``weights_version``); the run maps it to the step th
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from whileai.errors import BatchError, WhileaiError
+from whileai.errors import BatchError, ServerStopped, WhileaiError
 from whileai.loop.sources.trace_formats import Vocab, read_line
 from whileai.loop.sources.traces import TRACE_FIELDS, lacking
 from whileai.loop.types import Hook, LagQueue, Loop, LoopState, Source
+from whileai.service.auth import TOKEN_ENV
+
+if TYPE_CHECKING:
+    from whileai.loop.hooks.context import Context
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.step import StepResult
+    from whileai.methods.base import Method
 
 POLL_S = 1.0  # seconds between polls of the recorder while too few scored traces are new
 ADAPTER = "policy"  # the adapter name the trained LoRA weights are served under (clients ask for model="policy")
@@ -40,30 +48,28 @@ class RecorderError(WhileaiError):
     """The recorder is down, too old for the export route, or answered something that is not its export."""
 
 
-class RecorderStopped(WhileaiError):
-    """The recorder stopped answering during the run; a checkpoint of the steps trained was written."""
-
-    def __init__(self, url: str, run_dir: Path, step: int, cause: BaseException) -> None:
-        super().__init__(f"the recorder at {url} stopped answering at step {step} ({cause}). A checkpoint of the "
-                         f"{step} steps trained is written, with the cursor of the traces they trained on. Restart "
-                         f"the recorder, then resume with: wai train --resume {run_dir}")
-
-
 @dataclass
 class RecorderFeed:
     """A client of one recorder's ``GET /v1/export?after=CURSOR&limit=N``."""
 
     url: str
     timeout: float = 30.0
+    token: str | None = field(default_factory=lambda: os.environ.get(TOKEN_ENV))
+    """The recorder's bearer token (default ``$WAI_TOKEN``)."""
 
     def after(self, cursor: int, limit: int) -> dict[str, Any]:
         """``{rows, refused, cursor, unscored}``: the traces first scored after ``cursor``, at most ``limit``."""
         url = self.url.rstrip("/").removesuffix("/v1")
         try:
-            reply = httpx.get(url + EXPORT_ROUTE, params={"after": cursor, "limit": limit}, timeout=self.timeout)
+            headers = {"authorization": f"Bearer {self.token}"} if self.token else {}
+            reply = httpx.get(url + EXPORT_ROUTE, params={"after": cursor, "limit": limit}, timeout=self.timeout,
+                              headers=headers)
         except httpx.HTTPError as err:
             raise RecorderError(f"no recorder answers at {url} ({type(err).__name__}: {err}). Fix: start it (`wai "
                                 "record --upstream SERVER_URL`) or point --rows-from at it") from None
+        if reply.status_code == 401:
+            raise RecorderError(f"{url}{EXPORT_ROUTE} refused the read (401): set WAI_TOKEN to the token `wai record` "
+                                "was given or printed")
         if reply.status_code == 404:
             raise RecorderError(f"{url} has no {EXPORT_ROUTE} route (404): it is not `wai record`, or one older than "
                                 "the export stream. Fix: point --rows-from at a current `wai record`")
@@ -162,7 +168,7 @@ class FeedHook(Hook):
     batches: Recorded
     push: Any
     write: Callable[[str], None]
-    ctx: Any = None
+    ctx: Context | None = None
 
     def before(self, loop: Loop) -> None:
         source = loop.state.source or {}
@@ -171,7 +177,7 @@ class FeedHook(Hook):
         self.write(f"rows: the traces scored at {self.batches.feed.url}, {self.batches.size} a step, {where}; each "
                    f"new weights go to {self.push.sampler.url} after every {self.push.every} step(s)")
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         gaps = [record["step"] - 1 - int(r["sampler_step"]) for r in loop.batch if "sampler_step" in r]
         record.update({"recorded/scored_seqs": list(self.batches.seqs), "recorded/cursor": self.batches.cursor,
                        "recorded/refused": len(self.batches.refused), "time/wait_s": self.batches.waited,
@@ -188,10 +194,13 @@ class FeedHook(Hook):
         """A recorder that stops answering stops the run with a checkpoint (the cursor where its steps ended)."""
         if isinstance(error, RecorderError) and self.ctx is not None:
             self.ctx.checkpoint(loop.state, loop.teacher)
-            raise RecorderStopped(self.batches.feed.url, self.ctx.run_dir, loop.state.step, error) from None
+            step = loop.state.step
+            raise ServerStopped("recorder", self.batches.feed.url, self.ctx.run_dir, step, error,
+                                f"A checkpoint of the {step} steps trained is written, with the cursor of the traces "
+                                "they trained on.") from None
 
 
-def problems(config: Any, method: Any) -> list[str]:
+def problems(config: TrainConfig, method: Method) -> list[str]:
     """The config rules of a run from a recorder (``check`` adds them to the rest)."""
     if config.rows_from is None:
         return []
@@ -219,7 +228,7 @@ def problems(config: Any, method: Any) -> list[str]:
     return out
 
 
-def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> Source:
+def source(ctx: Context, state: LoopState, write: Callable[[str], None]) -> Source:
     """The batches source and the hooks of a run from a recorder: the push, ``FeedHook``, and the stop with a
     checkpoint when the server stops answering (``StopOnServerError``; the recorder's: ``FeedHook.failed``)."""
     from whileai.loop.sources.sampler import StopOnServerError
@@ -228,6 +237,7 @@ def source(ctx: Any, state: LoopState, write: Callable[[str], None]) -> Source:
     from whileai.loop.sources.traces import load_vocab
 
     config, plan = ctx.config, ctx.plan
+    assert config.sampler_url is not None and config.rows_from is not None  # plan.checks: --rows-from needs both
     server = ServerSampler(config.sampler_url, model=config.model)
     push = PushWeights(server, Path(ctx.run_dir) / "sync", every=plan.sync_every, name=ADAPTER,
                        versioned=not config.lora_rank)

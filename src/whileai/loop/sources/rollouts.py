@@ -17,10 +17,18 @@ import numpy as np
 
 from whileai.envs.episode import is_episodic, play
 from whileai.errors import BatchError, WhileaiError
-from whileai.loop.types import LagQueue, prompts
+from whileai.loop.types import LagQueue, Scoring, Tokenizer, prompts
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
+    from whileai.loop.sources.sampler import Sampler
+    from whileai.methods.run_spec import RunSpec
 
 if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
+    from whileai.engine.sampling import SamplingParams
     from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
 
 @dataclass(frozen=True)
@@ -32,31 +40,32 @@ class Sampling:
     cap_is_answer_length: bool
     """True when the taskset sets the cap (a reply that reaches it is complete, not truncated)"""
 
-    def params(self, seed: int, max_tokens: int | None = None, stop: Sequence[Sequence[int]] = ()) -> Any:
+    def params(self, seed: int, max_tokens: int | None = None, stop: Sequence[str] = ()) -> SamplingParams:
+        """``stop``: stop strings, matched on the decoded text (``whileai.engine.stops``)."""
         from whileai.engine import SamplingParams
 
         return SamplingParams(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
-                              stop=[list(s) for s in stop], seed=seed)
+                              stop=list(stop), seed=seed)
 
-    def scoring(self) -> Any:
+    def scoring(self) -> Scoring:
         """The distribution the trainer must score tokens under (the sampler's temperature). A logged trace's
         own ``sampling`` replaces it for that trace (``whileai.loop.step.by_distribution``)."""
         return {"max_tokens": self.max_tokens, "temperature": self.temperature}
 
 
-def completion_text(tokenizer: Any, tokens: Sequence[int]) -> str:
+def completion_text(tokenizer: Tokenizer, tokens: Sequence[int]) -> str:
     """The decoded completion with special tokens (EOS) removed, as graders receive it."""
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
-def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]],
+def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]],
              rollouts_per_prompt: Sequence[int],
              sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
     """``rollouts_per_prompt[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights.
 
     A plain taskset's episode is one completion; an ``EnvTaskset``'s alternates model turns and environment
     replies (``whileai.envs.episode``), every turn one batched ``engine.sample`` call for all live episodes."""
-    def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[list[int]], seed: int) -> Any:
+    def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[str], seed: int) -> list[Any]:
         return engine.sample(contexts, n, sampling.params(seed, max_tokens, stop))
 
     rows = play(sampler, engine.tokenizer, taskset, tasks, prompts, rollouts_per_prompt, max_tokens=sampling.max_tokens,
@@ -67,7 +76,7 @@ def rollouts(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[
     return rows
 
 
-def sample_batch(engine: Any, taskset: Any, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: Any,
+def sample_batch(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: RunSpec,
                  sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
     """One step's rows: ``rollouts_per_prompt`` per task, then more rounds while the method's plan asks."""
     rows = rollouts(engine, taskset, tasks, prompts, [spec.rollouts_per_prompt] * len(tasks), sampling, seed,
@@ -101,9 +110,9 @@ class Rollouts:
     """Each step's batch sampled from the taskset with the current weights and graded; the queue holds
     ``plan.lag`` batches, so the batch trained at step t was sampled with the weights of step t - lag."""
 
-    trainer: Any
-    taskset: Any
-    method: Any
+    trainer: Trainer
+    taskset: Taskset
+    method: Method
     plan: RunPlan
 
     def next(self, step: int, queue: LagQueue) -> list[dict[str, Any]]:

@@ -24,14 +24,22 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from whileai.errors import ConfigError, WhileaiError
+from whileai.errors import ConfigError, ServerStopped, WhileaiError
 from whileai.loop.sources.rollouts import sample_batch, step_tasks
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler
 from whileai.loop.sources.sync import PushWeights
-from whileai.loop.types import Hook, LagQueue, Loop, Source, prompts
+from whileai.loop.types import Hook, LagQueue, Loop, Source, Tokenizer, prompts
+
+if TYPE_CHECKING:
+    from whileai.engine.sampling import SamplingParams
+    from whileai.envs.core import Taskset
+    from whileai.loop.hooks.context import Context
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.plan.run_plan import RunPlan
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method
 
 IN_PROCESS = "in-process"
 """The plan's ``sampler`` when the trainer samples its own rollouts."""
@@ -41,9 +49,9 @@ class Sampler(Protocol):
     """What rollouts are sampled with (``whileai.loop.sources.rollouts.rollouts`` calls only this)."""
 
     @property
-    def tokenizer(self) -> Any: ...
+    def tokenizer(self) -> Tokenizer: ...
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any) -> list[Any]: ...
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: SamplingParams) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -60,24 +68,27 @@ class HTTPSampler:
     """A ``Sampler`` over ``ServerSampler``: the engine's ``SamplingParams`` sent as a completions request; the
     versions and settings every answer reported since ``take`` are kept for the rows."""
 
-    def __init__(self, server: ServerSampler, tokenizer: Any, max_context: int | None) -> None:
+    def __init__(self, server: ServerSampler, tokenizer: Tokenizer, max_context: int | None) -> None:
         self.server, self.max_context = server, max_context
         self.tokenizer = copy.deepcopy(tokenizer)  # the sampling thread's own: a fast tokenizer is not shared safely
         self.versions: set[str] = set()
         self.settings: dict[str, Any] = {}
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any) -> list[list[Completion]]:
-        stop_ids = []
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int,
+               sampling_params: SamplingParams) -> list[list[Completion]]:
+        stop_ids, texts = [], [s for s in sampling_params.stop if isinstance(s, str)]
         for stop in sampling_params.stop:
-            if isinstance(stop, str) or len(stop) != 1:
+            if isinstance(stop, str):
+                continue  # sent as `stop`: the server matches it on the text, as the engine does
+            if len(stop) != 1:
                 raise ConfigError(f"stop sequence {stop!r} is more than one token; --sampler-url sends single stop "
-                                  "token ids (stop_token_ids). Fix: sample in-process (drop --sampler-url) for this "
-                                  "environment, or give it single-token stops")
+                                  "token ids (stop_token_ids) and stop strings. Fix: sample in-process (drop "
+                                  "--sampler-url) for this environment, or give it single-token or text stops")
             stop_ids.append(int(stop[0]))
         samples = self.server.sample([list(map(int, p)) for p in prompt_tokens], n=num_samples,
                                      temperature=sampling_params.temperature, top_p=sampling_params.top_p,
                                      top_k=sampling_params.top_k, max_tokens=sampling_params.max_tokens,
-                                     stop_token_ids=stop_ids, seed=sampling_params.seed)
+                                     stop_token_ids=stop_ids, stop=texts, seed=sampling_params.seed)
         out: list[list[Completion]] = [[] for _ in prompt_tokens]
         for s in samples:
             out[s.prompt_index].append(Completion(s.tokens, s.logprobs, "length" if s.finish_reason == "length"
@@ -96,7 +107,7 @@ class AheadRollouts:
     """The loop's ``Batches`` from a server, sampled ahead by a thread within the lag; the ``PushGate`` of its
     ``PushWeights`` (a push waits for the draws of the weights it replaces)."""
 
-    def __init__(self, sampler: HTTPSampler, push: PushWeights, taskset: Any, method: Any, plan: Any) -> None:
+    def __init__(self, sampler: HTTPSampler, push: PushWeights, taskset: Taskset, method: Method, plan: RunPlan) -> None:
         self.sampler, self.push, self.taskset, self.method, self.plan = sampler, push, taskset, method, plan
         push.gate = self
         self.lock = threading.Condition()
@@ -192,31 +203,26 @@ class AheadRollouts:
         return rows
 
 
-class ServerStopped(WhileaiError):
-    """The inference server stopped answering or refused a request mid-run; a checkpoint of the steps trained was
-    written."""
-
-    def __init__(self, url: str, run_dir: Path, step: int, cause: BaseException) -> None:
-        super().__init__(f"the inference server at {url} failed at step {step}: {cause}. A checkpoint of the {step} "
-                         "steps trained is written (rows sampled for later steps are dropped and will be sampled "
-                         f"again). Restart or fix the server, then resume with: wai train --resume {run_dir}")
-        self.url, self.run_dir, self.step = url, run_dir, step
-
-
 @dataclass
 class StopOnServerError(Hook):
     """A loop hook: on a ``SamplerError`` during the steps, checkpoint and stop with ``ServerStopped``."""
 
-    ctx: Any
+    ctx: Context
     url: str
 
     def failed(self, loop: Loop, error: BaseException) -> None:
         if isinstance(error, SamplerError):
             self.ctx.checkpoint(loop.state, loop.teacher)
-            raise ServerStopped(self.url, self.ctx.run_dir, loop.state.step, error) from None
+            step, lag = loop.state.step, self.ctx.plan.lag
+            fresher = (f" At lag {lag} the resumed run samples steps {step + 1}-{step + lag} with the weights of step "
+                       f"{step} (the uninterrupted run used older ones; each row's sampler_step says which)."
+                       if lag else "")
+            raise ServerStopped("inference server", self.url, self.ctx.run_dir, step, error,
+                                f"A checkpoint of the {step} steps trained is written (rows sampled for later steps "
+                                f"are dropped and will be sampled again).{fresher}") from None
 
 
-def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any) -> Source:
+def server_rollouts(ctx: Context, trainer: Trainer, taskset: Taskset, method: Method, plan: RunPlan) -> Source:
     """The batches of a run sampled from ``plan.sampler`` and the hooks that push its weights there and stop the run
     cleanly when the server dies."""
     name, kind = ServerSampler(plan.sampler, "").served()
@@ -227,7 +233,7 @@ def server_rollouts(ctx: Any, trainer: Any, taskset: Any, method: Any, plan: Any
     return Source(batches, pushing=[push, StopOnServerError(ctx, plan.sampler)], closers=[batches.close])
 
 
-def problems(config: Any, method: Any, plan: Any) -> list[str]:
+def problems(config: TrainConfig, method: Method, plan: RunPlan) -> list[str]:
     """What --sampler-url cannot do, each with a fix."""
     if config.sampler_url is None or config.rows_from is not None:  # --rows-from: loop.recorded's rules
         return []

@@ -23,6 +23,7 @@ the distribution it sampled from (vLLM: ``--logprobs-mode processed_logprobs``; 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from typing import Any
 import httpx
 
 from whileai.errors import WhileaiError
+from whileai.service.auth import TOKEN_ENV
 
 VERSION_HEADER = "x-whileai-weights-version"
 MODE_HEADER = "x-whileai-logprobs-mode"
@@ -78,6 +80,7 @@ class ServerSampler:
         """True: all prompts in one request (``prompt`` as a list of id lists), which ``wai policy`` samples in one
         batched call; False: one request per prompt, ``concurrency`` in flight (vLLM and SGLang batch concurrent
         requests themselves, and give every prompt of a list the request's one seed)"""
+        api_key = api_key or os.environ.get(TOKEN_ENV)  # wai policy's token (docs/record.md, Auth)
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
@@ -87,18 +90,18 @@ class ServerSampler:
     def __enter__(self) -> ServerSampler:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # ------------------------------------------------------------------ sampling
     def sample(self, prompt_token_ids: Sequence[Sequence[int]], n: int = 1, temperature: float = 1.0,
                top_p: float = 1.0, top_k: int = 0, max_tokens: int = 16, stop_token_ids: Sequence[int] = (),
-               seed: int | None = None) -> list[Sample]:
+               seed: int | None = None, stop: Sequence[str] = ()) -> list[Sample]:
         """``n`` completions of each prompt: one request for all (``batch_prompts``; prompt ``i``'s sample ``j`` is
         the server's stream (seed, i, j)), or prompt by prompt (``concurrency`` requests in flight, prompt ``i``
         with seed ``seed + PROMPT_SEED_STRIDE * i``, so no two prompts share a random stream)."""
         sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "max_tokens": max_tokens,
-                    "stop_token_ids": list(stop_token_ids), "seed": seed}
+                    "stop_token_ids": list(stop_token_ids), "seed": seed, "stop": list(stop)}
         prompts = [list(map(int, p)) for p in prompt_token_ids]
         if self.batch_prompts and len(prompts) > 1:
             return self._complete_all(prompts, n, sampling)
@@ -134,6 +137,8 @@ class ServerSampler:
                 "logprobs": 0, "return_token_ids": True, "return_tokens_as_token_ids": True}
         if sampling["stop_token_ids"]:
             body["stop_token_ids"] = sampling["stop_token_ids"]
+        if sampling["stop"]:  # matched on the text by the server (vLLM, wai policy); the ids keep the stop's tokens
+            body["stop"] = sampling["stop"]
         if sampling["seed"] is not None:
             body["seed"] = sampling["seed"]
         reply = self._post("/v1/completions", body)

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.errors import ConfigError
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler, write_weights
 from whileai.loop.types import Hook, Loop
+
+if TYPE_CHECKING:
+    from whileai.loop.step import StepResult
 
 
 class PushGate(Protocol):
@@ -102,9 +105,10 @@ class PushWeights(Hook):
 
     # ------------------------------------------------------------------ as a loop hook
     def before(self, loop: Loop) -> None:
-        self.check_server(loop.trainer.loaded.lora is not None)
+        engine: Any = loop.trainer  # weights are synced from the in-process engine: its loaded adapter, if any
+        self.check_server(engine.loaded.lora is not None)
         self.push(loop.trainer, loop.state.step)
 
-    def after_step(self, loop: Loop, record: dict[str, Any], result: Any) -> None:
+    def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         if record["step"] % self.every == 0:
             self.push(loop.trainer, record["step"])

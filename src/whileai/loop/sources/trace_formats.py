@@ -28,10 +28,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 from whileai.errors import BatchError
 from whileai.loop.step import SCORED  # the sampling settings a trace is scored under
+from whileai.loop.types import Tokenizer
 from whileai.prompts import text_ids
 from whileai.rows.io import check_label, check_reward, check_truncated
 
@@ -65,7 +66,7 @@ TEXT_ROUTE = ("Fix: start vLLM with --return-tokens-as-token-ids (tokens then re
 class Vocab:
     """What reading a line needs from the model: its tokenizer and the number of token ids it has."""
 
-    tokenizer: Any
+    tokenizer: Tokenizer
     size: int
     context: int = 2**31
     """the model's context (max_position_embeddings): a trace must fit in it"""
@@ -213,7 +214,7 @@ def _choice_tokens(where: str, choice: Mapping[str, Any], size: int) -> tuple[li
     return ids, logprobs(where, field, values, len(ids))
 
 
-def _token_id(where: str, j: int, entry: Any) -> int:
+def _token_id(where: str, j: int, entry: object) -> int:
     if isinstance(entry, str) and entry.startswith(TOKEN_ID) and entry[len(TOKEN_ID):].isdigit():
         return int(entry[len(TOKEN_ID):])
     raise NoTokenIds(f"{where}: logged token {j} is {_short(entry)}, text rather than an id, and text does not map "
@@ -270,7 +271,7 @@ def _common(where: str, row: Mapping[str, Any], trace: dict[str, Any], vocab: Vo
                                    else 0.0)
 
 
-def token_ids(where: str, name: str, value: Any, size: int, empty_ok: bool = False) -> list[int]:
+def token_ids(where: str, name: str, value: object, size: int, empty_ok: bool = False) -> list[int]:
     """A list of token ids, each in [0, size)."""
     if not isinstance(value, list) or not set(map(type, value)) <= {int}:
         raise BatchError(f"{where}: field {name!r} must be a list of integer token ids; got {_short(value)}. Fix: "
@@ -286,7 +287,7 @@ def token_ids(where: str, name: str, value: Any, size: int, empty_ok: bool = Fal
     return list(value)
 
 
-def logprobs(where: str, name: str, value: Any, n: int, upper: float = 0.0) -> list[float]:
+def logprobs(where: str, name: str, value: object, n: int, upper: float = 0.0) -> list[float]:
     """One finite log-probability <= 0 per token (``upper=math.inf``: any finite number, e.g. values)."""
     if not isinstance(value, list) or len(value) != n:
         count = len(value) if isinstance(value, list) else _short(value)
@@ -306,7 +307,7 @@ def logprobs(where: str, name: str, value: Any, n: int, upper: float = 0.0) -> l
     return [float(v) for v in value]
 
 
-def sampling(where: str, name: str, value: Any, every_key: bool = True) -> dict[str, Any]:
+def sampling(where: str, name: str, value: object, every_key: bool = True) -> dict[str, Any]:
     """The settings a trace was sampled with, as stated: ``temperature`` (> 0), ``top_p`` (in (0, 1]),
     ``top_k`` (an integer >= 0, or -1 read as 0: off); null or absent is not stated. Any other setting that
     shapes the distribution (``NEUTRAL``) must be at its neutral value. ``every_key``: refuse keys that are
@@ -334,11 +335,11 @@ def sampling(where: str, name: str, value: Any, every_key: bool = True) -> dict[
     return {k: float(v) if k != "top_k" else v for k, v in stated.items()}
 
 
-def _number(v: Any) -> bool:
-    return type(v) in (int, float) and math.isfinite(v)
+def _number(v: object) -> TypeGuard[float]:
+    return type(v) in (int, float) and math.isfinite(cast(float, v))
 
 
-def _temperature_rule(v: Any) -> str | None:
+def _temperature_rule(v: object) -> str | None:
     if _number(v) and v == 0:
         return ("temperature 0 is greedy: the arg-max has probability 1 and every other token 0, so there is no "
                 "distribution to score the trace under and no ratio. Fix: leave greedy traces out of an RL file "
@@ -349,14 +350,14 @@ def _temperature_rule(v: Any) -> str | None:
     return None
 
 
-def _top_p_rule(v: Any) -> str | None:
+def _top_p_rule(v: object) -> str | None:
     if _number(v) and 0 < v <= 1:
         return None
     return ("it must be a number in (0, 1] (1 = no nucleus truncation). Fix: log the request's top_p, or leave it "
             "out (null) for none.")
 
 
-def _top_k_rule(v: Any) -> str | None:
+def _top_k_rule(v: object) -> str | None:
     if type(v) is int and v >= -1:
         return None
     return ("it must be an integer >= 0 (0 or -1 = no top-k truncation). Fix: log the request's top_k as an "
@@ -366,7 +367,7 @@ def _top_k_rule(v: Any) -> str | None:
 _SETTING_RULES = {"temperature": _temperature_rule, "top_p": _top_p_rule, "top_k": _top_k_rule}
 
 
-def action_mask(where: str, value: Any, n: int) -> list[bool]:
+def action_mask(where: str, value: object, n: int) -> list[bool]:
     """True on the tokens the model wrote, false on the ones a tool or the environment wrote."""
     if not isinstance(value, list) or any(not isinstance(v, bool) and v not in (0, 1) for v in value):
         raise BatchError(f"{where}: field 'action_mask' must be a list of true/false, one per completion token; "
@@ -380,6 +381,6 @@ def action_mask(where: str, value: Any, n: int) -> list[bool]:
     return [bool(v) for v in value]
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."

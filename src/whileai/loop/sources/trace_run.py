@@ -12,16 +12,22 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from whileai.errors import WhileaiError
 from whileai.loop.sources.traces import RowsFile
 from whileai.loop.step import BOOKKEEPING, fill, plain, score, step_stats
-from whileai.loop.types import PASS
+from whileai.loop.types import PASS, Scoring
 from whileai.routing import route
 from whileai.rows.io import plural
+
+if TYPE_CHECKING:
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.step import MethodState
+    from whileai.loop.trainers.backends import Trainer
+    from whileai.methods.base import Method, Update
 
 HELDOUT_FILE = "heldout_traces.json"
 NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed and no --eval-taskset was given, "
@@ -29,7 +35,7 @@ NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed a
            "measure one")
 
 
-def rows_problems(config: Any, method: Any, python_rows: bool) -> list[str]:
+def rows_problems(config: TrainConfig, method: Method, python_rows: bool) -> list[str]:
     """The config rules of a run from a rows / traces file (``check`` adds them to the rest)."""
     problems = []
     if config.rows is not None and not python_rows and not Path(config.rows).is_file():
@@ -49,13 +55,13 @@ def rows_problems(config: Any, method: Any, python_rows: bool) -> list[str]:
     return problems
 
 
-def grouped(method: Any) -> bool:
+def grouped(method: Method) -> bool:
     """Whether a batch keeps a task's traces (or a pair) together: rows methods and group methods do."""
     spec = method.run_spec()
     return spec.source == "rows" or spec.rollouts_per_prompt > 1
 
 
-def step_record(update: Any, lines: Sequence[int]) -> dict[str, Any]:
+def step_record(update: Update, lines: Sequence[int]) -> dict[str, Any]:
     """What a step adds to metrics.jsonl from a file: the lines the method dropped, and its notes (why)."""
     admitted = np.asarray(update.admitted, dtype=bool)
     dropped = [int(line) for line, kept in zip(lines, admitted) if not kept]
@@ -86,7 +92,7 @@ def route_file(source: RowsFile, model: str, run_dir: Path) -> Any:
     return answer
 
 
-def announce(source: RowsFile, method: Any, config: Any, run_dir: Path, write: Callable[[str], None]) -> None:
+def announce(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, write: Callable[[str], None]) -> None:
     """Say what the file holds, what route makes of it, and how this run will be evaluated."""
     write(source.describe())
     for note in source.notes:
@@ -141,8 +147,8 @@ STEP0_TRACES = 64
 preflight still sees whether the logs came from this model"""
 
 
-def heldout_measure(engine: Any, method: Any, source: RowsFile, sampling_params: Any,
-                    state: Any, indices: Any = None) -> dict[str, Any] | None:
+def heldout_measure(engine: Trainer, method: Method, source: RowsFile, sampling_params: Scoring,
+                    state: MethodState, indices: Any = None) -> dict[str, Any] | None:
     """The held-out traces (or ``indices``) under the current policy: the method's surrogate (the sum of c * log pi
     that its step would raise), the drift from the logged log-probabilities and the share the method admits."""
     indices = source.heldout() if indices is None else indices
@@ -192,8 +198,8 @@ def report_lines(summary: Mapping[str, Any]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- the run's two hooks
-def start(source: RowsFile, method: Any, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
-          state: Any, write: Callable[[str], None]) -> None:
+def start(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, engine: Trainer, sampling_params: Scoring,
+          state: MethodState, write: Callable[[str], None]) -> None:
     """Before the first step (and again on resume: the held-out slice is a fixed function of the seed)."""
     announce(source, method, config, run_dir, write)
     if method.run_spec().source != "rollouts":
@@ -213,8 +219,8 @@ def start(source: RowsFile, method: Any, config: Any, run_dir: Path, engine: Any
               f"admitted share {measured['admitted_share']:.2f} over {measured['traces']} traces")
 
 
-def finish(source: RowsFile, method: Any, config: Any, run_dir: Path, engine: Any, sampling_params: Any,
-           state: Any) -> dict[str, Any]:
+def finish(source: RowsFile, method: Method, config: TrainConfig, run_dir: Path, engine: Trainer, sampling_params: Scoring,
+           state: MethodState) -> dict[str, Any]:
     """What the summary adds for a traces run without an eval taskset: the held-out traces after training."""
     if method.run_spec().source != "rollouts" or config.eval_taskset is not None:
         return {}

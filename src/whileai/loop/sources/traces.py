@@ -18,7 +18,7 @@ from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from whileai.loop.sources.trace_formats import (
     read_line,
 )
 from whileai.rows.io import MAX_LISTED, GradedRows, Problems, plural
+
+if TYPE_CHECKING:
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.methods.base import Method
 
 HELDOUT_SHARE = 0.05  # traces held out (whole tasks, never trained on) when there is no --eval-taskset
 HELDOUT_MAX = 256  # at most this many: each evaluation scores them all under the policy
@@ -433,20 +437,20 @@ def check_reward_range(source: RowsFile, reward_range: tuple[float, float]) -> N
     problems.raise_if_any()
 
 
-def open_rows(config: Any, run_dir: Path, python_rows: bool, method: Any) -> RowsFile:
+def open_rows(config: TrainConfig, run_dir: Path, python_rows: bool, method: Method | None) -> RowsFile:
     """The run's rows file, scanned: ``config.rows`` (or the run's copy of rows given in Python)."""
-    path = run_dir / "rows.jsonl" if python_rows else Path(config.rows)
+    path = run_dir / "rows.jsonl" if python_rows else Path(str(config.rows))
     trace = method is not None and method.run_spec().source == "rollouts"
     source = scan(path, load_vocab(config.model), trace, label="rows" if python_rows else None)
     critic = method.run_spec().critic if method is not None else None
     if critic is not None and critic.reward_range is not None:
         check_reward_range(source, critic.reward_range)
-    if trace:
+    if trace and method is not None:
         _check_groups(source, method)
     return source
 
 
-def _check_groups(source: RowsFile, method: Any) -> None:
+def _check_groups(source: RowsFile, method: Method) -> None:
     """A method whose baseline is a task's group learns nothing when no task has enough traces: refuse it."""
     least = method.run_spec().min_rollouts_per_prompt
     if least < 2 or source.n == 0:

@@ -15,12 +15,34 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from whileai.errors import ConfigError
+from whileai.loop.types import Adam, LogprobsFor, Scoring, Tokenizer
+
+
+class LossOutput(Protocol):
+    """What ``forward`` / ``forward_backward`` return: per-datum outputs (``logprobs``, ``values``) and metrics."""
+
+    @property
+    def loss_fn_outputs(self) -> Sequence[Mapping[str, Any]]: ...
+
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
+
+
+class OptimOutput(Protocol):
+    """What ``optim_step`` returns: the gradient norm before clipping, and the step's metrics."""
+
+    @property
+    def grad_norm(self) -> float: ...
+
+    @property
+    def metrics(self) -> Mapping[str, float]: ...
 
 
 @runtime_checkable
@@ -28,20 +50,26 @@ class Trainer(Protocol):
     """The operations the loop calls (Tinker's, with the engine's ``sampling_params=`` for scoring)."""
 
     @property
-    def tokenizer(self) -> Any: ...
+    def tokenizer(self) -> Tokenizer: ...
+
+    @property
+    def step(self) -> int:
+        """optimizer steps taken (a checkpoint's name and a teacher's snapshot read it)"""
+        ...
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
-                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
-                reference: bool = False) -> Any: ...
+                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Scoring = None,
+                reference: bool = False, logprobs_for: LogprobsFor = "every") -> LossOutput: ...
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Any = None) -> Any: ...
+                         *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> LossOutput: ...
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Any = None) -> Any: ...
+    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Callable[..., Any], *,
+                                sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> LossOutput: ...
 
-    def optim_step(self, adam_params: Any = None) -> Any: ...
+    def optim_step(self, adam_params: Adam = None) -> OptimOutput: ...
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any, *,
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Scoring, *,
                version: int | None = None) -> list[Any]: ...
 
     def save_state(self, path: str) -> str: ...
@@ -212,8 +240,16 @@ def remote_backend(url: str, token: str | None, model: str, *, lora_rank: int, s
             session.close()
         client.close()
         raise
-    return Backend(run, f"service at {url}", False, [client.close, session.close], api="wai", url=url,
-                   capabilities=offered)
+    return Backend(run, f"service at {url}", False, [client.close, partial(_close_quietly, session)], api="wai",
+                   url=url, capabilities=offered)
+
+
+def _close_quietly(session: Any) -> None:
+    """Close the run's session; on a server that is gone this fails, and must not hide why the run stopped."""
+    try:
+        session.close()
+    except Exception:  # noqa: BLE001 - the error that stopped the run is the one to report
+        pass
 
 
 def _wai_capabilities(client: Any) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import httpx
 
 from whileai.errors import ConfigError
 from whileai.loop.trainers.backends import Backend, Needs, refusals
+from whileai.loop.types import Adam, LogprobsFor, Scoring, Tokenizer
 from whileai.service import tinker_map
 from whileai.service.client import ForwardResult, OptimResult, SampledSequence, load_tokenizer
 
@@ -83,7 +84,7 @@ class TinkerTrainer:
         return str(self.training.model_id)
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """A built-in's byte tokenizer; any other model's, as the server names it (``get_tokenizer``)."""
         if self._tokenizer is None:
             builtin = self.base_model.startswith("builtin:")
@@ -91,20 +92,22 @@ class TinkerTrainer:
         return self._tokenizer
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
-                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
-                reference: bool = False) -> ForwardResult:
+                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Scoring = None,
+                reference: bool = False, logprobs_for: LogprobsFor = "every") -> ForwardResult:
+        """Tinker returns every position's log-probability: ``logprobs_for`` asks for a subset of them."""
         _own_distribution(sampling_params, reference)
         out = self.training.forward([tinker_map.to_datum(d) for d in data], loss_fn, loss_fn_config).result()
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Any = None) -> ForwardResult:
+                         *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         _own_distribution(sampling_params, False)
         out = self.training.forward_backward([tinker_map.to_datum(d) for d in data], loss_fn,
                                              loss_fn_config).result()
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Any = None) -> Any:
+    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Scoring = None,
+                                logprobs_for: LogprobsFor = "every") -> Any:
         """As the SDK does it: ``forward`` for the log-probabilities, ``loss_fn(data, logprobs)`` here, then
         ``cross_entropy`` with weights = -dloss/dlogprob (``whileai.service.custom``, the service client's too)."""
         from whileai.service.custom import custom_weights
@@ -114,13 +117,13 @@ class TinkerTrainer:
         out = self.forward_backward(weighted, "cross_entropy", sampling_params=sampling_params)
         return ForwardResult(out.loss_fn_outputs, {**metrics, "loss:sum": loss}, out.version)
 
-    def optim_step(self, adam_params: Any = None) -> OptimResult:
+    def optim_step(self, adam_params: Adam = None) -> OptimResult:
         out = self.training.optim_step(tinker_map.adam(adam_params)).result()
         before, self.step = self.step, self.step + 1
         metrics = {k: float(v) for k, v in dict(out.metrics or {}).items()}
         return OptimResult(metrics.get("grad_norm", float("nan")), metrics, before)
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any, *,
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Scoring, *,
                version: int | None = None) -> list[Any]:
         """One prompt -> its sequences; a list of prompts -> one list per prompt (one SDK request each)."""
         if version is not None and version != self.step:
@@ -150,7 +153,7 @@ class TinkerTrainer:
             self.loaded_from = path
 
 
-def _own_distribution(sampling_params: Any, reference: bool) -> None:
+def _own_distribution(sampling_params: Scoring, reference: bool) -> None:
     if sampling_params is not None or reference:
         raise ConfigError(f"{tinker_map.OWN_DISTRIBUTION_ONLY}: this call asked for "
                           + ("the reference policy" if reference else f"sampling_params {sampling_params!r}"))

@@ -1,0 +1,142 @@
+"""The sampler's time per decode step against ``transformers``' ``generate``, side by side in one process.
+
+    python benchmarks/decode.py                                   # CPU: a 24-layer narrow Qwen2, batch 1
+    python benchmarks/decode.py --device cuda --shape 0.5b --batches 1,64,512 --graph --dtype bfloat16
+
+Three sides decode the same prompts with the same model (eval mode, no EOS, so every row runs the full
+length), alternating order round by round; medians over rounds, ratios of medians:
+
+- **whileai**: ``whileai.engine.sampling.sample`` with the fast decode step (``whileai.engine.decode``;
+  ``--graph``: one CUDA-graph replay per token), which also returns each token's log-probability;
+- **whileai, model forward**: the same sampler calling ``model(...)`` every step (the sampler before the fast
+  step: ``decode_step`` switched off), to show what the step itself gained;
+- **generate**: ``model.generate(do_sample=True, top_k=0, top_p=1.0, max_new_tokens=T)`` at batch B.
+
+Time per decode step = a call's wall time / T (and its process CPU time / T: on a shared machine, time spent
+waiting for a core is not counted; with one thread it is the work done) (the one prefill forward is included on every side; with
+T = 128 it is under 1% of a call). ``--shape narrow`` (default): 24 layers of width 64 (4 heads, 2 key/value
+heads, MLP 128, the byte vocabulary of 259): a model whose arithmetic per token is tiny, so the time is the
+per-token overhead, as on a GPU. ``0.5b``: Qwen2.5-0.5B's shape (24 layers, width 896, vocabulary 151,936).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shaped_model import SHAPES, build  # noqa: E402
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def sides(graph: bool, samples: int) -> dict[str, Any]:
+    from whileai.engine import sampling
+    from whileai.engine.sampling import SamplingParams, sample
+
+    def ours(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
+        sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed), cuda_graph=graph)
+
+    def forward(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
+        original = sampling.decode_step
+        sampling.decode_step = lambda model: None
+        try:
+            sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed))
+        finally:
+            sampling.decode_step = original
+
+    def generate(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
+        torch.manual_seed(seed)
+        ids = torch.tensor(prompts, device=model.device)
+        with torch.inference_mode():
+            model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, max_new_tokens=tokens,
+                           num_return_sequences=samples,
+                           min_new_tokens=tokens, top_k=0, top_p=1.0, temperature=1.0, eos_token_id=None,
+                           pad_token_id=0)
+
+    return {"whileai": ours, "whileai_model_forward": forward, "generate": generate}
+
+
+def run_case(model: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]:
+    generator = torch.Generator().manual_seed(batch)
+    vocab = model.config.vocab_size
+    prompts = torch.randint(3, vocab, (batch, args.prompt_length), generator=generator).tolist()
+    functions = sides(args.graph, args.samples)
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    cpu: dict[str, list[float]] = {name: [] for name in functions}
+    for fn in functions.values():  # warm-up
+        fn(model, prompts, args.tokens, 0)
+    for round_index in range(args.repeats):
+        order = list(functions) if round_index % 2 == 0 else list(functions)[::-1]
+        for name in order:
+            _sync(args.device)
+            start, start_cpu = time.perf_counter(), time.process_time()
+            functions[name](model, prompts, args.tokens, round_index + 1)
+            _sync(args.device)
+            times[name].append((time.perf_counter() - start) / args.tokens)
+            cpu[name].append((time.process_time() - start_cpu) / args.tokens)
+    out: dict[str, Any] = {"batch": batch, "samples": args.samples, "tokens": args.tokens,
+                           "prompt_length": args.prompt_length}
+    for name, values in times.items():
+        out[name] = {"ms_per_step": [1e3 * v for v in values], "median_ms": 1e3 * statistics.median(values),
+                     "tokens_per_s": batch * args.samples / statistics.median(values),
+                     "median_cpu_ms": 1e3 * statistics.median(cpu[name])}
+    base, base_cpu = out["generate"]["median_ms"], out["generate"]["median_cpu_ms"]
+    out["ratio_to_generate"] = {name: out[name]["median_ms"] / base for name in functions}
+    out["cpu_ratio_to_generate"] = {name: out[name]["median_cpu_ms"] / base_cpu for name in functions}
+    if args.device.startswith("cuda"):
+        out["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="narrow")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--batches", default="1", help="comma-separated numbers of prompts (default 1)")
+    parser.add_argument("--samples", type=int, default=1, help="samples per prompt (default 1): rows = prompts x samples")
+    parser.add_argument("--tokens", type=int, default=128, help="new tokens per row (default 128)")
+    parser.add_argument("--prompt-length", type=int, default=16)
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
+    parser.add_argument("--graph", action="store_true", help="whileai decodes as a CUDA graph (CUDA only)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = build(args.shape, args.device, getattr(torch, args.dtype))
+    name = torch.cuda.get_device_name(0) if args.device.startswith("cuda") else f"{os.cpu_count()}-core CPU"
+    print(f"{name}, torch {torch.__version__}, {torch.get_num_threads()} threads, shape {args.shape} "
+          f"({sum(p.numel() for p in model.parameters()):,} parameters, {args.dtype}), load average "
+          f"{os.getloadavg()[0]:.1f}", flush=True)
+    results = []
+    for batch in (int(b) for b in args.batches.split(",")):
+        r = run_case(model, batch, args)
+        results.append(r)
+        print(f"{batch} prompts x {args.samples} samples x {args.tokens} tokens, prompts of {args.prompt_length}: ms per decode step "
+              f"(median of {args.repeats}): " + ", ".join(f"{k} {r[k]['median_ms']:.2f}" for k in r["ratio_to_generate"])
+              + f"; whileai / generate {r['ratio_to_generate']['whileai']:.2f}x (goal <= 0.5x: "
+              f"{'met' if r['ratio_to_generate']['whileai'] <= 0.5 else 'NOT met'}), model-forward sampler / "
+              f"generate {r['ratio_to_generate']['whileai_model_forward']:.2f}x; tokens/s whileai "
+              f"{r['whileai']['tokens_per_s']:.0f}, generate {r['generate']['tokens_per_s']:.0f}; by process CPU time: "
+              + ", ".join(f"{k} {r[k]['median_cpu_ms']:.2f} ms ({r['cpu_ratio_to_generate'][k]:.2f}x)"
+                          for k in r["ratio_to_generate"])
+              + (f"; peak memory {r['peak_memory_gb']:.1f} GB" if "peak_memory_gb" in r else ""), flush=True)
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
+    if args.json:
+        print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
