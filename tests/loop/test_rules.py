@@ -12,7 +12,7 @@ from whileai.loop.plan import rules
 def test_a_random_init_model_with_answers_gets_the_warm_start_budget():
     steps, source = rules.warm_start_steps(random_init=True, train_size=900, answered=900)
     assert steps == rules.WARM_START_MAX_STEPS == 800
-    assert "all 900 train tasks" in source and "all but 64 held out" in source and "pass 0.98" in source
+    assert "all 900 train tasks" in source and "all but 64 held out" in source and "collapse of 0.15" in source
     steps, source = rules.warm_start_steps(random_init=True, train_size=39, answered=39)
     assert steps == rules.WARM_START_FIXED_STEPS == 200 and "too few to hold a slice out" in source
 
@@ -32,13 +32,11 @@ def test_the_warm_start_holds_out_the_last_fifth_of_the_train_split_at_most_64()
     assert fit == list(range(836)) and held == list(range(836, 900))
 
 
-def test_the_warm_start_ends_when_its_held_out_slice_is_solved_and_goes_back_after_a_dip():
-    stop, back = rules.warm_start_stop, rules.warm_start_restore
-    assert stop([]) is None and back([]) is None
-    assert stop([(50, 0.6), (100, 0.6), (150, 0.6), (200, 0.6)]) is None  # a plateau is not an end (measured)
-    assert stop([(50, 0.5), (100, 0.98)]) == "the held-out slice of the train split passed 0.98 at step 100"
-    assert back([(50, 0.3), (100, 0.8), (150, 0.76)]) is None  # within 0.05 of the best: keep the last weights
-    assert back([(50, 0.3), (100, 0.8), (150, 0.75)]) == (100, 0.8)  # 0.05 below it: back to step 100
+def test_the_warm_start_goes_back_to_its_best_check_only_after_a_collapse():
+    back = rules.warm_start_restore
+    assert back([]) is None
+    assert back([(50, 0.3), (100, 0.8), (150, 0.66)]) is None  # 0.14 below the best: noise of the best of many
+    assert back([(50, 0.3), (650, 0.78), (750, 0.44)]) == (650, 0.78)  # sum3's spike: back to step 650
     assert back([(50, 0.3), (100, 0.8), (150, 0.9)]) is None  # the last is the best
 
 
@@ -125,8 +123,8 @@ def test_model_parameters_reads_a_folders_config(tmp_path):
 @pytest.mark.slow
 def test_a_user_taskset_learns_under_the_rules(tmp_path):
     """examples/tasksets/successor.jsonl on builtin:tiny, seed 0, every setting left to the rules: the warm start
-    ends where its held-out slice of the train split stops rising (well before its 800), and held-out pass@1
-    ends above the old rule's 0.594 (2000 warm-start steps at 1e-2, docs/tasksets.md); the old defaults: 0.000."""
+    (at most 800 steps, measured on its held-out slice) and RL end with held-out pass@1 above the old rule's 0.594
+    (2000 warm-start steps at 1e-2, docs/tasksets.md); the defaults before any rule: 0.000."""
     from pathlib import Path
 
     from whileai.loop import train
@@ -134,5 +132,5 @@ def test_a_user_taskset_learns_under_the_rules(tmp_path):
     path = str(Path(__file__).resolve().parents[2] / "examples" / "tasksets" / "successor.jsonl")
     run = train(taskset=path, seed=0, run_dir=str(tmp_path / "run"), export=False, progress=False)
     assert run.summary["plan"]["values"]["warm_start_early_stop"] is True
-    assert run.summary["warm_start_steps_run"] < rules.WARM_START_MAX_STEPS
+    assert run.summary["warm_start_steps_run"] <= rules.WARM_START_MAX_STEPS
     assert run.summary["eval_after"]["pass_at_1"] > 0.6, run.summary["compare"]["text"]

@@ -4,8 +4,9 @@ step to RUN_DIR/warm_start.jsonl and TensorBoard, stops within one step on Ctrl-
 continues it), and then re-takes the reference policy from the weights RL starts from.
 
 Under the rule (``RunPlan.warm_start_early_stop``) a slice of the train split is held out of the warm start
-(``rules.warm_start_split``) and its sampled pass rate measured every ``rules.WARM_START_CHECK_EVERY`` steps; the
-warm start ends where ``rules.warm_start_stop`` says it stopped improving (docs/decisions.md, "Your own taskset").
+(``rules.warm_start_split``) and its sampled pass rate measured every ``rules.WARM_START_CHECK_EVERY`` steps; at
+the end the weights go back to the best check's after a collapse (``rules.warm_start_restore``; docs/decisions.md,
+"Your own taskset").
 
 The hooks around ``whileai.loop.core.run_loop`` run in this order (``whileai.loop.run``):
 
@@ -46,11 +47,10 @@ ESTIMATE_WINDOW = 20  # steps the shown pass estimate averages over
 
 @dataclass
 class WarmStartResult:
-    """What a warm start did: its steps' records, its checks (step, pass) and why it stopped early (or None)."""
+    """What a warm start did: its steps' records and its checks (step, pass)."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
     checks: list[tuple[int, float]] = field(default_factory=list)
-    stopped: str | None = None
     restored: tuple[int, float] | None = None
     """(step, pass) of the best check, when the weights were set back to it at the end"""
 
@@ -75,7 +75,8 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
                each: Callable[[dict[str, Any], WarmStartResult], bool] | None = None,
                keep: Callable[[], None] | None = None, restore: Callable[[], None] | None = None) -> WarmStartResult:
     """Up to ``plan.warm_start_steps`` supervised steps on reference episodes, from where ``done`` left off
-    (a resume); under the rule, ended early by ``rules.warm_start_stop`` on the held-out slice of the train split.
+    (a resume); under the rule, measured every ``rules.WARM_START_CHECK_EVERY`` steps on the held-out slice of the
+    train split.
     ``each(record, result)`` after every step: True stops the warm start there (Ctrl-C). ``keep()`` saves the
     weights at each check that beats every check before it, and ``restore()`` sets them back there at the end
     when the last check fell ``rules.WARM_START_DIP`` below that best (``rules.warm_start_restore``)."""
@@ -84,9 +85,6 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
     result = done or WarmStartResult()
     fit, held = rules.warm_start_split(taskset.split("train")) if plan.warm_start_early_stop \
         else (taskset.split("train"), [])
-    if result.checks and rules.warm_start_stop(result.checks) is not None:
-        result.stopped = rules.warm_start_stop(result.checks)
-        return result
     for k in range(len(result.records), plan.warm_start_steps):
         tasks = step_tasks(fit, min(plan.warm_start_batch, len(fit)), plan.seed, WARM_START_DRAW + k)
         data = [(prompt, *reference_episode(taskset, task, trainer.tokenizer))
@@ -107,10 +105,9 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
             if keep is not None and measured["pass_at_1"] > max((v for _, v in result.checks), default=-1.0):
                 keep()
             result.checks.append((k + 1, measured["pass_at_1"]))
-            result.stopped = rules.warm_start_stop(result.checks)
-        if (each is not None and each(record, result)) or result.stopped is not None:
+        if each is not None and each(record, result):
             break
-    finished = result.stopped is not None or len(result.records) == plan.warm_start_steps
+    finished = len(result.records) == plan.warm_start_steps
     best = rules.warm_start_restore(result.checks) if finished else None
     if best is not None and restore is not None:
         restore()
@@ -173,12 +170,12 @@ class WarmStart(Hook):
         result = warm_start(loop.trainer, ctx.taskset, plan, done, each, keep=lambda: ctx.backend.save(best),
                             restore=lambda: ctx.backend.load(best))
         ctx.log.phase(None, plan.steps, state.step)
-        if ctx.stop["stop"] and len(result.records) < plan.warm_start_steps and result.stopped is None:
+        if ctx.stop["stop"] and len(result.records) < plan.warm_start_steps:
             ctx.checkpoint(state)
             raise Interrupted(ctx.run_dir, state.step, during=f"the warm start, after its step "
                                                               f"{state.warm_start_steps_done} of {plan.warm_start_steps}")
         losses = result.losses
-        why = f"; stopped early: {result.stopped}" if result.stopped else ""
+        why = f", held-out-of-train pass {result.checks[-1][1]:.2f}" if result.checks else ""
         if result.restored is not None:
             why += (f"; the weights set back to step {result.restored[0]}'s (held-out-of-train pass "
                     f"{result.restored[1]:.2f})")

@@ -81,12 +81,10 @@ class RunPlan:
     trainer: str | None = None
     """where the model trains: 'in-process', 'wai serve at URL' or 'Tinker API at URL' (--url, --api)"""
     warm_start_early_stop: bool = False
-    """the warm start's steps are the rule's: it holds a slice of the train split out and ends when that slice's pass
-    rate stops rising (whileai.loop.plan.rules.warm_start_stop)"""
+    """the warm start's steps are the rule's: it holds a slice of the train split out, measures it every 50 steps
+    and goes back to its best check after a collapse (whileai.loop.plan.rules.warm_start_restore)"""
     threads: int = 1
     """torch CPU threads (--threads; the rule: $OMP_NUM_THREADS, else free cores)"""
-    """the warm start's steps are the rule's: it holds a slice of the train split out and ends when that slice's pass
-    rate stops rising (whileai.loop.plan.rules.warm_start_stop)"""
     sources: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
     """what the checks before the warm start found worth saying (whileai.loop.plan.inputs): printed under the table"""
