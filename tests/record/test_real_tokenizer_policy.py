@@ -138,7 +138,7 @@ def test_the_openai_client_on_a_real_folder(qwen_folder, tmp_path):
     string inside a token cut from the content (streamed and not), exact logprob bytes."""
     tok = policy_of(qwen_folder).tokenizer
     with Started(["policy", str(qwen_folder), "--threads", "1"], tmp_path) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.token, max_retries=0)
         messages = [{"role": "user", "content": "Zähle bis drei: 一, 二, 三 🤗"}]
         free = client.chat.completions.create(model=str(qwen_folder), messages=messages, max_tokens=20, seed=2,
                                               logprobs=True, top_logprobs=3, extra_body={"return_token_ids": True})
