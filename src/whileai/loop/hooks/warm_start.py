@@ -30,7 +30,7 @@ from whileai.loop.sources.rollouts import step_tasks
 from whileai.loop.types import Hook, Loop, prompts
 
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
-LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (and its held-out-of-train checks)
+LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (loss, answer tokens, pass estimate)
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
 PRINT_EVERY = 25  # under --no-progress: a line every this many warm-start steps (and every check)
 ESTIMATE_WINDOW = 20  # steps the shown pass estimate averages over
