@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from tests.fixtures.qwen import EOS, IM_END, IM_START, qwen_model_folder
+from tests.fixtures.qwen import EOS, IM_END, IM_START, mid_token_stop, qwen_model_folder
 
 # transformers' own Qwen2 tokenization integration test (tests/models/qwen2/test_tokenization_qwen2.py,
 # test_tokenizer_integration): its sequences and the ids it expects, without the padding
@@ -100,22 +100,6 @@ def test_every_generation_config_eos_id_ends_a_sample(ends_with_endoftext):
     reference = AutoModelForCausalLM.from_pretrained(str(ends_with_endoftext))
     out = reference.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)
     assert out[0, len(prompt):].tolist() == [EOS]
-
-
-def mid_token_stop(tokenizer, tokens: list[int]) -> tuple[str, int]:
-    """A stop string that starts inside token k (k >= 1) of ``tokens`` and ends inside or at its end, found
-    nowhere earlier, whose ids (the string encoded alone) do not occur in ``tokens``: ids matching cannot see it."""
-    for k in range(1, len(tokens)):
-        before, upto = tokenizer.decode(tokens[:k]), tokenizer.decode(tokens[:k + 1])
-        piece = upto[len(before):] if upto.startswith(before) else ""
-        if len(piece) < 2 or "\ufffd" in upto or not piece[1:].strip():
-            continue
-        stop = piece[1:]
-        ids = tokenizer.encode(stop, add_special_tokens=False)
-        runs = [tokens[i:i + len(ids)] for i in range(len(tokens))]
-        if stop not in upto[:len(before) + 1] and ids not in runs:
-            return stop, k
-    raise AssertionError(f"no token of {tokens} has text to stop inside")
 
 
 def test_a_stop_string_inside_a_token_stops_the_engine_on_text(engine):

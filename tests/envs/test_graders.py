@@ -69,6 +69,22 @@ def test_user_grader_by_import_path(tmp_path, monkeypatch):
     sys.modules.pop("my_graders", None)
 
 
+def test_user_grader_by_file_path(tmp_path, monkeypatch):
+    """'./graders.py:fn' (a newcomer's first guess) loads the file; it was a raw TypeError from importlib."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "graders.py").write_text("def half(task, completion):\n    return 0.5\n")
+    (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.chdir(tmp_path)
+    for path in ("./lib/graders.py:half", "lib/graders.py:half", str(tmp_path / "lib" / "graders.py") + ":half"):
+        assert grader(path)(Task("t", "q"), "x") == 0.5
+    with pytest.raises(wai.ConfigError, match="no file 'missing.py'"):
+        grader("./missing.py:half")
+    with pytest.raises(wai.ConfigError, match="running 'broken.py' failed: RuntimeError: boom"):
+        grader("broken.py:half")
+    with pytest.raises(wai.ConfigError, match="has no callable 'other'"):
+        grader("lib/graders.py:other")
+
+
 @pytest.mark.parametrize(("path", "why"), [("bogus", r"use one of \['chars', 'exact', 'math', 'numeric', 'regex'\]"),
                                            ("no_such_module_xyz:f", "cannot be imported"),
                                            ("os:no_such_function", "has no callable 'no_such_function'"),

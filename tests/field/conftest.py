@@ -19,17 +19,6 @@ from whileai.record.launch import Started
 from whileai.service.launch import LocalServer, start_server
 
 LIMITS = ["--max-body-mb", "1", "--max-n", "4", "--max-tokens", "64", "--max-batch", "8"]
-MiB = 2**20
-
-
-def rss_mb(pid: int) -> float:
-    """The resident memory of a process, in MiB (Linux)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for process {pid}")
-
-
 @pytest.fixture(scope="module")
 def field_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("field")

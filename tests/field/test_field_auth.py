@@ -88,3 +88,19 @@ def test_no_token_on_loopback_opens_every_route(tmp_path):
         assert "no token (--no-token)" in server.log.read_text()
         reply = httpx.post(server.url + "/v1/completions", json={"prompt": [1], "max_tokens": 1})
         assert reply.status_code == 200, reply.text
+
+
+def test_a_recorder_whose_key_the_policy_refuses_says_so_and_names_upstream_key(policy, tmp_path):
+    """Two generated tokens (the newcomer's default): the client sends the recorder's right token and must not be
+    told its token is wrong; the recorder answers 502 naming its own key and --upstream-key (was: the policy's
+    401 passed on, blaming the client)."""
+    with Started(["record", "--upstream", policy.url, "--data-dir", str(tmp_path / "rec")], tmp_path,
+                 token="own-" + "r" * 20) as recorder:
+        client = openai.OpenAI(base_url=recorder.url + "/v1", api_key=recorder.token, max_retries=0)
+        for call in (lambda: client.completions.create(model="builtin:tiny", prompt=[1, 72], max_tokens=2),
+                     lambda: client.models.list()):
+            with pytest.raises(openai.APIStatusError) as refused:
+                call()
+            assert refused.value.status_code == 502
+            assert "refused the recorder's key" in str(refused.value) and "--upstream-key" in str(refused.value)
+        assert "refused the recorder's key" in recorder.log.read_text()

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from conftest import MiB, rss_mb
+from fieldkit import MiB, rss_mb
 
 
 def streamed(total: int, chunk: int = MiB) -> Iterator[bytes]:

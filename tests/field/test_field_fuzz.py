@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from conftest import rss_mb
+from fieldkit import rss_mb
 
 TEXTS = ["", "a", "é" * 50, "\x00", "../../etc/passwd", "/tmp/../../root", "a/../..", "{{}}", "\ud800".encode(
     "utf-8", "surrogatepass").decode("utf-8", "replace"), "x" * 5000]

@@ -61,12 +61,6 @@ def record() -> dict[str, Any]:
         return {"default": _default(Path(tmp) / "d"), "rows": _rows(Path(tmp)), "plans": _plans()}
 
 
-@pytest.fixture(autouse=True)
-def _threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The plan's threads row follows $OMP_NUM_THREADS, else this machine's cores and load: fixed here."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-
-
 @pytest.fixture(scope="module")
 def golden() -> dict[str, Any]:
     return json.loads(GOLDEN.read_text())
@@ -107,7 +101,4 @@ def test_the_plan_of_each_kind_of_run_is_the_pinned_text(golden: dict[str, Any],
 
 
 if __name__ == "__main__":
-    import os
-
-    os.environ["OMP_NUM_THREADS"] = "1"
     GOLDEN.write_text(json.dumps(record(), indent=1, sort_keys=True) + "\n")

@@ -12,8 +12,7 @@ import json
 import openai
 import pytest
 
-from tests.engine.test_real_tokenizer import mid_token_stop
-from tests.fixtures.qwen import EOS, IM_END, qwen_model_folder
+from tests.fixtures.qwen import EOS, IM_END, mid_token_stop, qwen_model_folder
 from whileai.record.launch import Started
 from whileai.record.policy import Policy, answer, load, stream
 from whileai.record.requests import parse_ask
@@ -138,7 +137,7 @@ def test_the_openai_client_on_a_real_folder(qwen_folder, tmp_path):
     string inside a token cut from the content (streamed and not), exact logprob bytes."""
     tok = policy_of(qwen_folder).tokenizer
     with Started(["policy", str(qwen_folder), "--threads", "1"], tmp_path) as server:
-        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0)
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key=server.token, max_retries=0)
         messages = [{"role": "user", "content": "Zähle bis drei: 一, 二, 三 🤗"}]
         free = client.chat.completions.create(model=str(qwen_folder), messages=messages, max_tokens=20, seed=2,
                                               logprobs=True, top_logprobs=3, extra_body={"return_token_ids": True})
@@ -192,7 +191,8 @@ def test_the_trainers_server_sampler_sends_stop_strings_that_stop_as_in_process(
     params = SamplingParams(max_tokens=24, seed=3, stop=[stop])
     (here,) = engine.sample(prompt, 1, params)
     with Started(["policy", str(qwen_folder), "--threads", "1"], tmp_path) as server:
-        sampler = HTTPSampler(ServerSampler(server.url, str(qwen_folder)), engine.tokenizer, engine.max_context)
+        sampler = HTTPSampler(ServerSampler(server.url, str(qwen_folder), api_key=server.token), engine.tokenizer,
+                              engine.max_context)
         ((there,),) = sampler.sample([prompt], 1, params)
     assert (there.tokens, there.stop_reason) == (here.tokens, "stop") == (free.tokens[:k + 1], "stop")
 

@@ -12,8 +12,7 @@ import pytest
 tinker = pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
 from tinker import types  # noqa: E402
 
-from tests.engine.test_real_tokenizer import mid_token_stop  # noqa: E402
-from tests.fixtures.qwen import EOS, qwen_model_folder  # noqa: E402
+from tests.fixtures.qwen import EOS, mid_token_stop, qwen_model_folder  # noqa: E402
 from whileai.service.launch import start_server  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")]

@@ -128,3 +128,38 @@ def test_sampled_logprob_differences_scale_by_one_over_the_temperature(trained: 
             assert tempered_gap == pytest.approx(plain_gap / temperature, abs=2e-4)
             checked += token != top
     assert checked > 0  # some sampled tokens were not the most likely one, so the gaps were not all 0
+
+
+@pytest.mark.slow  # about 40 s: a server of a real-tokenizer model folder (151,936 ids)
+def test_the_sampling_fields_on_a_real_tokenizer_model(qwen_folder: Any, tmp_path_factory: Any) -> None:
+    """The 0.38 fields on a model with Qwen2's vocabulary (bfloat16, no BOS, two EOS ids): the sampled token's
+    top-k row holds its own logprob, the alternative draws re-score to their logprobs, a chat prompt's last
+    tokens score as compute_logprobs scores them."""
+    import secrets
+
+    from whileai.service.launch import start_server
+
+    token = "tml-" + secrets.token_urlsafe(24)
+    with start_server(tmp_path_factory.mktemp("real-fields") / "data", token=token,
+                      args=["--model", str(qwen_folder)]) as server:
+        sdk = tinker.ServiceClient(base_url=server.url, api_key=server.token)
+        training = sdk.create_lora_training_client(base_model=str(qwen_folder), rank=4).result()
+        tokenizer = training.get_tokenizer()
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "Say hi"}], add_generation_prompt=True,
+                                             tokenize=False)
+        prompt = tokenizer.encode(text, add_special_tokens=False)
+        sampler = training.save_weights_and_get_sampling_client().result()
+        model_input = types.ModelInput.from_ints(list(prompt))
+        out = sampler.sample(model_input, 2, types.SamplingParams(max_tokens=4, seed=3, temperature=0.8),
+                             topk_sample_logprobs=3, prompt_alt_tokens_k=2).result(timeout=120)
+        for seq in out.sequences:
+            for token_id, logprob, row in zip(seq.tokens, seq.logprobs, seq.topk_logprobs):
+                if token_id in dict(row):
+                    assert dict(row)[token_id] == pytest.approx(logprob, abs=2e-2)  # bfloat16 model
+                assert row[0][1] >= logprob - 2e-2
+        alt = out.prompt_alt_tokens.tokens.to_numpy()
+        assert alt.shape == (len(prompt) - 1, 2) and ((0 <= alt) & (alt < 151936)).all()
+        full = sampler.compute_logprobs(model_input).result(timeout=120)
+        last = sampler.compute_logprobs(model_input, prompt_logprobs_last_n=2).result(timeout=120)
+        assert last[:-2] == [None] * (len(prompt) - 2) and last[-2:] == pytest.approx(full[-2:], abs=1e-5)
+        sdk.holder.close()

@@ -1,4 +1,4 @@
-"""One decoding step of a Llama / Qwen2-family model with the Python work per token cut.
+"""One decoding step of a Llama- or Qwen2-family model with the Python work per token cut.
 
     step = decode_step(model)          # None when the model is not of a family this covers
     logits_BV = step(ids_B1, mask_BL, positions_B1, cache)
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 # Decoder layers whose forward is exactly: norm -> attention (q/k/v, rotary, cache, attention interface, o) ->
 # residual -> norm -> MLP -> residual. Other families (sliding windows, q/k norms, soft-capping) use model(...).
-FAMILIES = {"Qwen2DecoderLayer", "LlamaDecoderLayer", "MistralDecoderLayer"}
+FAMILIES = {"Qwen2DecoderLayer", "LlamaDecoderLayer"}
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
 
@@ -213,7 +213,7 @@ def graph_ready(model: Any) -> bool:
         raise ConfigError(f"cuda_graph=True needs the model on a CUDA device; it is on {device}. Leave it False "
                           "on other devices (the exact step there is already the fast one)")
     if decode_step(model) is None:
-        raise ConfigError(f"cuda_graph=True covers the Llama / Qwen2 / Mistral families without hooks; "
+        raise ConfigError(f"cuda_graph=True covers the Llama and Qwen2 families without hooks; "
                           f"{type(_base(model)).__name__} is not one of them: leave cuda_graph False")
     return True
 

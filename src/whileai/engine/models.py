@@ -202,16 +202,16 @@ def model_problem(name: str) -> str | None:
 
 
 def hub_unreachable(timeout: float = 3.0) -> str | None:
-    """Why the Hugging Face hub cannot be reached (offline mode, or no TCP connection within
-    ``timeout`` seconds), or None. Skipped (None) behind a proxy, which only a real request can test.
+    """Why the Hugging Face hub cannot be reached (offline mode, no TCP connection within ``timeout`` seconds,
+    or, behind a proxy, no answer from the hub through it), or None.
 
-    Without this check an unreachable hub costs ~25 s of retries before transformers gives up.
+    Without this check an unreachable hub costs ~25-50 s of retries before transformers gives up.
     """
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return "HF_HUB_OFFLINE is set"
-    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return None
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return _through_proxy(endpoint, timeout)
     url = urlparse(endpoint)
     try:
         with socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)),
@@ -219,6 +219,20 @@ def hub_unreachable(timeout: float = 3.0) -> str | None:
             return None
     except OSError as err:
         return f"{endpoint} is not reachable from this machine ({err})"
+
+
+def _through_proxy(endpoint: str, timeout: float) -> str | None:
+    """Behind a proxy only a real request tells: one HEAD through it (the proxy's refusal, 403/407 or 5xx, counts
+    as unreachable; any answer of the hub's own does not)."""
+    import httpx
+
+    try:
+        answer = httpx.head(endpoint, timeout=timeout)
+    except httpx.HTTPError as err:
+        return f"{endpoint} is not reachable through the proxy ({type(err).__name__}: {err})"
+    if answer.status_code in (403, 407) or answer.status_code >= 500:
+        return f"{endpoint} answered {answer.status_code} through the proxy"
+    return None
 
 
 SESSION_FLAGS = ("local_files_only", "is_local")

@@ -531,6 +531,7 @@ class _Run:
         self.keep_B = None
         if self.graphed:  # the whole batch keeps its fixed shape: finished rows run on, unread
             self.static = captured(self.model, self.cache, self.mask_BL, longest, capacity)
+            self.cache = None  # the graph holds its own copy of the keys/values
         return out.logits[:, -1, :].repeat_interleave(n, dim=0)
 
     def _results(self) -> list[list[SampledSequence]]:

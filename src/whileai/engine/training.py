@@ -452,13 +452,17 @@ class TrainingEngine:
             raise BatchError("forward_backward_custom needs at least one datum")
         wants = _wanted(items, logprobs_for)
         scorer = _Scorer(self.model, scoring(sampling_params))
+        counts = [int(item.scored.sum()) for item in items]
         with self._mode(True), self.loaded.precision():
             hidden = self._hidden(items, scorer.model)
-            logps = []
-            for b, item in enumerate(items):
-                logp = self._logprobs_at(item, hidden[b, :item.length], item.scored, scorer)
-                _refuse_impossible(logp, item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
-                logps.append(logp.double())
+            joined = self._batch_logprobs(items, hidden, [item.scored for item in items], scorer)
+            parts = (joined.split(counts) if joined is not None else
+                     [self._logprobs_at(item, hidden[b, :item.length], item.scored, scorer)
+                      for b, item in enumerate(items)])
+            for item, logp in zip(items, parts):
+                if first_impossible(logp) is not None:
+                    _refuse_impossible(logp, item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
+            logps = [logp.double() for logp in parts]
             result = loss_fn(list(data), logps)
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.Tensor)
                 and result[0].dim() == 0):
@@ -468,10 +472,23 @@ class TrainingEngine:
         if loss.requires_grad:
             loss.backward()
         outputs = []
-        for b, (item, logp) in enumerate(zip(items, logps)):
+        values = torch.cat([logp.detach().float() for logp in parts]).cpu().numpy()  # one copy back
+        rest = [want & ~item.scored for item, want in zip(items, wants)]
+        filled = None
+        if any(r.any() for r in rest):
+            with torch.no_grad():
+                filled = self._batch_logprobs(items, hidden.detach(), rest, scorer)
+        filled_values = None if filled is None else filled.float().cpu().numpy()
+        start = start_rest = 0
+        for b, (item, n) in enumerate(zip(items, counts)):
             full = np.full(item.targets.shape, np.nan, dtype=np.float32)
-            full[item.scored] = logp.detach().float().cpu().numpy()
-            self._fill_unscored(full, item, hidden[b, :item.length], wants[b], scorer)
+            full[item.scored] = values[start:start + n]
+            start += n
+            if filled_values is not None:
+                full[rest[b]] = filled_values[start_rest:start_rest + int(rest[b].sum())]
+                start_rest += int(rest[b].sum())
+            else:
+                self._fill_unscored(full, item, hidden[b, :item.length], wants[b], scorer)
             outputs.append({"logprobs": full})
         return ForwardBackwardOutput(outputs, {"loss:sum": float(loss.detach()), **{k: float(v) for k, v in
                                                                                   dict(metrics).items()}})

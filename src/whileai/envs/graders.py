@@ -8,11 +8,14 @@ with their line numbers instead of failing mid-run.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import math
+import os
 import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from whileai.envs.builtin import char_match
@@ -142,16 +145,36 @@ def check_answer(name_or_callable: str | Grader, answer: Any) -> str | None:
     return None
 
 
+def _module_from_file(path: str, file: Path) -> Any:
+    """A grader module given as a file ('graders.py:score', './lib/graders.py:score'), loaded as is."""
+    if not file.is_file():
+        raise ConfigError(f"grader {path!r}: no file {str(file)!r} (from {os.getcwd()}); give an existing "
+                          f"Python file, or an importable module name 'module:function'")
+    spec = importlib.util.spec_from_file_location(f"whileai_grader_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"grader {path!r}: {str(file)!r} cannot be loaded as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ConfigError(f"grader {path!r}: running {str(file)!r} failed: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
 def _import_grader(path: str) -> Grader:
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"grader {path!r} is not known: use one of {sorted(GRADERS)} or an import path "
                           f"'module:function' (e.g. 'my_pkg.graders:score')")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"grader {path!r}: module {module_name!r} cannot be imported ({exc}); check the "
-                          f"name and that it is on PYTHONPATH") from exc
+    if module_name.endswith(".py") or "/" in module_name:
+        module = _module_from_file(path, Path(module_name))
+    else:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(f"grader {path!r}: module {module_name!r} cannot be imported ({exc}); check the "
+                              f"name and that it is on PYTHONPATH, or give the file: 'path/to/graders.py:"
+                              f"{attr}'") from exc
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise ConfigError(f"grader {path!r}: module {module_name!r} has no callable {attr!r}; give the name "

@@ -141,7 +141,8 @@ class Recorder:
         if upstream.status_code != 200:  # the upstream's own refusal, passed on as it is; nothing recorded
             content = await upstream.aread()
             await upstream.aclose()
-            return Response(content, status_code=upstream.status_code, headers=_passed(upstream.headers))
+            return self.refused_key(upstream.status_code, content) or Response(
+                content, status_code=upstream.status_code, headers=_passed(upstream.headers))
         if body.get("stream"):
             return await self._stream(upstream, body, chat)
         return await self._whole(upstream, body, chat)
@@ -181,7 +182,21 @@ class Recorder:
             return error_response(502, f"the upstream {self.config.upstream} did not answer ({type(err).__name__}: "
                                        f"{err}). Fix: start it, or point --upstream at a running server",
                                   "upstream_error")
-        return Response(upstream.content, status_code=upstream.status_code, headers=_passed(upstream.headers))
+        return self.refused_key(upstream.status_code, upstream.content) or Response(
+            upstream.content, status_code=upstream.status_code, headers=_passed(upstream.headers))
+
+    def refused_key(self, status: int, content: bytes) -> Response | None:
+        """An upstream 401/403 is the recorder's key, not the client's: a 502 that says which key and how to fix
+        it (a client that sent the recorder's right token would otherwise be told its token is wrong)."""
+        if status not in (401, 403):
+            return None
+        sent = "its --upstream-key" if self.config.upstream_key != self.config.token else "its own token"
+        message = (f"the upstream {self.config.upstream} refused the recorder's key ({status}: "
+                   f"{content[:200].decode('utf-8', 'replace')}): the recorder sends {sent} upstream, not yours. "
+                   "Fix: start `wai record` with --upstream-key <the token `wai policy` printed>, or start both "
+                   "servers with one $WAI_TOKEN")
+        print(f"wai record: {message}", flush=True)
+        return error_response(502, message, "upstream_auth")
 
     async def _stream(self, upstream: httpx.Response, body: dict[str, Any], chat: bool) -> Response:
         events = _events(upstream)

@@ -148,7 +148,7 @@ preflight still sees whether the logs came from this model"""
 
 
 def heldout_measure(engine: Trainer, method: Method, source: RowsFile, sampling_params: Scoring,
-                    state: MethodState, indices: Any = None) -> dict[str, Any] | None:
+                    state: MethodState, indices: np.ndarray | None = None) -> dict[str, Any] | None:
     """The held-out traces (or ``indices``) under the current policy: the method's surrogate (the sum of c * log pi
     that its step would raise), the drift from the logged log-probabilities and the share the method admits."""
     indices = source.heldout() if indices is None else indices
