@@ -104,19 +104,16 @@ class Progress:
         self.bar.set_description(description or self.description)
 
     def warm(self, record: Mapping[str, Any], total: int, every: int) -> None:
-        """One warm-start step: on the bar (loss, pass estimate, the held-out-of-train pass when measured); with
-        the bar off, a line at its first step, every ``every`` steps, at each check and at the last step."""
+        """One warm-start step: on the bar (loss, pass estimate); with the bar off, a line at its first step,
+        every ``every`` steps and at the last."""
         step = int(record["warm_start_step"])
-        shown = {"loss": record["loss"], "est": record["pass_estimate"]}
-        if "held_out_of_train_pass" in record:
-            shown["check"] = record["held_out_of_train_pass"]
         if self.bar is not None:
-            self.bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
+            self.bar.set_postfix({"loss": f"{record['loss']:.3f}", "est": f"{record['pass_estimate']:.3f}"},
+                                 refresh=False)
             self.bar.update(1)
-        elif step == 1 or step % every == 0 or step == total or "check" in shown:
-            check = f", held-out-of-train pass {shown['check']:.2f}" if "check" in shown else ""
+        elif step == 1 or step % every == 0 or step == total:
             print(f"warm start step {step}/{total}: loss {record['loss']:.3f}, pass estimate "
-                  f"{record['pass_estimate']:.2f}{check}", flush=True)
+                  f"{record['pass_estimate']:.2f}", flush=True)
 
     def write(self, text: str) -> None:
         """A line above the bar (printed plainly when the bar is off)."""

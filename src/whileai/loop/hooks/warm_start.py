@@ -3,11 +3,6 @@
 step to RUN_DIR/warm_start.jsonl and TensorBoard, stops within one step on Ctrl-C with a checkpoint (a resume
 continues it), and then re-takes the reference policy from the weights RL starts from.
 
-Under the rule (``RunPlan.warm_start_early_stop``) a slice of the train split is held out of the warm start
-(``rules.warm_start_split``) and its sampled pass rate measured every ``rules.WARM_START_CHECK_EVERY`` steps; at
-the end the weights go back to the best check's after a collapse (``rules.warm_start_restore``; docs/decisions.md,
-"Your own taskset").
-
 The hooks around ``whileai.loop.core.run_loop`` run in this order (``whileai.loop.run``):
 
     WarmStart -> HeldOut -> [the source's feed] -> PreflightHook -> TeacherHook -> Record -> [the source's
@@ -23,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,28 +25,22 @@ from typing import Any
 from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context, Interrupted
-from whileai.loop.hooks.held_out import held_out
-from whileai.loop.plan import rules
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.sources.rollouts import step_tasks
 from whileai.loop.types import Hook, Loop, prompts
 
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
-LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (and its held-out-of-train checks)
+LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (loss, answer tokens, pass estimate)
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
-BEST_FOLDER = "warm_start_best"  # in RUN_DIR/checkpoint while the warm start runs: the weights of its best check
 PRINT_EVERY = 25  # under --no-progress: a line every this many warm-start steps (and every check)
 ESTIMATE_WINDOW = 20  # steps the shown pass estimate averages over
 
 
 @dataclass
 class WarmStartResult:
-    """What a warm start did: its steps' records and its checks (step, pass)."""
+    """What a warm start did: its steps' records."""
 
     records: list[dict[str, Any]] = field(default_factory=list)
-    checks: list[tuple[int, float]] = field(default_factory=list)
-    restored: tuple[int, float] | None = None
-    """(step, pass) of the best check, when the weights were set back to it at the end"""
 
     @property
     def losses(self) -> list[float]:
@@ -72,21 +60,15 @@ def pass_estimate(records: Sequence[dict[str, Any]]) -> float:
 
 
 def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult | None = None,
-               each: Callable[[dict[str, Any], WarmStartResult], bool] | None = None,
-               keep: Callable[[], None] | None = None, restore: Callable[[], None] | None = None) -> WarmStartResult:
-    """Up to ``plan.warm_start_steps`` supervised steps on reference episodes, from where ``done`` left off
-    (a resume); under the rule, measured every ``rules.WARM_START_CHECK_EVERY`` steps on the held-out slice of the
-    train split.
-    ``each(record, result)`` after every step: True stops the warm start there (Ctrl-C). ``keep()`` saves the
-    weights at each check that beats every check before it, and ``restore()`` sets them back there at the end
-    when the last check fell ``rules.WARM_START_DIP`` below that best (``rules.warm_start_restore``)."""
+               each: Callable[[dict[str, Any], WarmStartResult], bool] | None = None) -> WarmStartResult:
+    """``plan.warm_start_steps`` supervised steps on reference episodes, from where ``done`` left off (a resume).
+    ``each(record, result)`` after every step: True stops the warm start there (Ctrl-C)."""
     from whileai.engine.datums import make_datum
 
     result = done or WarmStartResult()
-    fit, held = rules.warm_start_split(taskset.split("train")) if plan.warm_start_early_stop \
-        else (taskset.split("train"), [])
+    train = taskset.split("train")
     for k in range(len(result.records), plan.warm_start_steps):
-        tasks = step_tasks(fit, min(plan.warm_start_batch, len(fit)), plan.seed, WARM_START_DRAW + k)
+        tasks = step_tasks(train, min(plan.warm_start_batch, len(train)), plan.seed, WARM_START_DRAW + k)
         data = [(prompt, *reference_episode(taskset, task, trainer.tokenizer))
                 for task, prompt in zip(tasks, prompts(trainer.tokenizer, tasks))]
         count = sum(sum(mask) for _, _, mask in data)
@@ -98,20 +80,8 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
                                   "learning_rate": plan.warm_start_learning_rate}
         result.records.append(record)
         record["pass_estimate"] = pass_estimate(result.records)
-        if held and (k + 1) % rules.WARM_START_CHECK_EVERY == 0:
-            measured = held_out(trainer, taskset, held, prompts(trainer.tokenizer, held),
-                                rules.WARM_START_CHECK_SAMPLES, plan.sampling(), plan.seed)
-            record["held_out_of_train_pass"] = measured["pass_at_1"]
-            if keep is not None and measured["pass_at_1"] > max((v for _, v in result.checks), default=-1.0):
-                keep()
-            result.checks.append((k + 1, measured["pass_at_1"]))
         if each is not None and each(record, result):
             break
-    finished = len(result.records) == plan.warm_start_steps
-    best = rules.warm_start_restore(result.checks) if finished else None
-    if best is not None and restore is not None:
-        restore()
-        result.restored = best
     return result
 
 
@@ -125,8 +95,6 @@ def read_log(path: Any, steps_done: int) -> WarmStartResult:
         record = json.loads(line) if line.strip() else {}
         if 0 < record.get("warm_start_step", 0) <= steps_done:
             result.records.append(record)
-            if "held_out_of_train_pass" in record:
-                result.checks.append((record["warm_start_step"], float(record["held_out_of_train_pass"])))
     path.write_text("".join(json.dumps(r) + "\n" for r in result.records))
     return result
 
@@ -159,33 +127,22 @@ class WarmStart(Hook):
             with path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
             step = record["warm_start_step"]
-            for key in ("loss", "pass_estimate", "held_out_of_train_pass"):
-                if key in record:
-                    ctx.metrics.scalar(f"warm_start/{key}", record[key], step)
+            for key in ("loss", "pass_estimate"):
+                ctx.metrics.scalar(f"warm_start/{key}", record[key], step)
             ctx.log.warm(record, plan.warm_start_steps, every=PRINT_EVERY)
             state.warm_start_steps_done = step
             return bool(ctx.stop["stop"])
 
-        best = ctx.run_dir / "checkpoint" / BEST_FOLDER
-        result = warm_start(loop.trainer, ctx.taskset, plan, done, each, keep=lambda: ctx.backend.save(best),
-                            restore=lambda: ctx.backend.load(best))
+        result = warm_start(loop.trainer, ctx.taskset, plan, done, each)
         ctx.log.phase(None, plan.steps, state.step)
         if ctx.stop["stop"] and len(result.records) < plan.warm_start_steps:
             ctx.checkpoint(state)
             raise Interrupted(ctx.run_dir, state.step, during=f"the warm start, after its step "
                                                               f"{state.warm_start_steps_done} of {plan.warm_start_steps}")
         losses = result.losses
-        why = f", held-out-of-train pass {result.checks[-1][1]:.2f}" if result.checks else ""
-        if result.restored is not None:
-            why += (f"; the weights set back to step {result.restored[0]}'s (held-out-of-train pass "
-                    f"{result.restored[1]:.2f})")
-            with path.open("a") as f:
-                f.write(json.dumps({"restored_step": result.restored[0], "held_out_of_train_pass": result.restored[1]})
-                        + "\n")
-        shutil.rmtree(best, ignore_errors=True)  # the warm start's own copy, not a checkpoint of the run
         ctx.log.write(f"warm start: {len(losses)} supervised steps on reference answers at learning rate "
                       f"{plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
-                      f"{pass_estimate(result.records):.2f}){why}")
+                      f"{pass_estimate(result.records):.2f})")
         state.warm_start_steps_done = len(losses)
         self.reference(loop.trainer, take=True)
         ctx.stop_if_asked(state)

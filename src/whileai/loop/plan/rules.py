@@ -9,14 +9,12 @@ defaults and how they were chosen".
 
 | setting | rule |
 |---|---|
-| warm-start steps | a random-init model on a taskset whose every train task has a reference answer: ``WARM_START_MAX_STEPS``, measured on a slice of the train split held out of it and set back to its best check after a collapse (``warm_start_restore``); ``WARM_START_FIXED_STEPS`` when the split is too small to hold a slice out; else 0 |
+| warm-start steps | a random-init model on a taskset whose every train task has a reference answer: ``WARM_START_STEPS``; else 0 |
 | warm-start learning rate | ``WARM_START_LEARNING_RATE`` |
 | generation cap | the taskset's own; else, when a completion is graded (or taught) as the whole answer, the longest reference answer in tokens + a margin + EOS; else the method's; else ``FALLBACK_MAX_TOKENS`` |
 | learning rate | random init: ``WARM_STARTED_LEARNING_RATE`` after a warm start, ``RANDOM_INIT_LEARNING_RATE`` without; a loaded model under ``SMALL_MODEL_PARAMETERS``: ``SMALL_MODEL_LEARNING_RATE`` (``SMALL_LORA_LEARNING_RATE`` under LoRA); a larger one: ``FULL_LEARNING_RATE``, ``LORA_LEARNING_RATE`` under LoRA |
 
-The loop's side: a warm start whose steps came from ``warm_start_steps`` (not from a flag) trains on
-``warm_start_split``'s first part, checks the rest every ``WARM_START_CHECK_EVERY`` steps and applies
-``warm_start_restore(checks)`` at the end; the sampling cap from ``generation_cap``'s
+The loop's side: the sampling cap from ``generation_cap``'s
 answer rule is not an answer length (``Sampling.cap_is_answer_length`` stays False: a reply that reaches it
 is truncated).
 """
@@ -32,21 +30,9 @@ from typing import Any
 Ruled = tuple[Any, str]
 """(value, source sentence)"""
 
-WARM_START_MAX_STEPS = 800
-"""most warm-start steps under the rule (about 40-80 s of builtin:tiny on an idle 2-core machine)"""
-WARM_START_FIXED_STEPS = 200
-"""warm-start steps when the train split is too small to hold a slice out (under ``WARM_START_SPLIT_MIN`` tasks)"""
-WARM_START_CHECK_EVERY = 50
-"""steps between two measurements of the held-out slice's pass rate"""
-WARM_START_CHECK_TASKS = 64
-"""most train tasks held out of the warm start to measure it (a fifth of the split when that is fewer)"""
-WARM_START_CHECK_SAMPLES = 4
-"""samples per held-out-of-train task at each check"""
-WARM_START_SPLIT_MIN = 40
-"""fewest train tasks that leave a slice to hold out"""
-WARM_START_DIP = 0.15
-"""at the end the weights go back to the best check's when the last check passed this much less (a collapse, as
-sum3's 0.78 -> 0.44 on one spike of the loss; a smaller dip is within the noise of the best of 16 checks)"""
+WARM_START_STEPS = 800
+"""warm-start steps on a taskset of the user's own (own_tasks: the final held-out pass@1 rose with the count on
+every task, 200 -> 400 -> 800; every way of ending sooner measured lost to it; docs/decisions.md)"""
 WARM_START_LEARNING_RATE = 3e-3
 """the warm start's supervised learning rate on a taskset of the user's own (own_tasks benchmark, docs/decisions.md)"""
 BUILTIN_WARM_START_LEARNING_RATE = 1e-2
@@ -78,8 +64,7 @@ LORA_LEARNING_RATE = 2e-4
 
 # ------------------------------------------------------------------------------------- warm start
 def warm_start_steps(*, random_init: bool, train_size: int, answered: int) -> Ruled:
-    """The supervised steps on the reference answers before RL (under the rule the loop measures a held-out slice
-    of the train split as it goes, ``warm_start_split``, and undoes a collapse, ``warm_start_restore``).
+    """The supervised steps on the reference answers before RL.
 
     ``random_init``: the model starts from random weights (a ``builtin:`` model); ``train_size``: tasks in the
     train split; ``answered``: how many of them have a reference answer (``Task.answer`` not None)."""
@@ -89,33 +74,8 @@ def warm_start_steps(*, random_init: bool, train_size: int, answered: int) -> Ru
     if train_size == 0 or answered < train_size:
         return 0, (f"0: {train_size - answered} of the {train_size} train tasks have no reference answer to "
                    "imitate, and RL alone from random weights rarely passes (give every task an answer)")
-    if train_size < WARM_START_SPLIT_MIN:
-        return WARM_START_FIXED_STEPS, (f"{WARM_START_FIXED_STEPS}: a random-init model with reference answers for "
-                                        f"all {train_size} train tasks, too few to hold a slice out to measure it")
-    held = len(warm_start_split([None] * train_size)[1])
-    return WARM_START_MAX_STEPS, (
-        f"{WARM_START_MAX_STEPS}: a random-init model with reference answers for all {train_size} train tasks "
-        f"imitates them, all but {held} held out and measured every {WARM_START_CHECK_EVERY} steps (it goes back "
-        f"to its best check after a collapse of {WARM_START_DIP:g}; own_tasks: 800 steps was the best count on "
-        "every task)")
-
-
-def warm_start_split(train: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    """(the tasks the warm start trains on, the tasks held out of it to measure it): the last fifth of the train
-    split, at most ``WARM_START_CHECK_TASKS``; none below ``WARM_START_SPLIT_MIN`` tasks. RL samples all of them."""
-    train = list(train)
-    if len(train) < WARM_START_SPLIT_MIN:
-        return train, []
-    held = min(WARM_START_CHECK_TASKS, len(train) // 5)
-    return train[:-held], train[-held:]
-
-
-def warm_start_restore(checks: Sequence[tuple[int, float]]) -> tuple[int, float] | None:
-    """The best check to set the weights back to at the end, when the last one fell ``WARM_START_DIP`` below it."""
-    if not checks:
-        return None
-    best = max(checks, key=lambda c: c[1])
-    return best if checks[-1][1] <= best[1] - WARM_START_DIP else None
+    return WARM_START_STEPS, (f"{WARM_START_STEPS}: a random-init model with reference answers for all {train_size} "
+                              "train tasks imitates them first (the best count measured on every own_tasks task)")
 
 
 def warm_start_learning_rate() -> Ruled:

@@ -80,9 +80,6 @@ class RunPlan:
     """with a sampler server: the weights are pushed after every this many optimizer steps"""
     trainer: str | None = None
     """where the model trains: 'in-process', 'wai serve at URL' or 'Tinker API at URL' (--url, --api)"""
-    warm_start_early_stop: bool = False
-    """the warm start's steps are the rule's: it holds a slice of the train split out, measures it every 50 steps
-    and goes back to its best check after a collapse (whileai.loop.plan.rules.warm_start_restore)"""
     threads: int = 1
     """torch CPU threads (--threads; the rule: $OMP_NUM_THREADS, else free cores)"""
     sources: tuple[tuple[str, str], ...] = ()
@@ -309,9 +306,6 @@ def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Method | 
     sources["sampler"] = origins.get("sampler_url", DEFAULT) if config.sampler_url else DEFAULT
     values["sync_every"] = config.sync_every if config.sync_every is not None else default("sync_every")
     sources["sync_every"] = origins.get("sync_every", USER) if config.sync_every is not None else DEFAULT
-    values["warm_start_early_stop"] = (sources["warm_start_steps"].startswith(RULE)
-                                       and values["warm_start_steps"] == rules.WARM_START_MAX_STEPS)
-    sources["warm_start_early_stop"] = "derived"
     if config.threads is not None:
         values["threads"], sources["threads"] = config.threads, origins.get("threads", USER)
     else:
