@@ -104,3 +104,20 @@ def test_a_recorder_whose_key_the_policy_refuses_says_so_and_names_upstream_key(
             assert refused.value.status_code == 502
             assert "refused the recorder's key" in str(refused.value) and "--upstream-key" in str(refused.value)
         assert "refused the recorder's key" in recorder.log.read_text()
+
+
+def test_the_reward_command_says_its_own_flag_for_a_second_score(recorder, capsys):
+    """`wai record reward --url` on a scored trace says `add --replace` (the CLI's flag), not the wire's
+    `send "replace": true`; a NaN says to fix the command, before anything is sent."""
+    from whileai.cli import main
+
+    client = openai.OpenAI(base_url=recorder.url + "/v1", api_key=recorder.token, max_retries=0)
+    raw = client.completions.with_raw_response.create(model="builtin:tiny", prompt=[1, 72], max_tokens=2)
+    trace_id = raw.headers["x-whileai-trace-id"]
+    args = ["record", "reward", trace_id, "1", "--url", recorder.url, "--token", str(recorder.token)]
+    assert main(args) == 0
+    assert main(args) != 0
+    said = capsys.readouterr().err
+    assert "already scored (1). Fix: add --replace" in said and '"replace": true' not in said
+    assert main([*args[:3], "nan", *args[4:]]) != 0
+    assert "Fix the command's arguments and run it again" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from whileai.cli.options import add_address, add_body_limit, add_token, check_port, positive, serving_token
-from whileai.errors import ConfigError
+from whileai.errors import ConfigError, WhileaiError
 from whileai.record.requests import Limits
 
 DEFAULT_PORT = 8400
@@ -101,12 +101,16 @@ def cmd_reward(args: argparse.Namespace) -> int:
 
     if (args.url is None) == (args.reward_data is None):
         raise ConfigError("give one of --url (a running recorder) or --data-dir (its data folder)")
-    if args.url is not None:
-        print(score(args.url, args.trace_id, args.reward, args.replace, token=args.reward_token))
-        return 0
-    checked = check_reward({"trace_id": args.trace_id, "reward": args.reward, "replace": args.replace})
+    checked = check_reward({"trace_id": args.trace_id, "reward": args.reward, "replace": args.replace},
+                           fix="Fix the command's arguments and run it again")
     if isinstance(checked, str):
         raise ConfigError(checked)
+    if args.url is not None:
+        try:
+            print(score(args.url, args.trace_id, args.reward, args.replace, token=args.reward_token))
+        except WhileaiError as err:  # the recorder's wire words, said as this command's flags
+            raise ConfigError(str(err).replace('send "replace": true', "add --replace")) from None
+        return 0
     store = RecordStore(_data(args.reward_data))
     try:
         replaced = store.score(*checked)

@@ -23,8 +23,8 @@ from whileai.service.auth import TOKEN_ENV
 FIELDS = ("trace_id", "reward", "replace")
 
 
-def check_reward(body: Any) -> tuple[str, float, bool] | str:
-    """``(trace_id, reward, replace)``, or the reason the body is refused."""
+def check_reward(body: Any, fix: str = "Fix the body and send again") -> tuple[str, float, bool] | str:
+    """``(trace_id, reward, replace)``, or the reason the body is refused, ending in ``fix``."""
     if not isinstance(body, dict):
         return "the body must be a JSON object {\"trace_id\": str, \"reward\": number, \"replace\": bool}"
     problems = [f"unknown field {k!r} (fields: {list(FIELDS)})" for k in sorted(set(body) - set(FIELDS))]
@@ -37,7 +37,7 @@ def check_reward(body: Any) -> tuple[str, float, bool] | str:
     if not isinstance(replace, bool):
         problems.append(f"'replace' is {replace!r}; it must be true or false")
     if problems:
-        return "; ".join(problems) + ". Fix the body and send again"
+        return "; ".join(problems) + f". {fix}"
     return str(trace_id), float(reward or 0.0), bool(replace)
 
 
