@@ -57,11 +57,16 @@ def test_a_negative_learning_rate_reaches_the_configs_own_message(capsys):
     assert "learning_rate = -0.001 must be a finite number > 0" in err and "expected one argument" not in err
 
 
-def test_resume_with_more_steps_continues_the_longer_runs_schedule(tmp_path: Path):
+def test_resume_with_more_steps_continues_the_longer_runs_schedule(tmp_path: Path, capsys):
     """A 4-step run resumed to 6 trains steps 5 and 6 at the rates a 6-step run has there (linear decay over 6),
-    and its plan says the step count came from the resume."""
+    and its plan says the step count came from the resume; the resume prints where it starts and its plan, and
+    the summary counts this session's steps apart (a newcomer saw no header and "6 steps in 1 s")."""
     wai.train(steps=4, run_dir=str(tmp_path / "r"), **QUICK)
+    capsys.readouterr()
     resumed = wai.train(resume=str(tmp_path / "r"), steps=6, progress=False)
+    said = capsys.readouterr().out
+    assert f"resuming {tmp_path / 'r'} at step 4 of 6 with its saved plan" in said and "steps 6 [resume]" in said
+    assert "6 steps (2 this session, resumed at step 4) in" in resumed.summary["report"]
     fresh = wai.train(steps=6, run_dir=str(tmp_path / "f"), **QUICK)
     rates = [m["learning_rate"] for m in resumed.metrics()]
     assert rates[:4] == pytest.approx([1e-2 * (1 - t / 4) for t in range(4)])

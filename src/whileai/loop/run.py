@@ -398,6 +398,7 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
                 backend.load(run_dir / "checkpoint")
             else:
                 state.method_state = method.initial_state()  # the loop owns it and checkpoints it
+            first_step = state.step
             metrics = Metrics(run_dir, state.step if resumed is not None else None)
             log = Progress(plan.steps, state.step, config.progress, method.name)
             try:
@@ -406,13 +407,17 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
                                   resumed is not None)
                     if resumed is None:
                         announce(ctx)
+                    else:
+                        log.write(f"resuming {run_dir} at step {state.step} of {plan.steps} with its saved plan")
+                        log.write(plan.table())
                     source = source_for(ctx, state)
                     backend.closers.extend(source.closers)
                     hooks = [WarmStart(ctx), HeldOut(ctx), *source.feed, PreflightHook(ctx), TeacherHook(ctx),
                              Record(ctx), *source.pushing, Checkpoints(ctx)]
                     run_loop(backend.trainer, method, plan, source.batches, state, hooks)
                 log.close()
-                summary, weights = finish(ctx, state, time.perf_counter() - started)
+                summary, weights = finish(ctx, state, time.perf_counter() - started,
+                                          first_step if resumed is not None else 0)
             finally:
                 log.close()
                 metrics.close()

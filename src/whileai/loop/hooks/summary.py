@@ -18,12 +18,14 @@ from whileai.loop.types import LoopState
 from whileai.methods import Method
 
 
-def finish(ctx: Context, state: LoopState, seconds: float) -> tuple[dict[str, Any], Path | None]:
+def finish(ctx: Context, state: LoopState, seconds: float, first_step: int = 0) -> tuple[dict[str, Any], Path | None]:
     """Write summary.json, evals.json, heldout*.jsonl, curves.png and RUN_DIR/final; return the summary and
-    the final weights' folder (None without --export)."""
+    the final weights' folder (None without --export). ``first_step``: where a resumed run's session began."""
     method, plan, spec = ctx.method, ctx.plan, ctx.method.run_spec()
     summary: dict[str, Any] = {"run_spec": spec.describe(), "steps": state.step, "seconds": round(seconds, 2),
                                "run_dir": str(ctx.run_dir), "where": ctx.backend.where}
+    if first_step:  # a resume: the seconds are this session's, so are its steps
+        summary["resumed_at_step"] = first_step
     summary["resolved"] = resolved(ctx)
     summary["method"] = as_run(method, summary["resolved"])
     summary["plan"] = {"values": plan.values(), "sources": dict(plan.sources)}
@@ -112,7 +114,9 @@ def _mean(records: Sequence[Mapping[str, Any]], key: str) -> float:
 
 
 def report(summary: Mapping[str, Any]) -> str:
-    lines = [f"{summary['method']}", f"  {summary['steps']} steps in {summary['seconds']:.0f} s; run dir "
+    session = (f" ({summary['steps'] - summary['resumed_at_step']} this session, resumed at step "
+               f"{summary['resumed_at_step']})" if "resumed_at_step" in summary else "")
+    lines = [f"{summary['method']}", f"  {summary['steps']} steps{session} in {summary['seconds']:.0f} s; run dir "
              f"{summary['run_dir']}"]
     if "reward_first_fifth" in summary:
         lines.append(f"  training reward {summary['reward_first_fifth']:.3f} (first fifth) -> "
