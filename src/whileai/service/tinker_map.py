@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
@@ -121,12 +121,14 @@ def prompt_seed(params: dict[str, Any], index: int) -> dict[str, Any]:
     return {**params, "seed": int(np.random.SeedSequence([int(params["seed"]), index]).generate_state(1)[0])}
 
 
-def sample_all(sampler: Any, prompts: list[Any], num_samples: int, params: dict[str, Any]) -> list[list[Any]]:
+def sample_all(sampler: Any, prompts: list[Any], num_samples: int, params: dict[str, Any],
+               wait: Callable[[Any, str], Any] = lambda future, op: future.result()) -> list[list[Any]]:
     """Every prompt's samples from one SDK ``SamplingClient``: one request per prompt (``prompt_seed``), all
-    sent before any answer is awaited; each sample as the SDK's ``SampledSequence``."""
+    sent before any answer is awaited (``wait(future, operation)``); each sample as the SDK's
+    ``SampledSequence``."""
     from tinker import types
 
     futures = [sampler.sample(types.ModelInput.from_ints([int(t) for t in p]), num_samples,
                               types.SamplingParams(**prompt_seed(params, i)))
                for i, p in enumerate(prompts)]
-    return [list(f.result().sequences) for f in futures]
+    return [list(wait(f, "sample").sequences) for f in futures]

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from whileai.errors import ConfigError
+from whileai.errors import ConfigError, WhileaiError
 from whileai.loop.trainers.backends import Backend, Needs, refusals
 from whileai.loop.types import Adam, LogprobsFor, Scoring, Tokenizer
 from whileai.service import tinker_map
@@ -28,6 +28,46 @@ from whileai.service.client import ForwardResult, OptimResult, SampledSequence, 
 
 CONNECT_TIMEOUT_S = 10.0
 ANSWER_TIMEOUT_S = 60.0  # for the capabilities answer, before anything is created
+POLL_S = 10.0
+"""while waiting on an operation, how often the server is checked to still answer (the SDK itself retries a dead
+server for minutes): a run notices a dead server within about this plus CONNECT_TIMEOUT_S"""
+
+
+class ServerGone(WhileaiError):
+    """The Tinker-API server stopped answering while an operation waited (``status`` 0: nothing answered, as
+    the service client's; the run's checkpoint hook turns it into ``ServerStopped`` with the resume line)."""
+
+    status = 0
+
+    def __init__(self, operation: str, url: str, cause: str) -> None:
+        super().__init__(f"{operation} did not complete: the Tinker-API server at {url} stopped answering ({cause})")
+        self.operation = operation
+
+
+def answering(url: str) -> str | None:
+    """Why nothing answers at ``url`` (a refused or timed-out connection), or None when something does."""
+    try:
+        httpx.get(url, timeout=CONNECT_TIMEOUT_S)
+    except httpx.TransportError as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def wait(future: Any, operation: str, url: str) -> Any:
+    """An SDK future's result, checking every POLL_S that the server still answers: a dead server is
+    ``ServerGone`` naming the operation, not minutes of the SDK's retries and its ``RetryableException``."""
+    from tinker.lib.retryable_exception import RetryableException
+
+    tinker = _sdk()
+    while True:
+        try:
+            return future.result(timeout=POLL_S)
+        except TimeoutError:
+            gone = answering(url)
+            if gone is not None:
+                raise ServerGone(operation, url, gone) from None
+        except (tinker.APIConnectionError, RetryableException) as err:
+            raise ServerGone(operation, url, f"{type(err).__name__}: {err}") from None
 OPERATIONS = ("forward", "forward_backward", "optim_step", "sample", "save_state", "load_state")
 """what the trainer can do on any Tinker-API server (no add_critic, no export_lora)"""
 
@@ -72,8 +112,9 @@ class TinkerTrainer:
     """One SDK ``TrainingClient`` with the engine's operation names and return shapes. ``step`` counts the
     optimizer steps taken here (the SDK keeps no step); a resumed trainer starts at its checkpoint's."""
 
-    def __init__(self, training: Any, base_model: str, *, step: int = 0, loaded_from: str | None = None) -> None:
-        self.training, self.base_model = training, base_model
+    def __init__(self, training: Any, base_model: str, *, step: int = 0, loaded_from: str | None = None,
+                 url: str = "") -> None:
+        self.training, self.base_model, self.url = training, base_model, url
         self.step = step
         self.loaded_from = loaded_from
         self._sampler: tuple[int, Any] | None = None   # (step, SamplingClient of that step's weights)
@@ -96,14 +137,15 @@ class TinkerTrainer:
                 reference: bool = False, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         """Tinker returns every position's log-probability: ``logprobs_for`` asks for a subset of them."""
         _own_distribution(sampling_params, reference)
-        out = self.training.forward([tinker_map.to_datum(d) for d in data], loss_fn, loss_fn_config).result()
+        out = self._wait(self.training.forward([tinker_map.to_datum(d) for d in data], loss_fn, loss_fn_config),
+                         "forward")
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
                          *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         _own_distribution(sampling_params, False)
-        out = self.training.forward_backward([tinker_map.to_datum(d) for d in data], loss_fn,
-                                             loss_fn_config).result()
+        out = self._wait(self.training.forward_backward([tinker_map.to_datum(d) for d in data], loss_fn,
+                                                        loss_fn_config), "forward_backward")
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
     def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Scoring = None,
@@ -118,7 +160,7 @@ class TinkerTrainer:
         return ForwardResult(out.loss_fn_outputs, {**metrics, "loss:sum": loss}, out.version)
 
     def optim_step(self, adam_params: Adam = None) -> OptimResult:
-        out = self.training.optim_step(tinker_map.adam(adam_params)).result()
+        out = self._wait(self.training.optim_step(tinker_map.adam(adam_params)), "optim_step")
         before, self.step = self.step, self.step + 1
         metrics = {k: float(v) for k, v in dict(out.metrics or {}).items()}
         return OptimResult(metrics.get("grad_norm", float("nan")), metrics, before)
@@ -133,24 +175,29 @@ class TinkerTrainer:
         prompts: list[Any] = [prompt_tokens] if single else list(prompt_tokens)
         params = _tinker_params(tinker_map.plain_params(sampling_params))
         groups = [[SampledSequence(list(s.tokens), list(s.logprobs or []), s.stop_reason) for s in group]
-                  for group in tinker_map.sample_all(self._sampling_client(), prompts, num_samples, params)]
+                  for group in tinker_map.sample_all(self._sampling_client(), prompts, num_samples, params,
+                                                     self._wait)]
         return groups[0] if single else groups
 
     def _sampling_client(self) -> Any:
         if self._sampler is None or self._sampler[0] != self.step:
-            self._sampler = (self.step, self.training.save_weights_and_get_sampling_client().result())
+            self._sampler = (self.step, self._wait(self.training.save_weights_and_get_sampling_client(),
+                                                   "save_weights_and_get_sampling_client"))
         return self._sampler[1]
 
     def save_state(self, name: str) -> str:
         """Weights and optimizer saved on the server under ``name``; returns its ``tinker://`` path."""
-        return str(self.training.save_state(name).result().path)
+        return str(self._wait(self.training.save_state(name), "save_state").path)
 
     def load_state(self, path: str) -> None:
         """Restore a state this run saved (its ``tinker://`` path). A trainer made from a state by ``--resume``
         has loaded it already."""
         if path != self.loaded_from:
-            self.training.load_state_with_optimizer(path).result()
+            self._wait(self.training.load_state_with_optimizer(path), "load_state_with_optimizer")
             self.loaded_from = path
+
+    def _wait(self, future: Any, operation: str) -> Any:
+        return wait(future, operation, self.url)
 
 
 def _own_distribution(sampling_params: Scoring, reference: bool) -> None:
@@ -190,15 +237,23 @@ def tinker_backend(url: str, token: str | None, model: str, *, lora_rank: int, s
     try:
         if resume is None:
             training = service.create_lora_training_client(base_model=model, rank=lora_rank, seed=seed).result()
-            trainer = TinkerTrainer(training, model)
+            trainer = TinkerTrainer(training, model, url=url)
         else:
             training = _from_state(service, url, resume)
-            trainer = TinkerTrainer(training, model, step=int(resume["step"]), loaded_from=resume["path"])
+            trainer = TinkerTrainer(training, model, step=int(resume["step"]), loaded_from=resume["path"], url=url)
     except BaseException:
         service.close("errored").result()
         raise
-    return Backend(trainer, f"Tinker API at {url}", False, [lambda: service.close("success").result()],
+    return Backend(trainer, f"Tinker API at {url}", False, [lambda: _close(service, url)],
                    api="tinker", url=url, capabilities=offered)
+
+
+def _close(service: Any, url: str) -> None:
+    """End the session; a server that is gone has no session to end (the run's error says what failed)."""
+    try:
+        wait(service.close("success"), "close", url)
+    except ServerGone:
+        pass
 
 
 def _from_state(service: Any, url: str, saved: Mapping[str, Any]) -> Any:
