@@ -93,10 +93,25 @@ def test_estimate_parameters_by_hand():
     assert rules.estimate_parameters({"hidden_size": 64}) is None
 
 
-def test_model_parameters_reads_a_folders_config(tmp_path):
+def test_model_parameters_reads_a_folders_config_outside_the_embeddings(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(dict(n_embd=768, n_layer=12, vocab_size=50257, n_head=12)))
-    assert rules.model_parameters(str(tmp_path)) == rules.estimate_parameters(
-        dict(n_embd=768, n_layer=12, vocab_size=50257, n_head=12))
+    assert rules.model_parameters(str(tmp_path)) == 12 * (4 * 768 * 768 + 2 * 768 * 3072)  # GPT-2's 85M body
+
+
+def test_a_two_layer_body_with_a_real_vocabulary_is_small_and_gpt2_is_pretrained(tmp_path):
+    """The size rule reads the layers, not the embedding (issue 29): a 2-layer Qwen2-shaped toy with the
+    151,936 vocabulary (136M of embedding) gets the small-model rate; GPT-2 (85M of layers) stays pretrained."""
+    toy = dict(hidden_size=896, num_hidden_layers=2, vocab_size=151936, intermediate_size=4864,
+               num_attention_heads=14, num_key_value_heads=2)
+    (tmp_path / "config.json").write_text(json.dumps(toy))
+    assert rules.estimate_parameters(toy) > 100e6  # counted with the embedding it looked pretrained
+    rate, why = rules.learning_rate(random_init=False, warm_start_steps=0, lora_rank=0,
+                                    parameters=rules.model_parameters(str(tmp_path)))
+    assert rate == rules.SMALL_MODEL_LEARNING_RATE and "outside the embeddings" in why
+    gpt2 = dict(n_embd=768, n_layer=12, vocab_size=50257, n_head=12)
+    rate, _ = rules.learning_rate(random_init=False, warm_start_steps=0, lora_rank=0,
+                                  parameters=rules.estimate_parameters(gpt2, embeddings=False))
+    assert rate == rules.FULL_LEARNING_RATE
     assert rules.model_parameters("builtin:tiny") is None
     assert rules.model_parameters(str(tmp_path / "absent")) is None
     (tmp_path / "config.json").write_text("{not json")

@@ -48,8 +48,9 @@ RANDOM_INIT_LEARNING_RATE = 1e-2
 WARM_STARTED_LEARNING_RATE = 1e-3
 """a random-init model's RL rate after a warm start (1e-2 undid it on copy, 0.391 -> 0.051, and on parity, -0.135
 pooled over three seeds; on upper and successor it gained no more than 1e-3)"""
-SMALL_MODEL_PARAMETERS = 100_000_000
-"""below this a loaded model is of the built-ins' size (an exported whileai run); above, a pretrained LLM"""
+SMALL_MODEL_PARAMETERS = 50_000_000
+"""parameters outside the embeddings below which a loaded model is of the built-ins' size (an exported whileai run, a
+toy body with a real vocabulary); above, a pretrained LLM (GPT-2 has 85M; Qwen2.5-0.5B 360M)"""
 SMALL_MODEL_LEARNING_RATE = 1e-3
 """full fine-tuning of a small loaded model (an exported builtin:tiny: 1e-5 gained +0.001 and barely moves it,
 1e-3 +0.010, 3e-3 -0.017 on a taskset it knew; +0.031 on logs in issue 21)"""
@@ -137,16 +138,18 @@ def learning_rate(*, random_init: bool, warm_start_steps: int, lora_rank: int, p
     if parameters is not None and parameters < SMALL_MODEL_PARAMETERS:
         rate = SMALL_LORA_LEARNING_RATE if lora_rank else SMALL_MODEL_LEARNING_RATE
         return rate, (f"{rate:g}: {how} of a small loaded model ({parameters / 1e6:.2g}M parameters, under "
-                      f"{SMALL_MODEL_PARAMETERS / 1e6:.0f}M: the built-ins' size)")
+                      f"{SMALL_MODEL_PARAMETERS / 1e6:.0f}M outside the embeddings: the built-ins' size)")
     rate = LORA_LEARNING_RATE if lora_rank else FULL_LEARNING_RATE
-    size = "of unknown size" if parameters is None else f"of {parameters / 1e6:.0f}M parameters"
+    size = "of unknown size" if parameters is None else f"of {parameters / 1e6:.0f}M parameters outside the embeddings"
     return rate, f"{rate:g}: {how} of a pretrained model {size}"
 
 
-def estimate_parameters(config: Mapping[str, Any]) -> int | None:
+def estimate_parameters(config: Mapping[str, Any], *, embeddings: bool = True) -> int | None:
     """A transformer's parameter count from its Hugging Face ``config.json`` fields (Llama/Qwen style
     ``hidden_size`` ..., or GPT-2 style ``n_embd`` ...); None when the fields are missing. Rough (norms and
-    biases left out), enough to tell a built-in-sized model from a pretrained LLM."""
+    biases left out), enough to tell a built-in-sized model from a pretrained LLM. ``embeddings=False``: the
+    layers only (what the size rule reads: a 150k vocabulary's embedding would make a 2-layer toy look
+    pretrained)."""
     width = config.get("hidden_size", config.get("n_embd", config.get("d_model")))
     layers = config.get("num_hidden_layers", config.get("n_layer"))
     vocab = config.get("vocab_size")
@@ -156,18 +159,18 @@ def estimate_parameters(config: Mapping[str, Any]) -> int | None:
     heads = config.get("num_attention_heads") or 1
     kv = (config.get("num_key_value_heads") or heads) * (width // heads)
     mlp = (3 if "intermediate_size" in config else 2) * width * inner
-    embeddings = vocab * width * (1 if config.get("tie_word_embeddings", True) else 2)
-    return int(embeddings + layers * (2 * width * width + 2 * width * kv + mlp))
+    table = vocab * width * (1 if config.get("tie_word_embeddings", True) else 2) if embeddings else 0
+    return int(table + layers * (2 * width * width + 2 * width * kv + mlp))
 
 
 def model_parameters(model: str) -> int | None:
-    """``estimate_parameters`` of a local model folder's config.json (None for a hub id or a folder without
-    one, and for ``builtin:`` models, which are random-init and need no size)."""
+    """``estimate_parameters`` of a local model folder's config.json, outside the embeddings (None for a hub id
+    or a folder without one, and for ``builtin:`` models, which are random-init and need no size)."""
     path = Path(model) / "config.json"
     if model.startswith("builtin:") or not path.is_file():
         return None
     try:
-        return estimate_parameters(json.loads(path.read_text()))
+        return estimate_parameters(json.loads(path.read_text()), embeddings=False)
     except (OSError, ValueError):
         return None
 
