@@ -63,10 +63,16 @@ def test_no_pass_is_fatal_with_a_warm_start_a_lower_cap_and_more_rollouts():
     assert "below 0.09 at 95%" in fatal.fixes[2]  # 3 / 32, the rule of three
 
 
-def test_no_warm_start_fix_when_there_is_one_or_the_model_is_loaded():
-    for kwargs in (dict(warm_start_steps=600, random_init=True), dict(warm_start_steps=0, random_init=False)):
-        (fatal,) = preflight(rows([0], [0]), ONE, cap=3, answer_lengths=[1], **kwargs).fatal
-        assert not any("warm start" in f or "lower cap" in f for f in fatal.fixes)
+def test_a_longer_warm_start_when_there_was_one_and_none_for_a_loaded_model():
+    """A warm start that ran and left no pass: the fix names a longer one with the steps it had (a newcomer who
+    shortened it got no such hint); a loaded model is offered no warm start at all."""
+    (fatal,) = preflight(rows([0], [0]), ONE, cap=3, answer_lengths=[1], warm_start_steps=20,
+                         random_init=True).fatal
+    assert fatal.fixes[0] == "a longer warm start (--warm-start-steps N; this run had 20)"
+    assert not any("supervised warm start" in f or "lower cap" in f for f in fatal.fixes)
+    (fatal,) = preflight(rows([0], [0]), ONE, cap=3, answer_lengths=[1], warm_start_steps=0,
+                         random_init=False).fatal
+    assert not any("warm start" in f or "lower cap" in f for f in fatal.fixes)
 
 
 def test_every_group_unanimous_is_fatal_for_a_group_method_not_when_one_splits():

@@ -193,6 +193,8 @@ class _Fixes:
         if self.random_init and not self.warm_start_steps and self.answer_lengths:
             out.append("a supervised warm start on the reference answers (--warm-start-steps N; the rule's "
                        "default for a random-init model)")
+        elif self.random_init and self.warm_start_steps and self.answer_lengths:
+            out.append(f"a longer warm start (--warm-start-steps N; this run had {self.warm_start_steps})")
         if self.cap is not None and self.answer_lengths and self.cap > LONG_CAP_FACTOR * (max(self.answer_lengths) + 1):
             out.append(f"a lower cap (--max-tokens {max(self.answer_lengths) + 2}: the longest answer is "
                        f"{max(self.answer_lengths)} tokens, the cap {self.cap})")
