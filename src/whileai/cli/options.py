@@ -53,3 +53,27 @@ def positive(**values: float) -> None:
     for name, value in values.items():
         if not value > 0:
             raise ConfigError(f"--{name.replace('_', '-')} {value:g} must be > 0")
+
+
+def add_threads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: the rule `wai train` uses: $OMP_NUM_THREADS, else the cores "
+                             "this process may use less the load average, within 1..8; 0: torch's own choice, every "
+                             "core, which oversubscribes a shared machine)")
+
+
+def set_threads(threads: int | None, server: str) -> None:
+    """torch's CPU threads for a server: ``--threads`` as given (0: torch's own), else the run plan's rule;
+    printed with where the number came from."""
+    import torch
+
+    from whileai.loop.plan.run_plan import threads_rule
+
+    if threads is not None and threads < 0:
+        raise ConfigError(f"--threads {threads}: give a whole number >= 1, or 0 for torch's own choice")
+    if threads == 0:
+        print(f"wai {server}: torch threads {torch.get_num_threads()} (--threads 0: torch's own choice)", flush=True)
+        return
+    count, source = (threads, "--threads") if threads is not None else threads_rule()
+    torch.set_num_threads(count)
+    print(f"wai {server}: torch threads {count} ({source})", flush=True)

@@ -8,7 +8,16 @@ import argparse
 import sys
 from typing import Any
 
-from whileai.cli.options import add_address, add_body_limit, add_token, check_port, positive, serving_token
+from whileai.cli.options import (
+    add_address,
+    add_body_limit,
+    add_threads,
+    add_token,
+    check_port,
+    positive,
+    serving_token,
+    set_threads,
+)
 from whileai.record.requests import Limits
 
 DEFAULT_PORT = 8300
@@ -34,8 +43,7 @@ def register(subparsers: Any) -> None:
                         help=f"most tokens one sample may ask for, max_tokens (default {Limits.max_tokens})")
     policy.add_argument("--max-batch", type=int, default=Limits.max_batch,
                         help=f"most prompts in one completions request (default {Limits.max_batch})")
-    policy.add_argument("--threads", type=int, default=0,
-                        help="torch CPU threads (default 0: torch's own choice; 1 is fastest for tiny models)")
+    add_threads(policy)
     policy.set_defaults(func=cmd_policy)
 
 
@@ -51,10 +59,7 @@ def cmd_policy(args: argparse.Namespace) -> int:
     limits = Limits(args.max_body_mb, args.max_n, args.max_tokens, args.max_batch)
     token = serving_token(args, "policy")
     _check_free(args.host, args.port)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads, "policy")
     served = load(args.model, seed=args.seed)
     print(f"wai policy: http://{args.host}:{args.port}/v1, model {served.name}, weights {served.version}", flush=True)
     uvicorn.run(create_policy_app(served, token, limits), host=args.host, port=args.port, log_level="warning")

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from whileai.cli.options import add_address, check_port
+from whileai.cli.options import add_address, add_threads, check_port, set_threads
 from whileai.errors import ConfigError
 
 DEFAULT_PORT = 8321
@@ -42,8 +42,7 @@ def register(subparsers: Any) -> None:
     serve.add_argument("--max-datums", type=int, default=4096, help="most datums per request (default 4096)")
     serve.add_argument("--max-samples", type=int, default=4096,
                        help="most sequences per sample request, prompts x num_samples (default 4096)")
-    serve.add_argument("--threads", type=int, default=0,
-                       help="torch CPU threads (default 0: torch's own choice; 1 is fastest for tiny models)")
+    add_threads(serve)
     serve.add_argument("--tinker-url", default=None, metavar="URL",
                        help="run every run on this Tinker-compatible server (Tinker Cloud, SkyRL, another wai "
                             "serve) through the tinker SDK, key from $TINKER_API_KEY (default: none, the local "
@@ -68,10 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problems:
         raise ConfigError("--model: " + "; ".join(problems))
     tokens, generated = read_tokens(args.token_file)
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads, "serve")
     config = ServeConfig(data_dir=args.data_dir, tokens=tokens, models=args.models or ["builtin:tiny", "builtin:mini"],
                          order_timeout=args.order_timeout, respond_within=args.respond_within,
                          max_body_bytes=int(args.max_body_mb * 2**20), max_datums=args.max_datums,
