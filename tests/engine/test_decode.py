@@ -11,6 +11,7 @@ from test_sampling import PROMPTS, VOCAB, tiny_model
 
 from whileai.engine import decode, sampling
 from whileai.engine.sampling import SamplingParams, sample
+from whileai.errors import ConfigError
 
 SETTINGS = [
     SamplingParams(max_tokens=10, seed=1),
@@ -124,6 +125,45 @@ def test_static_step_equals_the_exact_step_to_rounding():
             got = static.step(token, position)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             token = want.argmax(-1, keepdim=True) % VOCAB
+
+
+def assert_equal_to_rounding(static, exact):
+    assert len(static) == len(exact)
+    for a, b in zip(static, exact):
+        for x, y in zip(a, b):
+            assert x.tokens == y.tokens and x.stop_reason == y.stop_reason
+            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+@pytest.mark.parametrize("params", SETTINGS, ids=lambda p: f"t{p.temperature}-k{p.top_k}-p{p.top_p}-{p.stop}")
+def test_static_cache_sampler_equals_the_current_sampler_under_every_setting(family, params):
+    """The fixed-shape sampler (full-length key/value buffers, a mask, finished rows running on unread: what a
+    CUDA graph records) gives the current sampler's tokens, stop reasons and log-probabilities (to rounding),
+    with left padding, several samples per prompt, stops, stop strings and EOS ids (2 and 5)."""
+    model = tiny_model(family)
+    for prompts, n in ((PROMPTS, 1), (PROMPTS + [[4, 4]], 3), ([[5, 9, 4, 4, 1]], 1)):
+        exact = sample(model, prompts, n, params, eos_token_id=[2, 5], decode=decode_text)
+        static = sample(model, prompts, n, params, eos_token_id=[2, 5], decode=decode_text, static_cache=True)
+        assert_equal_to_rounding(static, exact)
+
+
+def test_static_cache_runs_cover_every_way_a_sample_ends():
+    """Not vacuous: in the static runs rows end at each EOS id, at a stop and by length, at different steps."""
+    model = tiny_model("qwen2")
+    params = SamplingParams(max_tokens=12, temperature=1.5, seed=6, stop=[[7, 7], 11, 13])
+    static = sample(model, PROMPTS + [[4, 4]], 4, params, eos_token_id=[2, 5], static_cache=True)
+    assert_equal_to_rounding(static, sample(model, PROMPTS + [[4, 4]], 4, params, eos_token_id=[2, 5]))
+    rows = [s for r in static for s in r]
+    assert {s.tokens[-1] for s in rows if s.stop_reason == "stop"} >= {2, 5}
+    assert any(s.stop_reason == "length" for s in rows) and len({len(s.tokens) for s in rows}) >= 3
+
+
+def test_static_cache_is_refused_where_it_does_not_apply():
+    with pytest.raises(ConfigError, match="covers the Llama and Qwen2 families"):
+        sample(tiny_model("gpt2"), PROMPTS, 1, SETTINGS[0], static_cache=True)
+    with pytest.raises(ConfigError, match="cuda_graph=True needs the model on a CUDA device"):
+        sample(tiny_model("qwen2"), PROMPTS, 1, SETTINGS[0], cuda_graph=True)
 
 
 @pytest.mark.gpu

@@ -40,7 +40,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from whileai.engine.decode import captured, decode_step, graph_ready
+from whileai.engine.decode import decode_step, static_decode, static_ready
 from whileai.engine.stops import TextStops
 from whileai.errors import BatchError, ConfigError, WhileaiError
 from whileai.knobs import Knob, number
@@ -349,6 +349,7 @@ def sample(
     eos_token_id: int | Sequence[int] | None = None,
     max_context: int | None = None,
     decode: Any = None,
+    static_cache: bool = False,
     cuda_graph: bool = False,
 ) -> list[list[SampledSequence]]:
     """Sample ``num_samples`` continuations of every prompt; returns ``result[prompt][sample]``.
@@ -359,8 +360,9 @@ def sample(
     unless ``params.ignore_eos``; None means only ``params.stop`` stops early. ``decode`` (token ids ->
     text, the tokenizer's) is needed for stop strings. A prompt that does not fit the context raises
     ``BatchError`` naming the prompt; a sample that reaches the context ends with ``"length"``.
-    ``cuda_graph`` (CUDA only): decode with fixed shapes, each step one CUDA-graph replay
-    (``whileai.engine.decode.StaticDecode``; equal to the exact step to rounding, not bit for bit).
+    ``static_cache``: decode with fixed shapes (``whileai.engine.decode.StaticDecode``: keys/values in buffers of
+    the whole generation's length, finished rows run on unread; equal to the exact step to rounding, not bit for
+    bit); ``cuda_graph`` (CUDA only, implies ``static_cache``): each such step is one CUDA-graph replay.
     """
     if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
         raise ConfigError(f"num_samples={num_samples!r} must be an integer >= 1 (samples drawn per prompt)")
@@ -380,9 +382,9 @@ def sample(
         with torch.inference_mode():
             ids = tuple(s for s in params.stop if not isinstance(s, str))
             stops = (() if params.ignore_eos else _stop_ids(eos_token_id)) + ids
-            graphed = cuda_graph and graph_ready(model)
-            cascade = int(num_samples) > 1 and not graphed and shares_prefixes(model)
-            run = _Run(model, prompts, int(num_samples), params, stops, context, cascade, graphed)
+            static = static_ready(model, graph=cuda_graph) if static_cache or cuda_graph else None
+            cascade = int(num_samples) > 1 and static is None and shares_prefixes(model)
+            run = _Run(model, prompts, int(num_samples), params, stops, context, cascade, static)
             run.text_stops = TextStops(texts, decode) if texts else None
             return run.generate()
     finally:
@@ -397,7 +399,7 @@ class _Run:
 
     def __init__(self, model: Any, prompts: list[list[int]], num_samples: int, params: SamplingParams,
                  stops: tuple[tuple[int, ...], ...], context: int | None, cascade: bool = False,
-                 graphed: bool = False) -> None:
+                 static: bool | None = None) -> None:
         self.model, self.prompts, self.num_samples, self.params = model, prompts, num_samples, params
         self.cascade = cascade
         self.device = next(model.parameters()).device
@@ -414,7 +416,7 @@ class _Run:
         self.long_stops = [torch.tensor(s, device=self.device) for s in stops if len(s) > 1]
         self.names = _step_kwargs(model)
         self.fast = decode_step(model)  # the same arithmetic with transformers' per-layer wrappers left out
-        self.graphed = graphed
+        self.static_mode = static  # None: the exact step; False: fixed shapes; True: fixed shapes as a CUDA graph
         self.static: Any = None
         self.text_stops: TextStops | None = None
         # the running batch, set by _prefill: its rows, which still run, their last position, the mask
@@ -529,9 +531,10 @@ class _Run:
             self.shared.rows_B = self.rows_B
         self.running_B = torch.ones(len(self.rows_B), dtype=torch.bool, device=self.device)
         self.keep_B = None
-        if self.graphed:  # the whole batch keeps its fixed shape: finished rows run on, unread
-            self.static = captured(self.model, self.cache, self.mask_BL, longest, capacity)
-            self.cache = None  # the graph holds its own copy of the keys/values
+        if self.static_mode is not None:  # the whole batch keeps its fixed shape: finished rows run on, unread
+            self.static = static_decode(self.model, self.cache, self.mask_BL, longest, capacity,
+                                        graph=self.static_mode)
+            self.cache = None  # the fixed-shape step holds its own copy of the keys/values
         return out.logits[:, -1, :].repeat_interleave(n, dim=0)
 
     def _results(self) -> list[list[SampledSequence]]:
