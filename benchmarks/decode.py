@@ -6,7 +6,7 @@
 Three sides decode the same prompts with the same model (eval mode, no EOS, so every row runs the full
 length), alternating order round by round; medians over rounds, ratios of medians:
 
-- **whileai**: ``whileai.engine.sampling.sample`` with the fast decode step (``whileai.engine.decode``;
+- **whileai**: ``whileai.engine.generation.sample`` with the fast decode step (``whileai.engine.decode``;
   ``--graph``: one CUDA-graph replay per token), which also returns each token's log-probability;
 - **whileai, model forward**: the same sampler calling ``model(...)`` every step (the sampler before the fast
   step: ``decode_step`` switched off), to show what the step itself gained;
@@ -41,19 +41,20 @@ def _sync(device: str) -> None:
 
 
 def sides(graph: bool, samples: int) -> dict[str, Any]:
-    from whileai.engine import sampling
-    from whileai.engine.sampling import SamplingParams, sample
+    from whileai.engine import generation
+    from whileai.engine.generation import sample
+    from whileai.engine.sampling import SamplingParams
 
     def ours(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
         sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed), cuda_graph=graph)
 
     def forward(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
-        original = sampling.decode_step
-        sampling.decode_step = lambda model: None
+        original = generation.decode_step
+        generation.decode_step = lambda model: None
         try:
             sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed))
         finally:
-            sampling.decode_step = original
+            generation.decode_step = original
 
     def generate(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
         torch.manual_seed(seed)

@@ -9,8 +9,9 @@ import pytest
 import torch
 from test_sampling import PROMPTS, VOCAB, tiny_model
 
-from whileai.engine import decode, sampling
-from whileai.engine.sampling import SamplingParams, sample
+from whileai.engine import decode, generation
+from whileai.engine.generation import sample
+from whileai.engine.sampling import SamplingParams
 from whileai.errors import ConfigError
 
 SETTINGS = [
@@ -33,12 +34,12 @@ def decode_text(ids):  # a stand-in tokenizer's decode: id i is the letter chr(9
 def both(model, prompts, n, params, eos=2, **kwargs):
     """(the sampler with the fast step, the sampler calling model(...) each step)."""
     fast = sample(model, prompts, n, params, eos_token_id=eos, decode=decode_text, **kwargs)
-    original = sampling.decode_step
-    sampling.decode_step = lambda model: None
+    original = generation.decode_step
+    generation.decode_step = lambda model: None
     try:
         slow = sample(model, prompts, n, params, eos_token_id=eos, decode=decode_text, **kwargs)
     finally:
-        sampling.decode_step = original
+        generation.decode_step = original
     return fast, slow
 
 

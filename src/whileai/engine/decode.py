@@ -39,7 +39,7 @@ FAMILIES = {"Qwen2DecoderLayer", "LlamaDecoderLayer"}
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
 
-def _base(model: Any) -> Any:
+def base_model(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
@@ -50,7 +50,7 @@ def _hooked(module: Any) -> bool:
 def decode_step(model: Any) -> DecodeStep | None:
     """The fast step for ``model``, or None where it does not apply (another family, sliding-window layers,
     hooks on the modules it bypasses, a final-logit cap): the caller then runs ``model(...)``."""
-    base = _base(model)
+    base = base_model(model)
     inner = getattr(base, "model", None)
     layers = getattr(inner, "layers", None)
     config = getattr(base, "config", None)
@@ -215,7 +215,7 @@ def static_ready(model: Any, *, graph: bool) -> bool:
                           "on other devices (the exact step there is already the fast one)")
     if decode_step(model) is None:
         raise ConfigError(f"fixed-shape decoding (static_cache / cuda_graph) covers the Llama and Qwen2 families "
-                          f"without hooks; {type(_base(model)).__name__} is not one of them: leave both False")
+                          f"without hooks; {type(base_model(model)).__name__} is not one of them: leave both False")
     return graph
 
 
@@ -224,7 +224,7 @@ def static_decode(model: Any, cache: Any, mask_BL: torch.Tensor | None, filled: 
     """A ``StaticDecode`` holding a prefilled cache's first ``filled`` positions; recorded as a CUDA graph when
     ``graph``, else run step by step (the same arithmetic on any device)."""
     first = cache.layers[0].keys
-    static = StaticDecode(_base(model), first.shape[0], capacity, first.device, first.dtype)
+    static = StaticDecode(base_model(model), first.shape[0], capacity, first.device, first.dtype)
     static.prefill(cache, mask_BL, filled)
     if graph:
         static.capture()

@@ -634,7 +634,8 @@ class TrainingEngine:
         """Sample continuations (KV cache, batched). One prompt -> a list of ``SampledSequence``;
         a list of prompts -> one such list per prompt. ``sampling_params`` is a ``SamplingParams`` or a
         dict of its fields (``max_tokens`` has no default on purpose). ``version`` picks saved sampler weights."""
-        from whileai.engine.sampling import SamplingParams, sample
+        from whileai.engine.generation import sample
+        from whileai.engine.sampling import SamplingParams
         from whileai.engine.stops import eos_ids
 
         sampling_params = as_params(SamplingParams, sampling_params, "sampling_params")
