@@ -257,8 +257,9 @@ class TrainingEngine:
                     want: np.ndarray, backward: bool, scorer: _Scorer) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
         """The datum's summed loss over its scored positions, and its output at the scored positions and those
         in ``want`` (``_wanted``): ``logprobs`` (NaN at the positions not asked for, which are never projected;
-        in a backward the unscored ones are computed without a gradient), or ``values`` (0 elsewhere; in a
-        backward only at the scored positions)."""
+        in a backward the unscored ones are computed without a gradient), or the critic's ``values`` (likewise
+        NaN where not asked for, never computed; in a backward only at the scored positions): the value head, like
+        the output layer, reads only the positions whose output is used."""
         where = item.scored if backward else item.scored | want
         if spec.on_values:
             index = torch.from_numpy(np.flatnonzero(where)).to(self.device)
@@ -271,7 +272,7 @@ class TrainingEngine:
         _refuse_impossible(x, item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
         inputs = {k: torch.from_numpy(v[item.scored]).to(self.device) for k, v in item.inputs.items()}
         loss = per_token_loss(spec, x.double(), inputs, config).sum()
-        full = np.zeros(shape, dtype=np.float32) if spec.on_values else np.full(shape, np.nan, dtype=np.float32)
+        full = np.full(shape, np.nan, dtype=np.float32)
         full[where] = x_all.detach().float().cpu().numpy()
         if name == "logprobs" and backward:
             self._fill_unscored(full, item, hidden_TH, want, scorer)
@@ -705,7 +706,8 @@ def _checkpointing(model: Any, device: torch.device, asked: bool | None) -> bool
 LOGPROBS_FOR = ("which positions' log-probabilities a forward returns, beside the loss's own (the positions with "
                 "a nonzero weight), which are always computed: 'every' (Tinker's contract, the default), 'scored' "
                 "(the loss's only), or one integer n per datum: its last n positions (a completion of n tokens). "
-                "Only these positions go through the output layer; the others read NaN")
+                "Only these positions go through the output layer (for a value loss, the value head: the critic's "
+                "'values'); the others read NaN")
 
 
 def _wanted(items: Sequence[Prepared], logprobs_for: Any) -> list[np.ndarray]:
