@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+import whileai.activation_checkpointing as activations
 from whileai.engine import state as state_io
 from whileai.engine.datums import Prepared, check_tokens, prepare
 from whileai.engine.logprobs import (
@@ -159,13 +160,14 @@ class TrainingEngine:
     ``reference``: keep a reference policy for ``compute_logprobs(..., reference=True)`` and for
     methods that need ``ref_logprobs``; None = only when it is free (under LoRA).
     ``micro_batch_tokens``: padded tokens per forward pass; splitting never changes a gradient.
-    ``activation_checkpointing``: keep only each decoder layer's input in a backward pass and recompute the rest
-    (less memory, about a third more compute; the same gradients); None = ``CHECKPOINTING_RULE``.
+    ``activation_checkpointing``: 'auto' (None), 'on' (True) or 'off' (False): keep only each decoder layer's input
+    in a backward pass and recompute the rest (less memory, about a third more compute; the same gradients); auto:
+    the rule of ``whileai.activation_checkpointing`` (on for >= 1B parameters on a GPU).
     """
 
     def __init__(self, model: LoadedModel | str = "builtin:tiny", *, reference: bool | None = None,
                  micro_batch_tokens: int = 8192, logprob_chunk: int = DEFAULT_CHUNK,
-                 keep_sampler_versions: int = 8, activation_checkpointing: bool | None = None,
+                 keep_sampler_versions: int = 8, activation_checkpointing: bool | str | None = None,
                  **load_kwargs: Any) -> None:
         for name, value in (("micro_batch_tokens", micro_batch_tokens), ("logprob_chunk", logprob_chunk),
                             ("keep_sampler_versions", keep_sampler_versions)):
@@ -675,26 +677,16 @@ class TrainingEngine:
         return state_io.export(self, path, merged=merged, overwrite=overwrite, dtype=dtype)
 
 
-CHECKPOINT_PARAMETERS = 1_000_000_000
-CHECKPOINTING_RULE = (f"activation checkpointing is on by default for a model of at least {CHECKPOINT_PARAMETERS:,} "
-                      "parameters on a GPU, where activations, not weights, set the peak memory (a 1.78B model "
-                      "peaked at 80.9 GB without it); off on a CPU and for smaller models, where the time it costs "
-                      "buys nothing")
-
-
-def _checkpointing(model: Any, device: torch.device, asked: bool | None) -> bool:
-    """Turn transformers' gradient checkpointing on (non-reentrant) where ``asked`` or ``CHECKPOINTING_RULE`` says
-    so; returns whether it is on."""
-    if asked is not None and not isinstance(asked, bool):
-        raise ConfigError(f"activation_checkpointing={asked!r} must be True, False or None (None: "
-                          f"{CHECKPOINTING_RULE})")
+def _checkpointing(model: Any, device: torch.device, asked: Any) -> bool:
+    """Turn transformers' gradient checkpointing on (non-reentrant) where ``asked`` ('on' / True) or, for 'auto' /
+    None, the rule of ``whileai.activation_checkpointing`` says so; returns whether it is on."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    size = sum(p.numel() for p in base.parameters())
-    on = asked if asked is not None else device.type == "cuda" and size >= CHECKPOINT_PARAMETERS
+    size = sum(p.numel() for p in base.parameters()) if activations.setting(asked) == "auto" else None
+    on, _ = activations.resolve(asked, size, device.type)
     if on:
         if not getattr(base, "supports_gradient_checkpointing", False):
-            raise ConfigError(f"activation_checkpointing=True: {type(base).__name__} does not support transformers' "
-                              "gradient checkpointing; leave it None or False")
+            raise ConfigError(f"activation_checkpointing='on': {type(base).__name__} does not support transformers' "
+                              "gradient checkpointing; leave it 'auto' or 'off'")
         options = {"use_reentrant": False}
         if hasattr(base, "activation_checkpointing_enable"):  # its name from transformers 5.2x on
             base.activation_checkpointing_enable(activation_checkpointing_kwargs=options)

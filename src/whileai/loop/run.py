@@ -312,7 +312,8 @@ def backend_for(config: TrainConfig, plan: RunPlan, method: Method | None, token
     needs = needs_of(config, plan, method)
     if config.url is None:
         return local_backend(config.model, lora_rank=config.lora_rank, device=config.device, seed=config.seed,
-                             micro_batch_tokens=config.micro_batch_tokens, needs=needs)
+                             micro_batch_tokens=config.micro_batch_tokens, needs=needs,
+                             activation_checkpointing=plan.activation_checkpointing)
     saved = remote_checkpoint(resume) if resume is not None else None
     make = tinker_backend if config.api == "tinker" else remote_backend
     return make(config.url, token, config.model, lora_rank=config.lora_rank, seed=config.seed, needs=needs,

@@ -180,11 +180,12 @@ def remote_state(folder: Path) -> dict[str, Any] | None:
 
 
 def local_backend(model: str, *, lora_rank: int, device: str, seed: int, micro_batch_tokens: int,
-                  needs: Needs) -> Backend:
+                  needs: Needs, activation_checkpointing: str | None = None) -> Backend:
     from whileai.engine import TrainingEngine
 
     engine = TrainingEngine(model, lora_rank=lora_rank, device=device, seed=seed, reference=needs.reference or None,
-                            micro_batch_tokens=micro_batch_tokens, keep_sampler_versions=1)
+                            micro_batch_tokens=micro_batch_tokens, keep_sampler_versions=1,
+                            activation_checkpointing=activation_checkpointing)
     if needs.critic is not None:
         _add_critic(engine, needs.critic)
     return Backend(engine, "in-process engine", True)
