@@ -26,7 +26,7 @@ logs=$(mktemp -d /tmp/gpu-check.XXXX)
 out=${OUT:-gpu-check}
 mkdir -p "$out"
 if [ "${GPU_CHECK_SMOKE:-0}" = 1 ]; then  # the same commands on a CPU at toy sizes: the plumbing, not the numbers
-  dev=cpu small=narrow medium=narrow large=narrow tokens=8 precision=float32 dtype=float32 graph="" steps=2
+  dev=cpu small=narrow medium=narrow large=narrow tokens=8 precision=float32 dtype=float32 graph=--static steps=2
   small_length=128 medium_length=256
   python=${PYTHON:-/work/venv/bin/python}
 else

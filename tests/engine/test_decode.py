@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_sampling import PROMPTS, VOCAB, tiny_model
+from test_sampling import DEVICES, PROMPTS, VOCAB, tiny_model
 
 from whileai.engine import decode, generation
 from whileai.engine.generation import sample
@@ -136,17 +136,22 @@ def assert_equal_to_rounding(static, exact):
             torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=2e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("family", ["qwen2", "llama"])
 @pytest.mark.parametrize("params", SETTINGS, ids=lambda p: f"t{p.temperature}-k{p.top_k}-p{p.top_p}-{p.stop}")
-def test_static_cache_sampler_equals_the_current_sampler_under_every_setting(family, params):
+def test_static_cache_sampler_equals_the_current_sampler_under_every_setting(family, params, device):
     """The fixed-shape sampler (full-length key/value buffers, a mask, finished rows running on unread: what a
     CUDA graph records) gives the current sampler's tokens, stop reasons and log-probabilities (to rounding),
-    with left padding, several samples per prompt, stops, stop strings and EOS ids (2 and 5)."""
-    model = tiny_model(family)
+    with left padding, several samples per prompt, stops, stop strings and EOS ids (2 and 5); on CUDA the
+    same recorded as a CUDA graph too."""
+    model = tiny_model(family).to(device)
     for prompts, n in ((PROMPTS, 1), (PROMPTS + [[4, 4]], 3), ([[5, 9, 4, 4, 1]], 1)):
         exact = sample(model, prompts, n, params, eos_token_id=[2, 5], decode=decode_text)
         static = sample(model, prompts, n, params, eos_token_id=[2, 5], decode=decode_text, static_cache=True)
         assert_equal_to_rounding(static, exact)
+        if device == "cuda":
+            graphed = sample(model, prompts, n, params, eos_token_id=[2, 5], decode=decode_text, cuda_graph=True)
+            assert_equal_to_rounding(graphed, exact)
 
 
 def test_static_cache_runs_cover_every_way_a_sample_ends():
