@@ -154,6 +154,19 @@ def test_static_cache_sampler_equals_the_current_sampler_under_every_setting(fam
             assert_equal_to_rounding(graphed, exact)
 
 
+def test_static_cache_sampler_with_lora_equals_the_current_sampler():
+    from whileai.engine import TrainingEngine
+
+    engine = TrainingEngine("builtin:tiny", lora_rank=4, seed=0)
+    with torch.no_grad():  # adapters off zero, so that they change the logits
+        for name, p in engine.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    params = SamplingParams(max_tokens=8, temperature=1.0, seed=9)
+    exact = sample(engine.model, PROMPTS, 2, params, eos_token_id=2)
+    assert_equal_to_rounding(sample(engine.model, PROMPTS, 2, params, eos_token_id=2, static_cache=True), exact)
+
+
 def test_static_cache_runs_cover_every_way_a_sample_ends():
     """Not vacuous: in the static runs rows end at each EOS id, at a stop and by length, at different steps."""
     model = tiny_model("qwen2")
