@@ -125,4 +125,6 @@ def test_an_error_after_work_keeps_the_run_and_says_so(tmp_path: Path, capsys):
         wai.train(taskset=str(tasks), warm_start_steps=1, steps=2, rollouts_per_step=8, eval_tasks=0,
                   max_tokens=1, progress=False, export=False, run_dir=str(tmp_path / "r"))
     assert (tmp_path / "r" / "warm_start.jsonl").is_file() and (tmp_path / "r" / "tensorboard").is_dir()
-    assert f"run directory {tmp_path / 'r'} kept" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert f"run directory {tmp_path / 'r'} kept" in printed.err
+    assert "NO SIGNAL" not in printed.out + printed.err  # the report comes once, in the error, not also above it
