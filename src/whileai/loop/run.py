@@ -470,6 +470,7 @@ def announce(ctx: Context) -> None:
         write(f"note: the method's max_tokens {knob_cap} (--set) is not the sampling cap: {source}, "
               f"{plan.max_tokens}, is (--max-tokens sets it); the knob still reaches an update that reads it "
               "(Dr. GRPO's length normaliser)")
-    if sampling and plan.max_tokens >= LONG_CAP and config.max_tokens is None:
+    said = any(note.startswith("max_tokens = ") for note in plan.notes)  # the plan's note on the cap and context
+    if sampling and plan.max_tokens >= LONG_CAP and config.max_tokens is None and not said:
         write(f"note: replies may run to {plan.max_tokens} tokens (the method's max_tokens; the taskset sets "
               "none): set --max-tokens, or max_tokens in the taskset, for short answers")
