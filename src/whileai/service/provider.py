@@ -89,10 +89,10 @@ class TinkerProvider:
     name = "tinker"
 
     def __init__(self, url: str, api_key: str, models: list[str]) -> None:
-        import tinker
+        from whileai.trainers.tinker import sdk_session
 
         self.url, self.api_key, self.models = url.rstrip("/"), api_key, list(models)
-        self.client = tinker.ServiceClient(base_url=self.url, api_key=api_key)
+        self.client = sdk_session(self.url, api_key)
 
     def capabilities(self) -> dict[str, Any]:
         remote = wai_capabilities(self.url, self.api_key)
@@ -111,8 +111,6 @@ class TinkerProvider:
         if spec["kind"] != "policy" or spec.get("reference"):
             raise ConfigError("the tinker provider runs policy runs only: critic runs and reference=True need "
                               "the local provider")
-        from whileai.trainers.tinker import TinkerTrainer
+        from whileai.trainers.tinker import new_run
 
-        training = self.client.create_lora_training_client(base_model=spec["base_model"], rank=spec["lora_rank"],
-                                                           seed=spec["seed"]).result()
-        return TinkerTrainer(training, spec["base_model"], url=self.url)
+        return new_run(self.client, spec["base_model"], lora_rank=spec["lora_rank"], seed=spec["seed"], url=self.url)

@@ -71,19 +71,6 @@ class OptimOutput(Protocol):
     def metrics(self) -> Mapping[str, float]: ...
 
 
-class Sequenced(Protocol):
-    """One sampled sequence: its tokens, the sampler's log-probability of each, why it ended."""
-
-    @property
-    def tokens(self) -> list[int]: ...
-
-    @property
-    def logprobs(self) -> list[float]: ...
-
-    @property
-    def stop_reason(self) -> str: ...
-
-
 @runtime_checkable
 class Trainer(Protocol):
     """A policy being trained, wherever it runs (``whileai.trainers``: the engine, a ``wai serve``, Tinker)."""
@@ -125,7 +112,8 @@ class Trainer(Protocol):
 
     def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Scoring, *,
                version: int | None = None) -> list[Any]:
-        """One prompt (token ids) -> its ``Sequenced`` samples; a list of prompts -> one list per prompt."""
+        """One prompt (token ids) -> its samples (``tokens``, ``logprobs``, ``stop_reason``); a list of prompts ->
+        one list per prompt."""
         ...
 
     def save_weights_for_sampler(self) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx
 
@@ -26,6 +26,12 @@ from whileai.service.client import ForwardResult, OptimResult, SampledSequence, 
 from whileai.trainers import tinker_map
 from whileai.trainers.base import Adam, CustomLoss, Datum, LogprobsFor, Needs, Scoring, Tokenizer, refusals
 from whileai.trainers.remote import Remote, remote_checkpoint, state_name, write_pointer
+
+if TYPE_CHECKING:
+    from tinker import APIFuture, SamplingClient, ServiceClient, TrainingClient
+    from tinker.types import LossFnType
+
+T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 10.0
 ANSWER_TIMEOUT_S = 60.0  # for the capabilities answer, before anything is created
@@ -54,7 +60,7 @@ def answering(url: str) -> str | None:
     return None
 
 
-def wait(future: Any, operation: str, url: str) -> Any:
+def wait(future: APIFuture[T], operation: str, url: str) -> T:
     """An SDK future's result, checking every POLL_S that the server still answers: a dead server is
     ``ServerGone`` naming the operation, not minutes of the SDK's retries and its ``RetryableException``."""
     from tinker.lib.retryable_exception import RetryableException
@@ -118,7 +124,7 @@ class TinkerTrainer:
     current step's, saved when first sampled there). Its checkpoint is a state saved on the server (a
     ``tinker://`` path) and a pointer to it in the folder (``whileai.trainers.remote``)."""
 
-    def __init__(self, training: Any, base_model: str, *, step: int = 0, loaded_from: str | None = None,
+    def __init__(self, training: TrainingClient, base_model: str, *, step: int = 0, loaded_from: str | None = None,
                  url: str = "", capabilities: Mapping[str, Any] | None = None,
                  closers: Sequence[Callable[[], None]] = ()) -> None:
         self.training, self.base_model, self.url = training, base_model, url
@@ -128,7 +134,7 @@ class TinkerTrainer:
         self.loaded_from = loaded_from
         """the state this trainer's weights are, until its next step (a trainer made from a state by --resume)"""
         self.closers = list(closers)
-        self._samplers: dict[int, Any] = {}   # version -> SamplingClient of that version's weights
+        self._samplers: dict[int, SamplingClient] = {}   # version -> a client of that version's weights
         self._tokenizer: Tokenizer | None = None
 
     @property
@@ -148,14 +154,14 @@ class TinkerTrainer:
                 reference: bool = False, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         """Tinker returns every position's log-probability: ``logprobs_for`` asks for a subset of them."""
         _own_distribution(sampling_params, reference)
-        out = self._wait(self.training.forward([tinker_map.to_datum(d) for d in data], loss_fn, loss_fn_config),
+        out = self._wait(self.training.forward([tinker_map.to_datum(d) for d in data], _loss(loss_fn), loss_fn_config),
                          "forward")
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
     def forward_backward(self, data: Sequence[Datum], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
                          *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         _own_distribution(sampling_params, False)
-        out = self._wait(self.training.forward_backward([tinker_map.to_datum(d) for d in data], loss_fn,
+        out = self._wait(self.training.forward_backward([tinker_map.to_datum(d) for d in data], _loss(loss_fn),
                                                         loss_fn_config), "forward_backward")
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
@@ -210,7 +216,7 @@ class TinkerTrainer:
         raise ConfigError("add_critic: a Tinker-API server has no value head (the Tinker API has no add_critic); "
                           "train a critic method in-process or on a wai serve without --tinker-url")
 
-    def _sampling_client(self, version: int | None) -> Any:
+    def _sampling_client(self, version: int | None) -> SamplingClient:
         version = self.step if version is None else version
         if version not in self._samplers:
             if version != self.step:
@@ -243,8 +249,13 @@ class TinkerTrainer:
         for close in reversed(self.closers):
             close()
 
-    def _wait(self, future: Any, operation: str) -> Any:
+    def _wait(self, future: APIFuture[T], operation: str) -> T:
         return wait(future, operation, self.url)
+
+
+def _loss(name: str) -> LossFnType:
+    """A loss name as the SDK types it (the server refuses a name it does not take; ``refusals`` names it first)."""
+    return cast("LossFnType", name)
 
 
 def _own_distribution(sampling_params: Scoring, reference: bool) -> None:
@@ -269,11 +280,23 @@ def _tinker_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "stop": ids}
 
 
+def sdk_session(url: str, api_key: str) -> ServiceClient:
+    """One SDK session on the Tinker-API server at ``url`` (``wai serve --tinker-url`` holds one for its runs)."""
+    client: ServiceClient = _sdk().ServiceClient(base_url=url, api_key=api_key)
+    return client
+
+
+def new_run(service: ServiceClient, model: str, *, lora_rank: int, seed: int, url: str,
+            capabilities: Mapping[str, Any] | None = None, closers: Sequence[Callable[[], None]] = ()) -> TinkerTrainer:
+    """A trainer on a new LoRA training client of ``model`` in the session ``service``."""
+    training = service.create_lora_training_client(base_model=model, rank=lora_rank, seed=seed).result()
+    return TinkerTrainer(training, model, url=url, capabilities=capabilities, closers=closers)
+
+
 def over_tinker(url: str, token: str | None, model: str, *, lora_rank: int, seed: int, needs: Needs,
                 resume: Path | None = None) -> TinkerTrainer:
     """A training client on the Tinker-API server at ``url``, refused with every unmet need before one is made.
     ``resume``: a checkpoint folder whose pointer names a state saved there, to start from."""
-    tinker = _sdk()
     key = api_key_for(token)
     url = url.rstrip("/")
     saved = remote_checkpoint(resume) if resume is not None else None
@@ -281,12 +304,12 @@ def over_tinker(url: str, token: str | None, model: str, *, lora_rank: int, seed
     problems = refusals(offered, model, needs)
     if problems:
         raise ConfigError(f"the Tinker-API server at {url} cannot run this: " + "; ".join(problems))
-    service = tinker.ServiceClient(base_url=url, api_key=key)
+    service = sdk_session(url, key)
     closers = [lambda: _close(service, url)]
     try:
         if saved is None:
-            training = service.create_lora_training_client(base_model=model, rank=lora_rank, seed=seed).result()
-            return TinkerTrainer(training, model, url=url, capabilities=offered, closers=closers)
+            return new_run(service, model, lora_rank=lora_rank, seed=seed, url=url, capabilities=offered,
+                           closers=closers)
         training = _from_state(service, url, saved)
         return TinkerTrainer(training, model, step=int(saved["step"]), loaded_from=saved["path"], url=url,
                              capabilities=offered, closers=closers)
@@ -295,7 +318,7 @@ def over_tinker(url: str, token: str | None, model: str, *, lora_rank: int, seed
         raise
 
 
-def _close(service: Any, url: str) -> None:
+def _close(service: ServiceClient, url: str) -> None:
     """End the session; a server that is gone has no session to end (the run's error says what failed)."""
     try:
         wait(service.close("success"), "close", url)
@@ -303,7 +326,7 @@ def _close(service: Any, url: str) -> None:
         pass
 
 
-def _from_state(service: Any, url: str, saved: Remote) -> Any:
+def _from_state(service: ServiceClient, url: str, saved: Remote) -> TrainingClient:
     try:
         return service.create_training_client_from_state_with_optimizer(saved["path"]).result()
     except Exception as err:
