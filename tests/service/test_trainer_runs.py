@@ -4,7 +4,8 @@
 Pinned before the service's two run adapters became one over the ``Trainer`` protocol (issue 32): a state saved
 at step 1 and loaded after a second step gives back step 1's log-probabilities, step, and optimizer (the next
 step's gradient norm and weights equal the first time's); sampler weights saved at a version are sampled after
-training on; what a trainer cannot do is refused with a 400 that names it.
+training on; a new run made from a copy of the state loads it; what a trainer cannot do is refused with a 400
+that names it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from whileai.engine import make_datum
-from whileai.service import Client, RunClient
+from whileai.service import Client, RunClient, Session
 from whileai.service.client import ServiceError
 from whileai.service.launch import LocalServer
 
@@ -61,8 +62,19 @@ def round_trip(run: RunClient) -> None:
     assert missing.value.status == 400
 
 
+def copied(session: Session, run: RunClient, lora_rank: int = 0) -> None:
+    """A new run made from a copy of the run's state ``one`` (``CreateRun.from_state``, what ``--resume`` over a
+    server does) loads step 1's weights."""
+    copy = session.create_run("builtin:tiny", lora_rank=lora_rank, seed=5, from_state=f"{run.id}/one")
+    run.load_state("one")
+    copy.load_state("one")
+    assert copy.id != run.id and copy.step == 1
+    np.testing.assert_allclose(_probe(copy), _probe(run), rtol=0, atol=1e-6)
+
+
 def test_a_local_run_saves_loads_and_exports_its_state(client: Client, tmp_path: Path):
-    run = client.create_session().create_run("builtin:tiny", lora_rank=4, seed=5)
+    session = client.create_session()
+    run = session.create_run("builtin:tiny", lora_rank=4, seed=5)
     round_trip(run)
     first = load_file(str(Path(run.export_lora(tmp_path / "after")) / "adapter_model.safetensors"))
     run.load_state("one")
@@ -71,6 +83,7 @@ def test_a_local_run_saves_loads_and_exports_its_state(client: Client, tmp_path:
     assert sorted(first) == sorted(second)
     assert max(float(np.max(np.abs(first[k] - second[k]))) for k in first) <= 1e-6
     assert any(float(np.abs(t).sum()) > 0 for k, t in first.items() if "lora_B" in k)
+    copied(session, run, lora_rank=4)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +99,10 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalServe
 def test_a_run_on_the_tinker_sdk_behind_wai_serve_saves_and_loads_its_state(chain: tuple[LocalServer, LocalServer]):
     _, front = chain
     with Client(front.url, front.token) as client:
-        run = client.create_session().create_run("builtin:tiny", seed=5)
+        session = client.create_session()
+        run = session.create_run("builtin:tiny", seed=5)
         round_trip(run)
+        copied(session, run)
         with pytest.raises(ServiceError, match="export_lora") as refused:
             run.export_lora("/nonexistent/never-written")
         assert refused.value.status == 400

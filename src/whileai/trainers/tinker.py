@@ -125,9 +125,9 @@ class TinkerTrainer:
     ``tinker://`` path) and a pointer to it in the folder (``whileai.trainers.remote``)."""
 
     def __init__(self, training: TrainingClient, base_model: str, *, step: int = 0, loaded_from: str | None = None,
-                 url: str = "", capabilities: Mapping[str, Any] | None = None,
+                 url: str = "", capabilities: Mapping[str, Any] | None = None, service: ServiceClient | None = None,
                  closers: Sequence[Callable[[], None]] = ()) -> None:
-        self.training, self.base_model, self.url = training, base_model, url
+        self.training, self.base_model, self.url, self.service = training, base_model, url, service
         self.where = f"Tinker API at {url}"
         self.capabilities = capabilities
         self.step = step
@@ -236,9 +236,21 @@ class TinkerTrainer:
         """Restore the state the pointer in ``folder`` names (a trainer made from it has loaded it already)."""
         saved = remote_checkpoint(folder)
         if saved["path"] != self.loaded_from:
+            self._load(saved, optimizer)
+        self.step, self.loaded_from = int(saved["step"]), saved["path"]
+
+    def _load(self, saved: Remote, optimizer: bool) -> None:
+        if saved["run"] == self.id:
             load = self.training.load_state_with_optimizer if optimizer else self.training.load_state
             self._wait(load(saved["path"]), "load_state")
-        self.step, self.loaded_from = int(saved["step"]), saved["path"]
+            return
+        if self.service is None:
+            raise ConfigError(f"load: the state {saved['path']} is run {saved['run']}'s, and this trainer (run "
+                              f"{self.id}) can load only its own")
+        # another run's state (a copy, ``from_state``): the SDK makes a new training client from it
+        make = (self.service.create_training_client_from_state_with_optimizer if optimizer else
+                self.service.create_training_client_from_state)
+        self.training, self._samplers = make(saved["path"]).result(), {}
 
     def export(self, path: str, merged: bool = False) -> str:
         raise ConfigError("export: a Tinker-API server gives no weights back (the Tinker API has no export_lora); "
@@ -290,7 +302,7 @@ def new_run(service: ServiceClient, model: str, *, lora_rank: int, seed: int, ur
             capabilities: Mapping[str, Any] | None = None, closers: Sequence[Callable[[], None]] = ()) -> TinkerTrainer:
     """A trainer on a new LoRA training client of ``model`` in the session ``service``."""
     training = service.create_lora_training_client(base_model=model, rank=lora_rank, seed=seed).result()
-    return TinkerTrainer(training, model, url=url, capabilities=capabilities, closers=closers)
+    return TinkerTrainer(training, model, url=url, capabilities=capabilities, service=service, closers=closers)
 
 
 def over_tinker(url: str, token: str | None, model: str, *, lora_rank: int, seed: int, needs: Needs,
@@ -312,7 +324,7 @@ def over_tinker(url: str, token: str | None, model: str, *, lora_rank: int, seed
                            closers=closers)
         training = _from_state(service, url, saved)
         return TinkerTrainer(training, model, step=int(saved["step"]), loaded_from=saved["path"], url=url,
-                             capabilities=offered, closers=closers)
+                             capabilities=offered, service=service, closers=closers)
     except BaseException:
         service.close("errored").result()
         raise
