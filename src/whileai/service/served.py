@@ -98,12 +98,12 @@ class TrainerRun:
 
     def op_add_critic(self, body: schemas.AddCritic) -> Outcome:
         """A value head on this policy run (what a critic method needs: ``ppo_critic`` then trains it)."""
-        reward_range = None if body.reward_range is None else list(body.reward_range)
-        if reward_range is None:
+        if body.reward_range is None:
             self.trainer.add_critic(body.learning_rate)
         else:
-            self.trainer.add_critic(body.learning_rate, reward_range=reward_range)
-        added = {"learning_rate": body.learning_rate, "reward_range": reward_range}
+            self.trainer.add_critic(body.learning_rate, reward_range=tuple(body.reward_range))
+        added = {"learning_rate": body.learning_rate,
+                 "reward_range": None if body.reward_range is None else list(body.reward_range)}
         return replace(self._done({"critic": True}), spec_update={"added_critic": added})
 
     def op_sample(self, body: schemas.Sample) -> Outcome:
