@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 if TYPE_CHECKING:
+    import torch
+
     from whileai.engine.sampling import SamplingParams
     from whileai.engine.training import AdamParams
 
@@ -28,8 +30,9 @@ LogprobsFor = str | Sequence[int]
 datum, its last n positions."""
 Datum = Mapping[str, Any]
 """One datum: ``model_input`` tokens and ``loss_fn_inputs`` arrays (``whileai.engine.make_datum``)."""
-CustomLoss = Callable[..., Any]
-"""``loss_fn(data, logprobs) -> (loss, metrics)`` on torch tensors (``forward_backward_custom``)."""
+CustomLoss = Callable[[Sequence[Datum], list["torch.Tensor"]], tuple["torch.Tensor", dict[str, float]]]
+"""``loss_fn(data, logprobs) -> (loss, metrics)``: each datum's log-probabilities as a tensor, the loss a scalar
+tensor (``forward_backward_custom``)."""
 
 
 class Tokenizer(Protocol):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx
@@ -89,7 +90,7 @@ def api_key_for(token: str | None) -> str:
     return found
 
 
-def _sdk() -> Any:
+def _sdk() -> ModuleType:
     try:
         import tinker
     except ImportError:
