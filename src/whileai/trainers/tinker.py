@@ -133,7 +133,7 @@ class TinkerTrainer:
         self.capabilities = capabilities
         self.step = step
         self.loaded_from = loaded_from
-        """the state this trainer's weights are, until its next step (a trainer made from a state by --resume)"""
+        """the state a trainer made from one (--resume) holds, with its optimizer, until anything else happens"""
         self.closers = list(closers)
         self._samplers: dict[int, SamplingClient] = {}   # version -> a client of that version's weights
         self._tokenizer: Tokenizer | None = None
@@ -162,6 +162,7 @@ class TinkerTrainer:
     def forward_backward(self, data: Sequence[Datum], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
                          *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         _own_distribution(sampling_params, False)
+        self.loaded_from = None  # a gradient now pends: a load of the same state must drop it
         out = self._wait(self.training.forward_backward([tinker_map.to_datum(d) for d in data], _loss(loss_fn),
                                                         loss_fn_config), "forward_backward")
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
@@ -236,9 +237,9 @@ class TinkerTrainer:
     def load(self, folder: Path, *, optimizer: bool = True) -> None:
         """Restore the state the pointer in ``folder`` names (a trainer made from it has loaded it already)."""
         saved = remote_checkpoint(folder)
-        if saved["path"] != self.loaded_from:
+        if saved["path"] != self.loaded_from or not optimizer:
             self._load(saved, optimizer)
-        self.step, self.loaded_from = int(saved["step"]), saved["path"]
+        self.step, self.loaded_from = int(saved["step"]), None
 
     def _load(self, saved: Remote, optimizer: bool) -> None:
         if saved["run"] == self.id:
