@@ -293,7 +293,9 @@ def reference_episode(taskset: Any, task: Task, tokenizer: Any) -> tuple[list[in
     The model's turns come from ``task.answer`` (one string for a plain taskset, a list of turns for an
     ``EnvTaskset``); the environment's replies in between come from playing them against a fresh env. A
     turn that does not end on a stop string gets EOS, except a plain taskset's answer that fills the taskset's
-    cap (the cap ends it); a shorter answer gets EOS, so that the model learns to stop there."""
+    cap (the cap ends it); a shorter answer gets EOS, so that the model learns to stop there. A reference of
+    ``max_turns`` turns that the environment would still answer ends at the turn cap, as a sampled episode does
+    (a demonstration that never reaches the goal); a shorter one it still answers, or one it ends early, is refused."""
     env = make_env(taskset, task)
     turns = _reference_turns(taskset, task)
     eos = getattr(tokenizer, "eos_token_id", None)
@@ -308,6 +310,8 @@ def reference_episode(taskset: Any, task: Task, tokenizer: Any) -> tuple[list[in
         tokens += ids
         mask += [True] * len(ids)
         reply = env_step(env, taskset.name, task, k, tokenizer.decode(ids, skip_special_tokens=True))
+        if reply is not None and k == len(turns) == env.max_turns:
+            break  # the turn cap ends it, as it ends a sampled episode (truncated): an imperfect demonstration
         if (reply is None) != (k == len(turns)):
             what = "ended the episode after" if reply is None else "still answered after the last of"
             raise ConfigError(f"taskset {taskset.name!r}: task_id={task.task_id!r}: the environment {what} turn {k} "
