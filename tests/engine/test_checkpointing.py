@@ -117,10 +117,10 @@ def test_the_plan_row_shows_the_value_and_where_it_came_from(tmp_path: Path):
 
 def test_the_run_trains_with_the_plans_setting():
     """The in-process trainer a run builds has checkpointing exactly as its plan says."""
-    from whileai.loop.run import backend_for
+    from whileai.loop.run import trainer_for
 
     for setting in ("on", "off"):
         config = build(taskset="builtin:add", model="builtin:tiny", activation_checkpointing=setting)
         plan = make_plan(config, {}, None, None)
-        engine = backend_for(config, plan, None, None).trainer
+        engine = trainer_for(config, plan, None, None)
         assert engine.activation_checkpointing is (setting == "on")

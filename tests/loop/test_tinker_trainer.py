@@ -21,15 +21,16 @@ import pytest
 from safetensors.numpy import load_file
 
 import whileai as wai
-from whileai.loop.trainers.backends import Needs, _write_pointer, refusals, remote_state
-from whileai.loop.trainers.tinker import _tinker_params
 from whileai.service import Client
 from whileai.service.launch import LocalServer, start_server
+from whileai.trainers import Needs, refusals
+from whileai.trainers.remote import Remote, remote_state, write_pointer
+from whileai.trainers.tinker import _tinker_params
 
 tinker = pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
 pytestmark = pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")
 # One prompt a step (8 rollouts of one task): a Tinker sample request carries one prompt, so only then does the
-# server draw the in-process run's random stream (whileai.service.tinker_map.prompt_seed).
+# server draw the in-process run's random stream (whileai.trainers.tinker_map.prompt_seed).
 ONE_PROMPT = dict(method="grpo", knobs={"rollouts_per_prompt": 8}, steps=3, rollouts_per_step=8, warm_start_steps=0,
                   eval_tasks=0, progress=False, save_every=1000, export=False)
 RESUMABLE = dict(method="grpo", knobs={"rollouts_per_prompt": 4}, rollouts_per_step=8, warm_start_steps=0, eval_tasks=0,
@@ -89,8 +90,8 @@ def assert_same_metrics(mine: list[dict], theirs: list[dict]) -> None:
 # ----------------------------------------------------------------------------- no server
 def test_refusals_name_what_a_tinker_api_server_cannot_do():
     """A Tinker server's capabilities: its loss names, no add_critic / export_lora, its own distribution only."""
-    from whileai.loop.trainers.tinker import OPERATIONS
-    from whileai.service.tinker_map import tinker_losses
+    from whileai.trainers.tinker import OPERATIONS
+    from whileai.trainers.tinker_map import tinker_losses
 
     caps = {"provider": "tinker", "models": ["builtin:tiny"], "operations": list(OPERATIONS),
             "losses": tinker_losses()}
@@ -109,8 +110,8 @@ def test_refusals_name_what_a_tinker_api_server_cannot_do():
 
 
 def test_the_sdk_trainer_has_the_operations_the_loop_calls():
-    from whileai.loop.trainers.backends import Trainer
-    from whileai.loop.trainers.tinker import TinkerTrainer
+    from whileai.trainers import Trainer
+    from whileai.trainers.tinker import TinkerTrainer
 
     assert isinstance(TinkerTrainer(None, "builtin:tiny"), Trainer)
 
@@ -134,15 +135,16 @@ def test_a_remote_checkpoint_is_a_snapshot_that_names_the_servers_state(tmp_path
     for step in (2, 4):
         (folder).mkdir(parents=True, exist_ok=True)
         (folder / f"loop-{step:08d}.json").write_text(json.dumps({"step": step}))
-        _write_pointer(folder, step, {"api": "wai", "run": "run-1", "name": f"step-{step:08d}", "step": step})
-    assert remote_state(folder) == {"api": "wai", "run": "run-1", "name": "step-00000004", "step": 4}
+        write_pointer(folder, Remote(api="wai", url=None, run="run-1", name=f"step-{step:08d}", path="p", step=step))
+    assert remote_state(folder) == {"api": "wai", "url": None, "run": "run-1", "name": "step-00000004", "path": "p",
+                                    "step": 4}
     assert read_state(tmp_path / "run").step == 4
     assert [p.name for p in folder.glob("step-*")] == ["step-00000004-remote"]
 
 
 def test_an_api_without_a_url_and_an_in_process_checkpoint_over_url_are_refused(tmp_path: Path):
     from whileai.loop import dry_run
-    from whileai.loop.trainers.backends import remote_checkpoint
+    from whileai.trainers.remote import remote_checkpoint
 
     with pytest.raises(wai.ConfigError, match="api = 'tinker' names the API of a server, and no --url is given"):
         dry_run(api="tinker")
@@ -178,7 +180,7 @@ def test_each_need_a_tinker_api_server_cannot_meet_is_refused_before_a_session_o
 
 def test_a_wrong_address_or_key_is_named_at_once(server: LocalServer):
     """Before the SDK (which retries a refused connection for minutes) is asked anything."""
-    from whileai.loop.trainers.tinker import capabilities
+    from whileai.trainers.tinker import capabilities
 
     with pytest.raises(wai.ConfigError, match="nothing answers there.*is the server running"):
         capabilities("http://127.0.0.1:9", server.token)

@@ -1,6 +1,6 @@
 """``wai.train``: a training run from a config, start to finish, resumable.
 
-    config -> checks -> the run plan (whileai.loop.plan.run_plan) -> a backend (in-process or --url) -> the loop
+    config -> checks -> the run plan (whileai.loop.plan.run_plan) -> a trainer (whileai.trainers: in-process or --url) -> the loop
     (whileai.loop.core.run_loop, with the hooks of whileai.loop.hooks) -> the summary
 
 The run reads the method only through ``run_spec()`` and ``update()``; it never branches on a method's
@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,9 +47,8 @@ from whileai.loop.sources.pushed import Pushed
 from whileai.loop.sources.rollouts import Rollouts
 from whileai.loop.sources.sampler import IN_PROCESS, server_rollouts
 from whileai.loop.sources.traces import RowsFile, open_rows
-from whileai.loop.trainers.backends import Backend, local_backend, remote_backend, remote_checkpoint
-from whileai.loop.trainers.tinker import tinker_backend
 from whileai.loop.types import LoopState, Source
+from whileai.trainers import Trainer, open_trainer
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -309,19 +308,14 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
             signal.signal(sig, was)
 
 
-def backend_for(config: TrainConfig, plan: RunPlan, method: Method | None, token: str | None,
-                resume: Path | None = None) -> Backend:
+def trainer_for(config: TrainConfig, plan: RunPlan, method: Method | None, token: str | None,
+                resume: Path | None = None) -> Trainer:
     """The trainer the config names (in-process, a wai serve's API, a Tinker-API server); ``resume``: the
-    checkpoint folder a remote trainer starts from (the state it names on the server)."""
-    needs = needs_of(config, plan, method)
-    if config.url is None:
-        return local_backend(config.model, lora_rank=config.lora_rank, device=config.device, seed=config.seed,
-                             micro_batch_tokens=config.micro_batch_tokens, needs=needs,
-                             activation_checkpointing=plan.activation_checkpointing)
-    saved = remote_checkpoint(resume) if resume is not None else None
-    make = tinker_backend if config.api == "tinker" else remote_backend
-    return make(config.url, token, config.model, lora_rank=config.lora_rank, seed=config.seed, needs=needs,
-                resume=saved)
+    checkpoint folder a server trainer starts from (the state it names on the server)."""
+    return open_trainer(config.model, url=config.url, api=config.api, token=token, lora_rank=config.lora_rank,
+                        device=config.device, seed=config.seed, micro_batch_tokens=config.micro_batch_tokens,
+                        needs=needs_of(config, plan, method), resume=resume,
+                        activation_checkpointing=plan.activation_checkpointing)
 
 
 @contextmanager
@@ -394,13 +388,14 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
     started = time.perf_counter()
     state = resumed or LoopState()
     with transformers_bars(config.progress):  # --no-progress: no weight-loading / shard-writing bars
-        backend = backend_for(config, plan, method, token, run_dir / "checkpoint" if resumed is not None else None)
+        trainer = trainer_for(config, plan, method, token, run_dir / "checkpoint" if resumed is not None else None)
+        closers: list[Callable[[], None]] = []
         try:
             if method is None:  # --method auto: a probe of rollouts, then route; the plan follows the method
-                config, plan, method = route_method(config, plan, backend, taskset, rows, run_dir, state)
+                config, plan, method = route_method(config, plan, trainer, taskset, rows, run_dir, state)
                 method = with_cap(method, config, plan)
             if resumed is not None:
-                backend.load(run_dir / "checkpoint")
+                trainer.load(run_dir / "checkpoint")
             else:
                 state.method_state = method.initial_state()  # the loop owns it and checkpoints it
             first_step = state.step
@@ -408,7 +403,7 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
             log = Progress(plan.steps, state.step, config.progress, method.name)
             try:
                 with _stop_on_sigint() as stop:
-                    ctx = Context(run_dir, config, plan, method, taskset, rows, backend, log, metrics, stop,
+                    ctx = Context(run_dir, config, plan, method, taskset, rows, trainer, log, metrics, stop,
                                   resumed is not None)
                     if resumed is None:
                         announce(ctx)
@@ -416,10 +411,10 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
                         log.write(f"resuming {run_dir} at step {state.step} of {plan.steps} with its saved plan")
                         log.write(plan.table())
                     source = source_for(ctx, state)
-                    backend.closers.extend(source.closers)
+                    closers.extend(source.closers)
                     hooks = [WarmStart(ctx), HeldOut(ctx), *source.feed, PreflightHook(ctx), TeacherHook(ctx),
                              Record(ctx), *source.pushing, Checkpoints(ctx)]
-                    run_loop(backend.trainer, method, plan, source.batches, state, hooks)
+                    run_loop(trainer, method, plan, source.batches, state, hooks)
                 log.close()
                 summary, weights = finish(ctx, state, time.perf_counter() - started,
                                           first_step if resumed is not None else 0)
@@ -427,7 +422,9 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
                 log.close()
                 metrics.close()
         finally:
-            backend.close()
+            for close in reversed(closers):
+                close()
+            trainer.close()
     return Run(run_dir, config, summary, weights)
 
 
@@ -442,8 +439,8 @@ def source_for(ctx: Context, state: LoopState) -> Source:
         return Source(pushed, feed=[TraceHook(ctx, pushed)])
     assert ctx.taskset is not None  # a run on rollouts has a taskset (plan.checks)
     if plan.sampler != IN_PROCESS:
-        return server_rollouts(ctx, ctx.backend.trainer, ctx.taskset, method, plan)
-    return Source(Rollouts(ctx.backend.trainer, ctx.taskset, method, plan))
+        return server_rollouts(ctx, ctx.trainer, ctx.taskset, method, plan)
+    return Source(Rollouts(ctx.trainer, ctx.taskset, method, plan))
 
 
 def announce(ctx: Context) -> None:
@@ -455,7 +452,7 @@ def announce(ctx: Context) -> None:
              if sampling else "") + f"\nrun dir: {ctx.run_dir}")
     write(plan.table())
     if config.url is not None:
-        write(f"trainer: {ctx.backend.where}")
+        write(f"trainer: {ctx.trainer.where}")
     if config.teacher is not None:
         write(f"teacher: {config.teacher} (loaded once, frozen)")
     if spec.critic is not None:

@@ -1,4 +1,4 @@
-"""The one training step, written only with the trainer's public operations (``whileai.loop.trainers.backends``).
+"""The one training step, written only with the trainer's public operations (``whileai.trainers``).
 
     score rows (forward, no grad) -> method.update(whole batch) -> forward_backward -> optim_step
                                                          (+ the critic's own steps where the method has one)
@@ -27,8 +27,8 @@ from whileai.loop.types import Adam, Scoring
 from whileai.methods.run_spec import RunSpec
 
 if TYPE_CHECKING:
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method, Update
+    from whileai.trainers import Trainer
 
 T = TypeVar("T")
 MethodState = Mapping[str, Any] | None

@@ -30,8 +30,8 @@ from whileai.loop.sources import trace_run
 from whileai.loop.types import Hook, Loop, LoopState
 
 if TYPE_CHECKING:
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.run_spec import RunSpec
+    from whileai.trainers import Trainer
 
 PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""

@@ -23,7 +23,7 @@ def finish(ctx: Context, state: LoopState, seconds: float, first_step: int = 0) 
     the final weights' folder (None without --export). ``first_step``: where a resumed run's session began."""
     method, plan, spec = ctx.method, ctx.plan, ctx.method.run_spec()
     summary: dict[str, Any] = {"run_spec": spec.describe(), "steps": state.step, "seconds": round(seconds, 2),
-                               "run_dir": str(ctx.run_dir), "where": ctx.backend.where}
+                               "run_dir": str(ctx.run_dir), "where": ctx.trainer.where}
     if first_step:  # a resume: the seconds are this session's, so are its steps
         summary["resumed_at_step"] = first_step
     summary["resolved"] = resolved(ctx)
@@ -49,11 +49,11 @@ def finish(ctx: Context, state: LoopState, seconds: float, first_step: int = 0) 
     if state.warm_start_steps_done:
         summary["warm_start_steps_run"] = state.warm_start_steps_done
     if ctx.rows is not None:  # a traces run without an eval taskset: its held-out traces, never a pass rate
-        summary.update(trace_run.finish(ctx.rows, method, ctx.config, ctx.run_dir, ctx.backend.trainer,
+        summary.update(trace_run.finish(ctx.rows, method, ctx.config, ctx.run_dir, ctx.trainer,
                                         plan.sampling().scoring(), state.method_state))
     weights = None
     if ctx.config.export:
-        weights = Path(ctx.backend.export(ctx.run_dir / "final", merged=not ctx.config.lora_rank))
+        weights = Path(ctx.trainer.export(str(ctx.run_dir / "final"), merged=not ctx.config.lora_rank))
         summary["weights"] = str(weights)
     evals = [{k: v for k, v in e.items() if k != "rows"} for e in state.evals]
     summary["plot"] = str(plot(records, evals, ctx.run_dir / "curves.png",

@@ -24,8 +24,8 @@ from whileai.loop.types import Hook, Loop, Scoring, Tokenizer
 if TYPE_CHECKING:
     from whileai.envs.core import Task, Taskset
     from whileai.loop.plan.config import TrainConfig
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.run_spec import RunSpec, TeacherSpec
+    from whileai.trainers import Trainer
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
 PRIVILEGED: dict[str, str] = {

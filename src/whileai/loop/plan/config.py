@@ -21,6 +21,7 @@ from typing import Any
 
 from whileai.activation_checkpointing import KNOB as CHECKPOINTING
 from whileai.errors import ConfigError
+from whileai.trainers.open import SERVERS
 
 try:  # Python 3.11+
     import tomllib
@@ -289,8 +290,8 @@ MAX_LEARNING_RATE = 1.0
 """the largest learning rate a config may hold (a rate above it diverges at the first Adam step)"""
 MAX_STEPS = 10_000_000
 """the most RL or warm-start steps a config may ask for"""
-APIS = ("wai", "tinker")
-"""what answers at --url: a wai serve's own API, or the Tinker API (through the Tinker SDK)"""
+APIS = tuple(SERVERS)
+"""what answers at --url: a wai serve's own API, or the Tinker API (through the Tinker SDK): whileai.trainers"""
 
 
 def as_dict(config: TrainConfig) -> dict[str, Any]:

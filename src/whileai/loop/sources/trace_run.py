@@ -26,8 +26,8 @@ from whileai.rows.io import plural
 if TYPE_CHECKING:
     from whileai.loop.plan.config import TrainConfig
     from whileai.loop.step import MethodState
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method, Update
+    from whileai.trainers import Trainer
 
 HELDOUT_FILE = "heldout_traces.json"
 NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed and no --eval-taskset was given, "

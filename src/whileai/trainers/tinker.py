@@ -1,30 +1,38 @@
-"""The loop's ``Trainer`` on any Tinker-API server, through the official Tinker SDK (``pip install tinker``).
+"""The trainer on any Tinker-API server, through the official Tinker SDK (``pip install tinker``).
 
-    backend = tinker_backend(url, key, model, lora_rank=8, seed=0, needs=needs)   # wai train --url U --api tinker
+    trainer = over_tinker(url, key, model, lora_rank=8, seed=0, needs=needs)   # wai train --url U --api tinker
 
 Tinker itself, SkyRL's Tinker-API server, or a ``wai serve`` (its Tinker front, docs/tinker.md). One SDK
-``TrainingClient`` is the run; sampling uses a ``SamplingClient`` of the current weights (saved once per
-step, when the loop first samples there). The datum, output, Adam and sampling mappings are
-``whileai.service.tinker_map``'s, which ``wai serve --tinker-url`` uses too. What a Tinker-API server cannot
-do is refused before anything is created (``whileai.loop.trainers.backends.refusals`` over ``capabilities``): it
-scores only under the policy's own distribution (no reference, no other temperature), has no value head and
-gives no weights back (``--no-export``). A checkpoint is the server's ``save_state`` (a ``tinker://`` path);
-``--resume`` starts a new training client from it with its optimizer state.
+``TrainingClient`` is the run. The SDK is wrapped here only: ``wai serve --tinker-url`` serves this trainer too
+(``whileai.service.provider.TinkerProvider``). The datum, output, Adam and sampling mappings are
+``whileai.trainers.tinker_map``'s. What a Tinker-API server cannot do is refused before anything is created
+(``whileai.trainers.base.refusals`` over ``capabilities``): it scores only under the policy's own distribution
+(no reference, no other temperature), has no value head and gives no weights back (``--no-export``). A
+checkpoint is the server's ``save_state`` (a ``tinker://`` path); ``--resume`` starts a new training client
+from it with its optimizer state.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx
 
 from whileai.errors import ConfigError, WhileaiError
-from whileai.loop.trainers.backends import Backend, Needs, refusals
-from whileai.loop.types import Adam, LogprobsFor, Scoring, Tokenizer
-from whileai.service import tinker_map
 from whileai.service.client import ForwardResult, OptimResult, SampledSequence, load_tokenizer
+from whileai.trainers import tinker_map
+from whileai.trainers.base import Adam, CustomLoss, Datum, LogprobsFor, Needs, Scoring, Tokenizer, refusals
+from whileai.trainers.remote import Remote, remote_checkpoint, state_name, write_pointer
+
+if TYPE_CHECKING:
+    from tinker import APIFuture, SamplingClient, ServiceClient, TrainingClient
+    from tinker.types import LossFnType
+
+T = TypeVar("T")
 
 CONNECT_TIMEOUT_S = 10.0
 ANSWER_TIMEOUT_S = 60.0  # for the capabilities answer, before anything is created
@@ -53,7 +61,7 @@ def answering(url: str) -> str | None:
     return None
 
 
-def wait(future: Any, operation: str, url: str) -> Any:
+def wait(future: APIFuture[T], operation: str, url: str) -> T:
     """An SDK future's result, checking every POLL_S that the server still answers: a dead server is
     ``ServerGone`` naming the operation, not minutes of the SDK's retries and its ``RetryableException``."""
     from tinker.lib.retryable_exception import RetryableException
@@ -68,6 +76,8 @@ def wait(future: Any, operation: str, url: str) -> Any:
                 raise ServerGone(operation, url, gone) from None
         except (tinker.APIConnectionError, RetryableException) as err:
             raise ServerGone(operation, url, f"{type(err).__name__}: {err}") from None
+KEEP_SAMPLERS = 8
+"""the sampler versions a trainer keeps (the engine's ``keep_sampler_versions`` default)"""
 OPERATIONS = ("forward", "forward_backward", "optim_step", "sample", "save_state", "load_state")
 """what the trainer can do on any Tinker-API server (no add_critic, no export_lora)"""
 
@@ -80,7 +90,7 @@ def api_key_for(token: str | None) -> str:
     return found
 
 
-def _sdk() -> Any:
+def _sdk() -> ModuleType:
     try:
         import tinker
     except ImportError:
@@ -110,15 +120,23 @@ def capabilities(url: str, api_key: str) -> dict[str, Any]:
 
 class TinkerTrainer:
     """One SDK ``TrainingClient`` with the engine's operation names and return shapes. ``step`` counts the
-    optimizer steps taken here (the SDK keeps no step); a resumed trainer starts at its checkpoint's."""
+    optimizer steps taken here (the SDK keeps no step); a resumed trainer starts at its checkpoint's. Sampling
+    and scoring use a ``SamplingClient`` of the weights of a version (``save_weights_for_sampler``, or the
+    current step's, saved when first sampled there). Its checkpoint is a state saved on the server (a
+    ``tinker://`` path) and a pointer to it in the folder (``whileai.trainers.remote``)."""
 
-    def __init__(self, training: Any, base_model: str, *, step: int = 0, loaded_from: str | None = None,
-                 url: str = "") -> None:
-        self.training, self.base_model, self.url = training, base_model, url
+    def __init__(self, training: TrainingClient, base_model: str, *, step: int = 0, loaded_from: str | None = None,
+                 url: str = "", capabilities: Mapping[str, Any] | None = None, service: ServiceClient | None = None,
+                 closers: Sequence[Callable[[], None]] = ()) -> None:
+        self.training, self.base_model, self.url, self.service = training, base_model, url, service
+        self.where = f"Tinker API at {url}"
+        self.capabilities = capabilities
         self.step = step
         self.loaded_from = loaded_from
-        self._sampler: tuple[int, Any] | None = None   # (step, SamplingClient of that step's weights)
-        self._tokenizer: Any = None
+        """the state a trainer made from one (--resume) holds, with its optimizer, until anything else happens"""
+        self.closers = list(closers)
+        self._samplers: dict[int, SamplingClient] = {}   # version -> a client of that version's weights
+        self._tokenizer: Tokenizer | None = None
 
     @property
     def id(self) -> str:
@@ -132,24 +150,25 @@ class TinkerTrainer:
             self._tokenizer = load_tokenizer(self.base_model) if builtin else self.training.get_tokenizer()
         return self._tokenizer
 
-    def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
+    def forward(self, data: Sequence[Datum], loss_fn: str = "cross_entropy",
                 loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Scoring = None,
                 reference: bool = False, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         """Tinker returns every position's log-probability: ``logprobs_for`` asks for a subset of them."""
         _own_distribution(sampling_params, reference)
-        out = self._wait(self.training.forward([tinker_map.to_datum(d) for d in data], loss_fn, loss_fn_config),
+        out = self._wait(self.training.forward([tinker_map.to_datum(d) for d in data], _loss(loss_fn), loss_fn_config),
                          "forward")
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
-    def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
+    def forward_backward(self, data: Sequence[Datum], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
                          *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         _own_distribution(sampling_params, False)
-        out = self._wait(self.training.forward_backward([tinker_map.to_datum(d) for d in data], loss_fn,
+        self.loaded_from = None  # a gradient now pends: a load of the same state must drop it
+        out = self._wait(self.training.forward_backward([tinker_map.to_datum(d) for d in data], _loss(loss_fn),
                                                         loss_fn_config), "forward_backward")
         return ForwardResult(tinker_map.outputs(out), dict(out.metrics), self.step)
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Scoring = None,
-                                logprobs_for: LogprobsFor = "every") -> Any:
+    def forward_backward_custom(self, data: Sequence[Datum], loss_fn: CustomLoss, *, sampling_params: Scoring = None,
+                                logprobs_for: LogprobsFor = "every") -> ForwardResult:
         """As the SDK does it: ``forward`` for the log-probabilities, ``loss_fn(data, logprobs)`` here, then
         ``cross_entropy`` with weights = -dloss/dlogprob (``whileai.service.custom``, the service client's too)."""
         from whileai.service.custom import custom_weights
@@ -161,43 +180,96 @@ class TinkerTrainer:
 
     def optim_step(self, adam_params: Adam = None) -> OptimResult:
         out = self._wait(self.training.optim_step(tinker_map.adam(adam_params)), "optim_step")
-        before, self.step = self.step, self.step + 1
+        before, self.step, self.loaded_from = self.step, self.step + 1, None
         metrics = {k: float(v) for k, v in dict(out.metrics or {}).items()}
         return OptimResult(metrics.get("grad_norm", float("nan")), metrics, before)
 
     def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Scoring, *,
                version: int | None = None) -> list[Any]:
         """One prompt -> its sequences; a list of prompts -> one list per prompt (one SDK request each)."""
-        if version is not None and version != self.step:
-            raise ConfigError(f"sample: version {version}: a Tinker-API trainer samples the current weights only "
-                              f"(step {self.step})")
         single = bool(prompt_tokens) and isinstance(prompt_tokens[0], int)
         prompts: list[Any] = [prompt_tokens] if single else list(prompt_tokens)
         params = _tinker_params(tinker_map.plain_params(sampling_params))
         groups = [[SampledSequence(list(s.tokens), list(s.logprobs or []), s.stop_reason) for s in group]
-                  for group in tinker_map.sample_all(self._sampling_client(), prompts, num_samples, params,
+                  for group in tinker_map.sample_all(self._sampling_client(version), prompts, num_samples, params,
                                                      self._wait)]
         return groups[0] if single else groups
 
-    def _sampling_client(self) -> Any:
-        if self._sampler is None or self._sampler[0] != self.step:
-            self._sampler = (self.step, self._wait(self.training.save_weights_and_get_sampling_client(),
-                                                   "save_weights_and_get_sampling_client"))
-        return self._sampler[1]
+    def save_weights_for_sampler(self) -> int:
+        self._samplers[self.step] = self._wait(self.training.save_weights_and_get_sampling_client(),
+                                               "save_weights_and_get_sampling_client")
+        for old in sorted(self._samplers)[:-KEEP_SAMPLERS]:
+            del self._samplers[old]
+        return self.step
 
-    def save_state(self, name: str) -> str:
-        """Weights and optimizer saved on the server under ``name``; returns its ``tinker://`` path."""
-        return str(self._wait(self.training.save_state(name), "save_state").path)
+    def compute_logprobs(self, tokens: Sequence[int], top_k: int = 0, *, reference: bool = False,
+                         sampling_params: Scoring = None) -> dict[str, Any]:
+        """The tokens' log-probabilities (and each position's ``top_k``) under the current weights."""
+        from tinker import types
 
-    def load_state(self, path: str) -> None:
-        """Restore a state this run saved (its ``tinker://`` path). A trainer made from a state by ``--resume``
-        has loaded it already."""
-        if path != self.loaded_from:
-            self._wait(self.training.load_state_with_optimizer(path), "load_state_with_optimizer")
-            self.loaded_from = path
+        _own_distribution(sampling_params, reference)
+        out = self._wait(self._sampling_client(None).sample(
+            types.ModelInput.from_ints(list(tokens)), 1, types.SamplingParams(max_tokens=1),
+            include_prompt_logprobs=True, topk_prompt_logprobs=top_k), "sample")
+        topk = [None if row is None else [list(pair) for pair in row] for row in out.topk_prompt_logprobs or []]
+        return {"logprobs": out.prompt_logprobs, "topk": topk if top_k else None, "version": self.step}
 
-    def _wait(self, future: Any, operation: str) -> Any:
+    def add_critic(self, learning_rate: float, *, reward_range: Sequence[float] | None = None) -> object:
+        raise ConfigError("add_critic: a Tinker-API server has no value head (the Tinker API has no add_critic); "
+                          "train a critic method in-process or on a wai serve without --tinker-url")
+
+    def _sampling_client(self, version: int | None) -> SamplingClient:
+        version = self.step if version is None else version
+        if version not in self._samplers:
+            if version != self.step:
+                raise ConfigError(f"no sampler weights of version {version}; saved versions: "
+                                  f"{sorted(self._samplers)}. Call save_weights_for_sampler() at that step")
+            self.save_weights_for_sampler()
+        return self._samplers[version]
+
+    def save(self, folder: Path) -> str:
+        """Weights and optimizer saved on the server (named by the step); a pointer to them in ``folder``."""
+        step, name = self.step, state_name(self.step)
+        path = str(self._wait(self.training.save_state(name), "save_state").path)
+        write_pointer(folder, Remote(api="tinker", url=self.url, run=self.id, name=name, path=path, step=step))
+        return path
+
+    def load(self, folder: Path, *, optimizer: bool = True) -> None:
+        """Restore the state the pointer in ``folder`` names (a trainer made from it has loaded it already)."""
+        saved = remote_checkpoint(folder)
+        if saved["path"] != self.loaded_from or not optimizer:
+            self._load(saved, optimizer)
+        self.step, self.loaded_from = int(saved["step"]), None
+
+    def _load(self, saved: Remote, optimizer: bool) -> None:
+        if saved["run"] == self.id:
+            load = self.training.load_state_with_optimizer if optimizer else self.training.load_state
+            self._wait(load(saved["path"]), "load_state")
+            return
+        if self.service is None:
+            raise ConfigError(f"load: the state {saved['path']} is run {saved['run']}'s, and this trainer (run "
+                              f"{self.id}) can load only its own")
+        # another run's state (a copy, ``from_state``): the SDK makes a new training client from it
+        make = (self.service.create_training_client_from_state_with_optimizer if optimizer else
+                self.service.create_training_client_from_state)
+        self.training, self._samplers = make(saved["path"]).result(), {}
+
+    def export(self, path: str, merged: bool = False) -> str:
+        raise ConfigError("export: a Tinker-API server gives no weights back (the Tinker API has no export_lora); "
+                          "they stay on the server's side (--no-export)")
+
+    def close(self) -> None:
+        self._samplers.clear()
+        for close in reversed(self.closers):
+            close()
+
+    def _wait(self, future: APIFuture[T], operation: str) -> T:
         return wait(future, operation, self.url)
+
+
+def _loss(name: str) -> LossFnType:
+    """A loss name as the SDK types it (the server refuses a name it does not take; ``refusals`` names it first)."""
+    return cast("LossFnType", name)
 
 
 def _own_distribution(sampling_params: Scoring, reference: bool) -> None:
@@ -222,33 +294,45 @@ def _tinker_params(params: dict[str, Any]) -> dict[str, Any]:
     return {**params, "stop": ids}
 
 
-def tinker_backend(url: str, token: str | None, model: str, *, lora_rank: int, seed: int, needs: Needs,
-                   resume: Mapping[str, Any] | None = None) -> Backend:
+def sdk_session(url: str, api_key: str) -> ServiceClient:
+    """One SDK session on the Tinker-API server at ``url`` (``wai serve --tinker-url`` holds one for its runs)."""
+    client: ServiceClient = _sdk().ServiceClient(base_url=url, api_key=api_key)
+    return client
+
+
+def new_run(service: ServiceClient, model: str, *, lora_rank: int, seed: int, url: str,
+            capabilities: Mapping[str, Any] | None = None, closers: Sequence[Callable[[], None]] = ()) -> TinkerTrainer:
+    """A trainer on a new LoRA training client of ``model`` in the session ``service``."""
+    training = service.create_lora_training_client(base_model=model, rank=lora_rank, seed=seed).result()
+    return TinkerTrainer(training, model, url=url, capabilities=capabilities, service=service, closers=closers)
+
+
+def over_tinker(url: str, token: str | None, model: str, *, lora_rank: int, seed: int, needs: Needs,
+                resume: Path | None = None) -> TinkerTrainer:
     """A training client on the Tinker-API server at ``url``, refused with every unmet need before one is made.
-    ``resume``: the checkpoint's record of a state saved there (``Backend.save``), to start from."""
-    tinker = _sdk()
+    ``resume``: a checkpoint folder whose pointer names a state saved there, to start from."""
     key = api_key_for(token)
     url = url.rstrip("/")
+    saved = remote_checkpoint(resume) if resume is not None else None
     offered = capabilities(url, key)
     problems = refusals(offered, model, needs)
     if problems:
         raise ConfigError(f"the Tinker-API server at {url} cannot run this: " + "; ".join(problems))
-    service = tinker.ServiceClient(base_url=url, api_key=key)
+    service = sdk_session(url, key)
+    closers = [lambda: _close(service, url)]
     try:
-        if resume is None:
-            training = service.create_lora_training_client(base_model=model, rank=lora_rank, seed=seed).result()
-            trainer = TinkerTrainer(training, model, url=url)
-        else:
-            training = _from_state(service, url, resume)
-            trainer = TinkerTrainer(training, model, step=int(resume["step"]), loaded_from=resume["path"], url=url)
+        if saved is None:
+            return new_run(service, model, lora_rank=lora_rank, seed=seed, url=url, capabilities=offered,
+                           closers=closers)
+        training = _from_state(service, url, saved)
+        return TinkerTrainer(training, model, step=int(saved["step"]), loaded_from=saved["path"], url=url,
+                             capabilities=offered, service=service, closers=closers)
     except BaseException:
         service.close("errored").result()
         raise
-    return Backend(trainer, f"Tinker API at {url}", False, [lambda: _close(service, url)],
-                   api="tinker", url=url, capabilities=offered)
 
 
-def _close(service: Any, url: str) -> None:
+def _close(service: ServiceClient, url: str) -> None:
     """End the session; a server that is gone has no session to end (the run's error says what failed)."""
     try:
         wait(service.close("success"), "close", url)
@@ -256,7 +340,7 @@ def _close(service: Any, url: str) -> None:
         pass
 
 
-def _from_state(service: Any, url: str, saved: Mapping[str, Any]) -> Any:
+def _from_state(service: ServiceClient, url: str, saved: Remote) -> TrainingClient:
     try:
         return service.create_training_client_from_state_with_optimizer(saved["path"]).result()
     except Exception as err:
