@@ -70,7 +70,10 @@ def grade_within(taskset: Any, task: Any, completion: str, seconds: float | None
 def grader_probe(taskset: Any) -> tuple[list[str], list[str]]:
     """Grade a few tasks' reference answers, an empty completion and another task's answer: each grade must
     return a finite number within ``GRADE_TIMEOUT_S`` (problems); rewards above 1 or reference answers that do
-    not pass are notes (a pass is reward >= 1.0)."""
+    not pass are notes (a pass is reward >= 1.0). A taskset that wraps another's grader (``wrapped``: the
+    random-reward control's, which draws its rewards from the grades it has seen) is probed through the one it
+    wraps, so that the probe's grades do not become training rewards."""
+    taskset = getattr(taskset, "wrapped", taskset)
     train, test = taskset.split("train"), taskset.split("test")
     tasks = train[:PROBE_TASKS] + test[: max(1, PROBE_TASKS // 4)]
     graded: list[tuple[Any, str, float]] = []
