@@ -93,6 +93,19 @@ def warm_start_learning_rate(steps: int) -> Ruled:
                                       f"{SHORT_WARM_START_STEPS}: the rate chosen on the own_tasks benchmark)")
 
 
+def keep_warm_start(compare: Mapping[str, Any]) -> str | None:
+    """Why a run's final weights go back to the end of its warm start, or None: RL lowered held-out pass@1 by a
+    resolved margin (``compare``: the paired before/after comparison, its 95% interval wholly below 0). A choice
+    between two weights on the held-out tasks, made only on a resolved fall (issue 30: count, seed 1, 200
+    warm-start steps, then RL at 1e-3: 0.961 -> 0.445)."""
+    low, high = compare["ci95"]
+    if compare["delta"] >= 0 or high >= 0:
+        return None
+    return (f"RL lowered held-out pass@1 from {compare['before']:.3f} (the end of the warm start) to "
+            f"{compare['after']:.3f}, a paired delta of {compare['delta']:+.3f} [{low:+.3f}, {high:+.3f}]: it undid "
+            "what the warm start taught (a lower --learning-rate, or a longer warm start)")
+
+
 # ------------------------------------------------------------------------------------- generation cap
 def answer_tokens(answers: Iterable[Any], encode: Any) -> list[int]:
     """Token counts of the reference answers that are text (``encode(text) -> ids``, no special tokens);
