@@ -1,5 +1,5 @@
 """What can be checked about a run's inputs before the warm start, with the model's tokenizer but not its
-weights: the grader on a probe of tasks (within a time limit per grade, each return a finite number, its range),
+weights: the grader on a probe of tasks (within the time limit every grade has, each return a finite number, its range),
 every prompt's length against the model's context, prompts repeated with answers that disagree, and numbers
 that are legal but unlikely to be meant (``report``). Each problem stops the run before anything loads; each
 note is printed under the run plan (``RunPlan.notes``)."""
@@ -7,15 +7,12 @@ note is printed under the run plan (``RunPlan.notes``)."""
 from __future__ import annotations
 
 import json
-import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from whileai.errors import WhileaiError
 
-GRADE_TIMEOUT_S = 10.0
-"""the most one grade of the probe may take: a grader that takes longer would stall every training step"""
 PROBE_TASKS = 8
 """train tasks (and a quarter as many test tasks) the grader is probed on"""
 LISTED = 5
@@ -43,33 +40,18 @@ def report(config: Any, taskset: Any, plan: Any) -> tuple[list[str], list[str]]:
 
 
 # ----------------------------------------------------------------------------- the grader
-def grade_within(taskset: Any, task: Any, completion: str, seconds: float | None = None) -> float:
-    """``taskset.grade(task, completion)``, or a ``WhileaiError`` naming the task when it takes longer than
-    ``seconds`` (the grade goes on in a daemon thread; it cannot be stopped from outside)."""
-    out: dict[str, Any] = {}
-    seconds = GRADE_TIMEOUT_S if seconds is None else seconds
+def grade_within(taskset: Any, task: Any, completion: str) -> float:
+    """``taskset.grade(task, completion)``, or an error naming the task when it takes longer than
+    ``whileai.envs.episode.GRADE_TIMEOUT_S`` (the limit every grade of the run has)."""
+    from whileai.envs import episode
 
-    def grade() -> None:
-        try:
-            out["reward"] = taskset.grade(task, completion)
-        except BaseException as err:  # noqa: BLE001 - handed to the caller
-            out["error"] = err
-
-    worker = threading.Thread(target=grade, daemon=True, name="whileai-grader-probe")
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise WhileaiError(f"the grader did not return within {seconds:g} s on task_id={task.task_id!r} (completion "
-                           f"{completion[:40]!r}): a grade must be quick, since every step grades a batch; make the "
-                           "grader return (a timeout of its own, no network call without one)")
-    if "error" in out:
-        raise out["error"]
-    return float(out["reward"])
+    return float(episode.within(lambda: taskset.grade(task, completion), "the grader",
+                                f"on task_id={task.task_id!r} (completion {completion[:40]!r})"))
 
 
 def grader_probe(taskset: Any) -> tuple[list[str], list[str]]:
     """Grade a few tasks' reference answers, an empty completion and another task's answer: each grade must
-    return a finite number within ``GRADE_TIMEOUT_S`` (problems); rewards above 1 or reference answers that do
+    return a finite number within ``episode.GRADE_TIMEOUT_S`` (problems); rewards above 1 or reference answers that do
     not pass are notes (a pass is reward >= 1.0). A taskset that wraps another's grader (``wrapped``: the
     random-reward control's, which draws its rewards from the grades it has seen) is probed through the one it
     wraps, so that the probe's grades do not become training rewards."""
