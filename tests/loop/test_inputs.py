@@ -92,8 +92,13 @@ def test_duplicate_prompts_with_different_answers_are_noted(tmp_path: Path):
     rows = [{"prompt": f"{i:03d}?", "answer": "y"} for i in range(40)]
     rows[10] = {"prompt": "005?", "answer": "n"}
     plan = dry_run(taskset=_jsonl(tmp_path / "t.jsonl", rows))
-    assert any(n.startswith("1 prompt given more than once with different answers") and "'6'" in n and "'11'" in n
-               for n in plan.notes), plan.notes
+    assert any(n.startswith('1 prompt is given on 2 tasks with different answers ("005?": task_id \'6\' answer "y", '
+                            'task_id \'11\' answer "n")') for n in plan.notes), plan.notes
+    rows[20], rows[30] = {"prompt": "007?", "answer": "n"}, {"prompt": "007?", "answer": "m"}  # 3 tasks, 1 prompt
+    notes = dry_run(taskset=_jsonl(tmp_path / "w.jsonl", rows)).notes
+    assert any(n.startswith("2 prompts are each given on more than one task with different answers (5 tasks in all: "
+                            '"005?": task_id \'6\' answer "y", task_id \'11\' answer "n"; "007?": task_id \'8\'')
+               for n in notes), notes
     rows[10] = {"prompt": "005?", "answer": "y"}  # the same answer twice is not a clash
     assert not any("more than once" in n for n in dry_run(taskset=_jsonl(tmp_path / "u.jsonl", rows)).notes)
 

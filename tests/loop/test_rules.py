@@ -59,6 +59,8 @@ def test_the_cap_from_the_longest_answer(lengths, cap):
     got, source = rules.generation_cap(taskset_cap=None, answer_lengths=lengths, whole_answer=True, method_cap=8192)
     assert got == cap
     assert f"longest reference answer ({max(lengths)} token{'s' * (max(lengths) > 1)})" in source
+    # beside the plan's `cap_is_answer_length False [derived]`: the cap is past the answer, not its length
+    assert source.endswith("a reply that reaches it is cut short, not a whole answer: cap_is_answer_length False)")
 
 
 def test_the_cap_falls_back_to_the_taskset_then_the_method_then_the_loop():

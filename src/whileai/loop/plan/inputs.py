@@ -98,9 +98,14 @@ def duplicate_notes(taskset: Any) -> list[str]:
         return []
     shown = "; ".join(f"{_short(tasks[0].prompt)}: " + ", ".join(f"task_id {t.task_id!r} answer {_short(t.answer)}"
                                                                   for t in tasks[:3]) for tasks in clashes[:LISTED])
-    return [f"{len(clashes)} prompt{'s' * (len(clashes) != 1)} given more than once with different answers ({shown}"
-            f"{'; ...' if len(clashes) > LISTED else ''}): an exact grader passes at most one of them, and the warm "
-            "start is taught each; keep one answer per prompt, or grade with a function that accepts every one"]
+    more = "; ..." if len(clashes) > LISTED else ""
+    if len(clashes) == 1:
+        what = f"1 prompt is given on {len(clashes[0])} tasks with different answers ({shown})"
+    else:
+        what = (f"{len(clashes)} prompts are each given on more than one task with different answers "
+                f"({sum(map(len, clashes))} tasks in all: {shown}{more})")
+    return [f"{what}: an exact grader passes at most one answer per prompt, and the warm start is taught each; keep "
+            "one answer per prompt, or grade with a function that accepts every one"]
 
 
 def _short(value: Any) -> str:

@@ -128,8 +128,8 @@ def generation_cap(*, taskset_cap: int | None, answer_lengths: Sequence[int], wh
         margin = max(1, math.ceil(ANSWER_MARGIN * longest))
         cap = longest + margin + 1
         return cap, (f"{cap}: the longest reference answer ({longest} token{'s' * (longest != 1)}) + a margin of "
-                     f"{margin} + EOS "
-                     "(the taskset sets no max_tokens)")
+                     f"{margin} + EOS (the taskset sets no max_tokens; a reply that reaches it is cut short, not a "
+                     "whole answer: cap_is_answer_length False)")
     why = ("its completions are graded by a grader that reads reasoning, not the answer alone" if answer_lengths
            else "its tasks have no text reference answers")
     if method_cap is not None:
