@@ -95,7 +95,7 @@ class TrainConfig:
     """reference answers per supervised warm-start step"""
     warm_start_learning_rate: float | None = None
     """learning rate of the supervised warm start; None: a built-in taskset's recommendation (builtin:lookup:
-    3e-3), 3e-3 under the rule on a taskset of your own, else 1e-2"""
+    3e-3); on a taskset of your own the rule's, 1e-2 for at most 100 steps and 3e-3 for more; else 1e-2"""
     eval_tasks: int = 64
     """held-out tasks scored before and after training (and every eval_every steps)"""
     eval_samples: int = 4

@@ -196,9 +196,10 @@ def warm_start_learning_rate_rule(config: TrainConfig, method: Method, taskset: 
     hint = _hint(config, taskset, "warm_start_learning_rate")
     if hint is not None:
         return hint, TASKSET
-    if _own_tasks(config, taskset) and values.get("warm_start_steps"):
-        return _ruled(rules.warm_start_learning_rate())
-    return rules.BUILTIN_WARM_START_LEARNING_RATE, DEFAULT
+    steps = int(values.get("warm_start_steps") or 0)
+    if _own_tasks(config, taskset) and steps:
+        return _ruled(rules.warm_start_learning_rate(steps))
+    return rules.SHORT_WARM_START_LEARNING_RATE, DEFAULT
 
 
 def learning_rate_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
