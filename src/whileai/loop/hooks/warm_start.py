@@ -1,7 +1,8 @@
 """The warm start: supervised steps on reference episodes before RL (``warm_start``), and its hook
 (``WarmStart``), which shows it (a bar, or a line every ``PRINT_EVERY`` steps under --no-progress), writes each
 step to RUN_DIR/warm_start.jsonl and TensorBoard, stops within one step on Ctrl-C with a checkpoint (a resume
-continues it), and then re-takes the reference policy from the weights RL starts from.
+continues it), then re-takes the reference policy from the weights RL starts from and writes a checkpoint (an
+error later in the run leaves it resumable after the warm start).
 
 The hooks around ``whileai.loop.core.run_loop`` run in this order (``whileai.loop.run``):
 
@@ -148,6 +149,8 @@ class WarmStart(Hook):
         if ctx.trainer.url is None:  # the weights RL starts from, for a run whose RL undoes them (keep_warm_start)
             ctx.trainer.save(ctx.run_dir / "checkpoint" / WARM_START_END)
         self.reference(loop.trainer, take=True)
+        state.warm_start_done = True
+        ctx.checkpoint(state)  # a later error (a grader that breaks in the first evaluation) keeps it: --resume goes on
         ctx.stop_if_asked(state)
 
     def reference(self, trainer: Any, take: bool) -> None:
