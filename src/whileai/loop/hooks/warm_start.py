@@ -26,6 +26,7 @@ from typing import Any
 from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context, Interrupted
+from whileai.loop.plan import rules
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.sources.rollouts import step_tasks
 from whileai.loop.types import Hook, Loop, prompts
@@ -76,10 +77,10 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
         count = sum(sum(mask) for _, _, mask in data)
         datums = [make_datum(p, a, weights=[float(m) / count for m in mask]) for p, a, mask in data]
         out = trainer.forward_backward(datums, "cross_entropy")
-        trainer.optim_step({"learning_rate": plan.warm_start_learning_rate})
+        rate = rules.warm_start_rate_at(plan.warm_start_learning_rate, k, plan.warm_start_steps)
+        trainer.optim_step({"learning_rate": rate})
         record: dict[str, Any] = {"warm_start_step": k + 1, "loss": float(out.metrics["loss:sum"]),
-                                  "answer_tokens": count / len(data),
-                                  "learning_rate": plan.warm_start_learning_rate}
+                                  "answer_tokens": count / len(data), "learning_rate": rate}
         result.records.append(record)
         record["pass_estimate"] = pass_estimate(result.records)
         if each is not None and each(record, result):
@@ -142,8 +143,9 @@ class WarmStart(Hook):
             raise Interrupted(ctx.run_dir, state.step, during=f"the warm start, after its step "
                                                               f"{state.warm_start_steps_done} of {plan.warm_start_steps}")
         losses = result.losses
+        falling = " falling to 0" if plan.warm_start_steps > rules.SHORT_WARM_START_STEPS else ""
         ctx.log.write(f"warm start: {len(losses)} supervised steps on reference answers at learning rate "
-                      f"{plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
+                      f"{plan.warm_start_learning_rate:g}{falling} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
                       f"{pass_estimate(result.records):.2f})")
         state.warm_start_steps_done = len(losses)
         if ctx.trainer.url is None:  # the weights RL starts from, for a run whose RL undoes them (keep_warm_start)
