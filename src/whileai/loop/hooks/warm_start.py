@@ -27,7 +27,7 @@ from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context, Interrupted
 from whileai.loop.plan import rules
-from whileai.loop.plan.run_plan import RunPlan
+from whileai.loop.plan.run_plan import RULE, RunPlan
 from whileai.loop.sources.rollouts import step_tasks
 from whileai.loop.types import Hook, Loop, prompts
 
@@ -70,6 +70,7 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
 
     result = done or WarmStartResult()
     train = taskset.split("train")
+    ruled = plan.source("warm_start_learning_rate").startswith(RULE + ":")  # the rule's rate falls over a long one
     for k in range(len(result.records), plan.warm_start_steps):
         tasks = step_tasks(train, min(plan.warm_start_batch, len(train)), plan.seed, WARM_START_DRAW + k)
         data = [(prompt, *reference_episode(taskset, task, trainer.tokenizer))
@@ -77,7 +78,7 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
         count = sum(sum(mask) for _, _, mask in data)
         datums = [make_datum(p, a, weights=[float(m) / count for m in mask]) for p, a, mask in data]
         out = trainer.forward_backward(datums, "cross_entropy")
-        rate = rules.warm_start_rate_at(plan.warm_start_learning_rate, k, plan.warm_start_steps)
+        rate = rules.warm_start_rate_at(plan.warm_start_learning_rate, k, plan.warm_start_steps, ruled)
         trainer.optim_step({"learning_rate": rate})
         record: dict[str, Any] = {"warm_start_step": k + 1, "loss": float(out.metrics["loss:sum"]),
                                   "answer_tokens": count / len(data), "learning_rate": rate}
@@ -143,7 +144,8 @@ class WarmStart(Hook):
             raise Interrupted(ctx.run_dir, state.step, during=f"the warm start, after its step "
                                                               f"{state.warm_start_steps_done} of {plan.warm_start_steps}")
         losses = result.losses
-        falling = " falling to 0" if plan.warm_start_steps > rules.SHORT_WARM_START_STEPS else ""
+        falling = " falling to 0" if {r["learning_rate"] for r in result.records[-1:]} != \
+            {plan.warm_start_learning_rate} else ""
         ctx.log.write(f"warm start: {len(losses)} supervised steps on reference answers at learning rate "
                       f"{plan.warm_start_learning_rate:g}{falling} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
                       f"{pass_estimate(result.records):.2f})")

@@ -10,7 +10,7 @@ defaults and how they were chosen".
 | setting | rule |
 |---|---|
 | warm-start steps | a random-init model on a taskset whose every train task has a reference answer: ``WARM_START_STEPS``; else 0 |
-| warm-start learning rate | ``SHORT_WARM_START_LEARNING_RATE`` for a warm start of at most ``SHORT_WARM_START_STEPS`` steps, ``WARM_START_LEARNING_RATE`` for a longer one, which falls linearly to 0 over its steps (``warm_start_rate_at``) |
+| warm-start learning rate | ``SHORT_WARM_START_LEARNING_RATE`` for a warm start of at most ``SHORT_WARM_START_STEPS`` steps, ``WARM_START_LEARNING_RATE`` for a longer one, which falls linearly to 0 over its steps (``warm_start_rate_at``; a rate given or recommended stays constant) |
 | generation cap | the taskset's own; else, when a completion is graded (or taught) as the whole answer, the longest reference answer in tokens + a margin + EOS; else the method's; else ``FALLBACK_MAX_TOKENS`` |
 | learning rate | random init: ``WARM_STARTED_LEARNING_RATE`` after a warm start, ``RANDOM_INIT_LEARNING_RATE`` without; a loaded model under ``SMALL_MODEL_PARAMETERS``: ``SMALL_MODEL_LEARNING_RATE`` (``SMALL_LORA_LEARNING_RATE`` under LoRA); a larger one: ``FULL_LEARNING_RATE``, ``LORA_LEARNING_RATE`` under LoRA |
 
@@ -83,13 +83,14 @@ def warm_start_steps(*, random_init: bool, train_size: int, answered: int) -> Ru
                               "train tasks imitates them first (the best measured on every own_tasks task)")
 
 
-def warm_start_rate_at(rate: float, step: int, steps: int) -> float:
+def warm_start_rate_at(rate: float, step: int, steps: int, ruled: bool = True) -> float:
     """The learning rate of warm-start step ``step`` (0-based) of ``steps`` at ``rate``: constant for a short warm
-    start (at most ``SHORT_WARM_START_STEPS``), else falling linearly to 0 (``rate * (1 - step / steps)``). At a
+    start (at most ``SHORT_WARM_START_STEPS``) or a rate not from this rule (``ruled`` False: given by the user, or a
+    taskset's measured recommendation), else falling linearly to 0 (``rate * (1 - step / steps)``). At a
     constant 3e-3 a long warm start's loss, once near 0, spikes under Adam and where the last step lands decides
     the model RL starts from (own_tasks: rot1 seed 0 0.887 at 1600 steps, 0.832 at 2400); falling to 0 it ends
     settled (commas 0.883 -> 0.992 after 1200 steps instead of 2400)."""
-    if steps <= SHORT_WARM_START_STEPS:
+    if steps <= SHORT_WARM_START_STEPS or not ruled:
         return rate
     return rate * (1.0 - step / steps)
 
