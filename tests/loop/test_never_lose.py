@@ -157,7 +157,7 @@ def test_an_error_after_the_warm_start_keeps_it_resumable(tmp_path: Path, monkey
     """A grader that breaks after the probe (in the first held-out evaluation) used to throw the warm start away
     ('no checkpoint to resume from'); the warm start's end is a checkpoint, and the resume after the fix goes on
     from it without warming up again (lead's newcomer review)."""
-    (tmp_path / "flaky_grader.py").write_text(
+    (tmp_path / "grader_that_breaks_after_the_warm_start.py").write_text(
         "import math, pathlib\n"
         "BROKEN = pathlib.Path(__file__).with_name('broken')\n"
         "CALLS = [0]\n"
@@ -167,10 +167,12 @@ def test_an_error_after_the_warm_start_keeps_it_resumable(tmp_path: Path, monkey
         "        return math.nan\n"
         "    return float(completion == task.answer)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "grader_that_breaks_after_the_warm_start", raising=False)  # none cached
     (tmp_path / "broken").write_text("")
     tasks = tmp_path / "t.jsonl"
     tasks.write_text("".join(json.dumps({"prompt": f"{i:03d}?", "answer": "y"}) + "\n" for i in range(60)))
-    quick = dict(taskset=str(tasks), taskset_options={"grader": "flaky_grader:grade"}, warm_start_steps=30,
+    quick = dict(taskset=str(tasks), taskset_options={"grader": "grader_that_breaks_after_the_warm_start:grade"},
+                 warm_start_steps=30,
                  steps=2, rollouts_per_step=8, eval_tasks=6, eval_samples=2, progress=False, export=False)
     with pytest.raises(wai.BatchError, match="returned nan"):
         wai.train(**quick, run_dir=str(tmp_path / "r"))
