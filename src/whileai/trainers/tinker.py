@@ -240,6 +240,8 @@ class TinkerTrainer:
         if saved["path"] != self.loaded_from or not optimizer:
             self._load(saved, optimizer)
         self.step, self.loaded_from = int(saved["step"]), None
+        # sampler weights of this step or later were another trajectory's: the next sample saves them anew
+        self._samplers = {v: c for v, c in self._samplers.items() if v < self.step}
 
     def _load(self, saved: Remote, optimizer: bool) -> None:
         if saved["run"] == self.id:
