@@ -22,6 +22,7 @@ Nothing here imports torch; the sampler is passed in (``whileai.loop.sources.rol
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
@@ -33,6 +34,10 @@ from whileai.errors import ConfigError
 ENV_LOGPROB = 0.0
 """behavior log-probability of a token the environment wrote (certain; masked, so no method reads it)"""
 TURN_SEED_STRIDE = 7919  # a later turn's sampler seed: seed + stride * turn (turn 0 keeps the one-turn seeds)
+GRADE_TIMEOUT_S = 10.0
+"""the most one grade (a grader's call, an environment's ``reward()``) may take, in the probe before the warm
+start and at every grade of the run: a grade that takes longer stops the run naming its task (a grader that
+hangs would stall every step)"""
 STOP_SEED_STRIDE = 104_729  # one more stride per group of episodes with other stop strings in the same turn
 
 Sampler = Callable[[list[list[int]], int, int, list[str], int], list[list[Any]]]
@@ -179,10 +184,36 @@ def env_step(env: Env, taskset_name: str, task: Task, turn: int, text: str) -> s
     return reply
 
 
+def within(call: Callable[[], Any], who: str, where: str, seconds: float | None = None) -> Any:
+    """``call()``, or an EnvError saying ``who`` (the grader) did not return within ``seconds`` ``where`` (the task)
+    (default ``GRADE_TIMEOUT_S``). The call runs in a daemon thread, which cannot be stopped from outside: a call
+    that hangs is left behind and the run stops."""
+    seconds = GRADE_TIMEOUT_S if seconds is None else seconds
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as err:  # noqa: BLE001 - raised again in the caller's thread
+            out["error"] = err
+
+    worker = threading.Thread(target=run, daemon=True, name="whileai-grade")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise EnvError(f"{who} did not return within {seconds:g} s {where}: a grade must be quick, since every step grades "
+                       "a batch; make it return (a timeout of its own, no network call without one)")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
 def env_reward(env: Env, taskset_name: str, task: Task) -> float:
-    """``env.reward()`` as a finite float, or an EnvError naming the task."""
+    """``env.reward()`` as a finite float within ``GRADE_TIMEOUT_S``, or an EnvError naming the task."""
+    who = "the grader" if isinstance(env, OneTurn) else f"{type(env).__name__}.reward"
+    text = f" (completion {env.text[:40]!r})" if isinstance(env, OneTurn) else ""
     try:
-        reward = env.reward()
+        reward = within(env.reward, f"taskset {taskset_name!r}: {who}", f"on task_id={task.task_id!r}{text}")
     except GraderError:
         raise
     except Exception as exc:

@@ -182,6 +182,7 @@ def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method |
            taskset_obj: Taskset | None,
            token: str | None) -> Run:
     method, taskset, plan = _prepare(config, origins, method_obj, rows_data, taskset_obj)
+    named = config.run_dir is not None  # else a time-stamped directory, and a new run makes another
     run_dir = Path(config.run_dir or f"runs/{config.method}-{time.strftime('%Y%m%d-%H%M%S')}")
     if (run_dir / "config.toml").exists():
         raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run: resume it with --resume {run_dir}, or "
@@ -197,7 +198,8 @@ def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method |
         return _execute(config, plan, method, taskset, rows, run_dir, None, token)
     except BaseException:  # an error, a second Ctrl-C, or Ctrl-C before the handler was in place
         if holds_work(run_dir):
-            print(kept_message(run_dir), file=sys.stderr, flush=True)
+            print(kept_message(run_dir, given=named), file=sys.stderr,
+                  flush=True)
         else:  # the run wrote nothing but its config: leave no half-made run behind
             _remove_run_files(run_dir, created)
         raise
@@ -214,13 +216,15 @@ def holds_work(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in WORK)
 
 
-def kept_message(run_dir: Path) -> str:
-    """What a run stopped by an error or a second Ctrl-C says about the directory it leaves (never removed)."""
+def kept_message(run_dir: Path, given: bool = True) -> str:
+    """What a run stopped by an error or a second Ctrl-C says about the directory it leaves (never removed);
+    ``given``: the user named it (--run-dir), else the run made a time-stamped one and a new run makes another."""
     if (run_dir / "checkpoint" / "LATEST").exists():
         return f"wai train: run directory {run_dir} kept; resume it with: wai train --resume {run_dir}"
     held = ", ".join(name for name in WORK if (run_dir / name).exists())
+    again = "with another --run-dir" if given else "(it gets a directory of its own)"
     return (f"wai train: run directory {run_dir} kept ({held}); it has no checkpoint to resume from, so start the "
-            "run again with another --run-dir (nothing was deleted)")
+            f"run again {again} (nothing was deleted)")
 
 
 RUN_FILES = ("config.toml", "rows.jsonl", "route.txt", LOCK_FILE, "metrics.jsonl", "summary.json", "evals.json", "curves.png",
@@ -314,7 +318,8 @@ def trainer_for(config: TrainConfig, plan: RunPlan, method: Method | None, token
     checkpoint folder a server trainer starts from (the state it names on the server)."""
     return open_trainer(config.model, url=config.url, api=config.api, token=token, lora_rank=config.lora_rank,
                         device=config.device, seed=config.seed, micro_batch_tokens=config.micro_batch_tokens,
-                        needs=needs_of(config, plan, method), resume=resume)
+                        needs=needs_of(config, plan, method), resume=resume,
+                        activation_checkpointing=plan.activation_checkpointing)
 
 
 @contextmanager

@@ -165,9 +165,10 @@ def score(trainer: Trainer, rows: Sequence[Mapping[str, Any]], *, sampling_param
 
 
 def critic_values(trainer: Trainer, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
-    """The value head's prediction at every completion token (a value loss's forward returns them)."""
+    """The value head's prediction at every completion token (a value loss's forward returns them; the prompt's
+    positions are not computed)."""
     data = [value_datum(r, [0.0] * len(r["tokens"]), [0.0] * len(r["tokens"])) for r in rows]
-    out = trainer.forward(data, "ppo_critic", {"value_clip": None})
+    out = trainer.forward(data, "ppo_critic", {"value_clip": None}, logprobs_for=completions(rows))
     return [completion_part(o["values"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, rows)]
 
 

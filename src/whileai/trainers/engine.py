@@ -43,9 +43,10 @@ class EngineTrainer(TrainingEngine):
 
 
 def in_process(model: str, *, lora_rank: int, device: str, seed: int, micro_batch_tokens: int,
-               needs: Needs) -> EngineTrainer:
+               needs: Needs, activation_checkpointing: str | None = None) -> EngineTrainer:
     trainer = EngineTrainer(model, lora_rank=lora_rank, device=device, seed=seed, reference=needs.reference or None,
-                            micro_batch_tokens=micro_batch_tokens, keep_sampler_versions=1)
+                            micro_batch_tokens=micro_batch_tokens, keep_sampler_versions=1,
+                            activation_checkpointing=activation_checkpointing)
     if needs.critic is not None:
         add_critic(trainer, needs.critic)
     return trainer

@@ -34,11 +34,14 @@ SERVERS = {"wai": _wai, "tinker": _tinker}
 
 
 def open_trainer(model: str, *, url: str | None, api: str, token: str | None, lora_rank: int, device: str,
-                 seed: int, micro_batch_tokens: int, needs: Needs, resume: Path | None = None) -> Trainer:
-    """The trainer: ``resume`` is the checkpoint folder a server trainer starts from (the state it names)."""
+                 seed: int, micro_batch_tokens: int, needs: Needs, resume: Path | None = None,
+                 activation_checkpointing: str | None = None) -> Trainer:
+    """The trainer: ``resume`` is the checkpoint folder a server trainer starts from (the state it names);
+    ``activation_checkpointing`` ('on' / 'off', the plan's) is the in-process engine's (a server decides its own)."""
     if url is None:
         from whileai.trainers.engine import in_process
 
         return in_process(model, lora_rank=lora_rank, device=device, seed=seed,
-                          micro_batch_tokens=micro_batch_tokens, needs=needs)
+                          micro_batch_tokens=micro_batch_tokens, needs=needs,
+                          activation_checkpointing=activation_checkpointing)
     return SERVERS[api]()(url, token, model, lora_rank=lora_rank, seed=seed, needs=needs, resume=resume)

@@ -32,6 +32,7 @@ from whileai.loop.types import Hook, Loop, prompts
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
 LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (loss, answer tokens, pass estimate)
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
+WARM_START_END = "warm_start_end"  # in RUN_DIR/checkpoint: the weights RL starts from (a run whose RL undoes them ends there)
 PRINT_EVERY = 25  # under --no-progress: a line every this many warm-start steps (and every check)
 ESTIMATE_WINDOW = 20  # steps the shown pass estimate averages over
 
@@ -144,6 +145,8 @@ class WarmStart(Hook):
                       f"{plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
                       f"{pass_estimate(result.records):.2f})")
         state.warm_start_steps_done = len(losses)
+        if ctx.trainer.url is None:  # the weights RL starts from, for a run whose RL undoes them (keep_warm_start)
+            ctx.trainer.save(ctx.run_dir / "checkpoint" / WARM_START_END)
         self.reference(loop.trainer, take=True)
         ctx.stop_if_asked(state)
 
