@@ -19,8 +19,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from whileai.engine import make_datum
-from whileai.service import Client, RunClient, Session
-from whileai.service.client import ServiceError
+from whileai.service import Client, RunClient, ServiceError, Session
 from whileai.service.launch import LocalServer
 
 PROBE = [1, 72, 101, 108, 108, 111, 33, 2]

@@ -138,7 +138,7 @@ def length_problems(taskset: Any, model: str, plan: Any, cap_given: bool) -> tup
         return [], []
     try:
         from whileai.envs import render_prompt
-        from whileai.service.client import load_tokenizer
+        from whileai.trainers.base import load_tokenizer
 
         tokenizer = load_tokenizer(model)
         lengths = [(t, len(render_prompt(tokenizer, t))) for t in taskset.split("train") + taskset.split("test")]
