@@ -89,7 +89,8 @@ def assert_same_metrics(mine: list[dict], theirs: list[dict]) -> None:
 
 # ----------------------------------------------------------------------------- no server
 def test_refusals_name_what_a_tinker_api_server_cannot_do():
-    """A Tinker server's capabilities: its loss names, no add_critic / export_lora, its own distribution only."""
+    """A Tinker server's capabilities: its loss names, no add_critic, its own distribution only; the export is its
+    save_weights_external (a server that lists no export is refused with --no-export named)."""
     from whileai.trainers.tinker import OPERATIONS
     from whileai.trainers.tinker_map import tinker_losses
 
@@ -97,11 +98,12 @@ def test_refusals_name_what_a_tinker_api_server_cannot_do():
             "losses": tinker_losses()}
     assert refusals(caps, "builtin:tiny", Needs(loss="ppo")) == []
     found = refusals(caps, "builtin:tiny", Needs(loss="sapo", critic=(1e-3, None), reference=True, export=True))
-    assert len(found) == 4
+    assert len(found) == 3
     assert "'sapo', which it does not advertise" in found[0] and "ppo" in found[0]
     assert "no add_critic" in found[1]
     assert "a reference policy scored" in found[2] and "policy's own distribution only" in found[2]
-    assert "add --no-export" in found[3]
+    no_export = {**caps, "operations": [op for op in OPERATIONS if op != "export_lora"]}
+    assert "add --no-export" in refusals(no_export, "builtin:tiny", Needs(loss="ppo", export=True))[0]
     assert refusals(caps, "builtin:tiny", Needs(loss="ppo", loss_config=("clip_low_threshold",))) == []
     keys = refusals(caps, "builtin:tiny", Needs(loss="gspo", loss_config=("clip_high_threshold",)))
     assert len(keys) == 1 and "config keys ['clip_high_threshold']" in keys[0] and "it takes: none" in keys[0]
@@ -167,8 +169,7 @@ def test_each_need_a_tinker_api_server_cannot_meet_is_refused_before_a_session_o
               "tokens sampled at another temperature.*--set temperature=1"),
              (dict(method="reinforce_pp", export=False), "a reference policy scored"),
              (dict(method="opsd", export=False), "teacher is the student's own weights"),
-             (dict(model="builtin:mini", export=False), "does not serve model 'builtin:mini'"),
-             (dict(), "cannot export them \\(no export_lora\\): add --no-export")]
+             (dict(model="builtin:mini", export=False), "does not serve model 'builtin:mini'")]
     with Client(server.url, server.token) as client:
         before = len(client.sessions())
         for i, (settings, message) in enumerate(cases):
@@ -209,6 +210,20 @@ def test_grpo_over_the_tinker_sdk_ends_with_the_in_process_weights(server: Local
     assert_same_metrics(remote.metrics(), local.metrics())
     assert local.metrics()[-1]["grad_norm"] > 0
     assert_same_weights(weights_of(server_state(server, remote.dir)), weights_of(local.dir / "checkpoint"))
+
+
+@pytest.mark.slow
+def test_a_run_over_the_tinker_sdk_exports_the_weights_it_trained(server: LocalServer, tmp_path: Path):
+    """RUN_DIR/final of a run over --api tinker (save_weights_external, fetched from its signed URLs) holds the
+    model the in-process run exports: the same files, the same tensors."""
+    local = wai.train(**{**ONE_PROMPT, "export": True}, run_dir=str(tmp_path / "local"))
+    remote = wai.train(**{**ONE_PROMPT, "export": True}, url=server.url, token=server.token, api="tinker",
+                       run_dir=str(tmp_path / "remote"))
+    assert remote.weights == remote.dir / "final"
+    assert sorted(p.name for p in remote.weights.iterdir()) == sorted(p.name for p in local.weights.iterdir())
+    assert_same_weights(load_file(str(remote.weights / "model.safetensors")),
+                        load_file(str(local.weights / "model.safetensors")))
+    assert not list(remote.dir.glob(".final.partial"))
 
 
 # ----------------------------------------------------------------------------- --resume over --url

@@ -7,7 +7,8 @@ Tinker itself, SkyRL's Tinker-API server, or a ``wai serve`` (its Tinker front, 
 (``whileai.service.provider.TinkerProvider``). The datum, output, Adam and sampling mappings are
 ``whileai.trainers.tinker_map``'s. What a Tinker-API server cannot do is refused before anything is created
 (``whileai.trainers.base.refusals`` over ``capabilities``): it scores only under the policy's own distribution
-(no reference, no other temperature), has no value head and gives no weights back (``--no-export``). A
+(no reference, no other temperature) and has no value head; its final weights come back through
+``save_weights_external`` and the signed URLs of ``get_external_weights_urls``. A
 checkpoint is the server's ``save_state`` (a ``tinker://`` path); ``--resume`` starts a new training client
 from it with its optimizer state.
 """
@@ -15,6 +16,7 @@ from it with its optimizer state.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -88,8 +90,9 @@ def wait(future: APIFuture[T], operation: str, url: str) -> T:
             raise ServerGone(operation, url, f"{type(err).__name__}: {err}") from None
 KEEP_SAMPLERS = 8
 """the sampler versions a trainer keeps (the engine's ``keep_sampler_versions`` default)"""
-OPERATIONS = ("forward", "forward_backward", "optim_step", "sample", "save_state", "load_state")
-"""what the trainer can do on any Tinker-API server (no add_critic, no export_lora)"""
+OPERATIONS = ("forward", "forward_backward", "optim_step", "sample", "save_state", "load_state", "export_lora")
+"""what the trainer can do on any Tinker-API server (no add_critic); ``export_lora`` is its
+``save_weights_external`` (a server that refuses it fails the export, naming --no-export)"""
 
 
 def api_key_for(token: str | None) -> str:
@@ -267,8 +270,39 @@ class TinkerTrainer:
         self.training, self._samplers = make(saved["path"]).result(), {}
 
     def export(self, path: str, merged: bool = False) -> str:
-        raise ConfigError("export: a Tinker-API server gives no weights back (the Tinker API has no export_lora); "
-                          "they stay on the server's side (--no-export)")
+        """The weights as files at ``path``: the server's ``save_weights_external`` (a PEFT adapter for a LoRA run,
+        the whole model otherwise: ``merged`` is the run's kind, as the engine's), fetched file by file from the
+        signed URLs of ``get_external_weights_urls`` into a folder beside ``path`` and moved there whole."""
+        if self.service is None:
+            raise ConfigError("export: this trainer has no service client to ask for the weights' URLs")
+        tinker = _sdk()
+        name = f"export-{self.step:08d}"
+        try:
+            saved = self._wait(self.training.save_weights_external(name), "save_weights_external")
+            rest = self.service.create_rest_client()
+            urls = self._wait(rest.get_external_weights_urls(saved.path), "get_external_weights_urls").urls
+        except tinker.APIStatusError as err:
+            raise ConfigError(f"export: the server at {self.url} refused save_weights_external ({err}); the weights "
+                              "stay on the server's side: run with --no-export, or save them there (save_state)") \
+                from None
+        target = Path(path)
+        partial = target.with_name(f".{target.name}.partial")
+        if partial.exists():
+            shutil.rmtree(partial)
+        for relative, url in urls.items():
+            out = partial / relative
+            if out.resolve().parent != partial.resolve() and partial.resolve() not in out.resolve().parents:
+                raise WhileaiError(f"export: the server named a file outside the folder ({relative!r})")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with httpx.stream("GET", url, timeout=ANSWER_TIMEOUT_S, follow_redirects=True) as reply:
+                reply.raise_for_status()
+                with out.open("wb") as handle:
+                    for chunk in reply.iter_bytes():
+                        handle.write(chunk)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(partial, target)
+        return str(target)
 
     def close(self) -> None:
         self._samplers.clear()
