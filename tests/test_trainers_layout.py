@@ -50,3 +50,13 @@ def test_the_tinker_sdk_is_wrapped_once():
     users = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if names(p) & clients)
     assert users == ["trainers/tinker.py"]
     assert "new_run" in names(SRC / "service" / "provider.py")
+
+
+def test_the_plan_names_a_trainer_backend_from_its_api_name():
+    """A new --api backend is named in the run plan without an edit to the plan (its title, or its name)."""
+    from whileai.trainers.open import title
+
+    assert title("tinker", "http://h:1") == "Tinker API at http://h:1"
+    assert title("wai", "http://h:1") == "wai serve at http://h:1"
+    assert title("loopback", "loop://here") == "loopback at loop://here"
+    assert title("wai", None) == "in-process"

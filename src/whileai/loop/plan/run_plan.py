@@ -349,7 +349,7 @@ def checkpointing_rule(config: TrainConfig, origins: Mapping[str, str]) -> tuple
 
 
 def trainer_of(config: TrainConfig) -> str:
-    """Where the run's model trains, as the plan shows it."""
-    if config.url is None:
-        return "in-process"
-    return f"{'Tinker API' if config.api == 'tinker' else 'wai serve'} at {config.url}"
+    """Where the run's model trains, as the plan shows it (``trainers.open.title``)."""
+    from whileai.trainers.open import title
+
+    return title(config.api, config.url)
