@@ -45,3 +45,17 @@ def test_held_out_that_rose_without_a_resolved_interval_is_not_blamed_on_the_rat
     assert "undid" not in reason
     fell = {**compare, "after": 0.70, "delta": -0.089, "ci95": [-0.15, -0.03]}
     assert "held-out pass@1 went 0.789 -> 0.700: the updates undid" in no_gain_reason(records, fell)
+
+
+def test_a_warm_start_that_left_the_model_near_chance_is_named_not_the_held_out_count():
+    """addmod in the lead's newcomer review: the warm start ended with held-out 0.109 (chance for one of ten
+    digits), RL moved it +0.02 unresolved, and the sentence asked for more held-out tasks."""
+    records = steps(40, reward=lambda k: 0.11, pass_rate=lambda k: 0.11, learning_rate=1e-3)
+    compare = {"before": 0.109, "after": 0.129, "delta": 0.02, "ci95": [-0.03, 0.07], "excludes_zero": False,
+               "tasks": 64}
+    reason = no_gain_reason(records, compare, warm_start_steps=2400)
+    assert reason.startswith("the warm start of 2400 steps left held-out pass@1 at 0.109"), reason
+    assert "more held-out tasks" not in reason
+    # a warm start that taught the task (held-out 0.789) keeps the unresolved-gain sentence
+    assert "is not resolved" in no_gain_reason(records, {**compare, "before": 0.789, "after": 0.809},
+                                               warm_start_steps=2400)

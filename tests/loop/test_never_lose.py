@@ -142,18 +142,40 @@ def test_an_error_after_work_keeps_the_run_and_says_so(tmp_path: Path, capsys):
     assert "NO SIGNAL" not in printed.out + printed.err  # the report comes once, in the error, not also above it
 
 
-def test_the_kept_message_names_run_dir_only_when_the_user_gave_one(tmp_path: Path, capsys, monkeypatch):
+def test_the_kept_message_names_run_dir_only_when_the_user_gave_one(tmp_path: Path):
     """A run with no --run-dir gets a new time-stamped directory on its own: its kept message does not send the
     user to a flag they never gave (newcomer review)."""
+    from whileai.loop.run import kept_message
+
+    (tmp_path / "metrics.jsonl").write_text("")
+    mine = kept_message(tmp_path, given=False)
+    assert "--run-dir" not in mine and "start the run again (it gets a directory of its own)" in mine
+    assert "start the run again with another --run-dir" in kept_message(tmp_path, given=True)
+
+
+def test_an_error_after_the_warm_start_keeps_it_resumable(tmp_path: Path, monkeypatch, capsys):
+    """A grader that breaks after the probe (in the first held-out evaluation) used to throw the warm start away
+    ('no checkpoint to resume from'); the warm start's end is a checkpoint, and the resume after the fix goes on
+    from it without warming up again (lead's newcomer review)."""
+    (tmp_path / "flaky_grader.py").write_text(
+        "import math, pathlib\n"
+        "BROKEN = pathlib.Path(__file__).with_name('broken')\n"
+        "CALLS = [0]\n"
+        "def grade(task, completion):\n"
+        "    CALLS[0] += 1\n"
+        "    if BROKEN.exists() and CALLS[0] > 40:\n"
+        "        return math.nan\n"
+        "    return float(completion == task.answer)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "broken").write_text("")
     tasks = tmp_path / "t.jsonl"
-    tasks.write_text("".join(json.dumps({"prompt": f"{i:03d}?", "answer": "qqqqqq"}) + "\n" for i in range(60)))
-    monkeypatch.chdir(tmp_path)
-    quick = dict(taskset=str(tasks), warm_start_steps=1, steps=2, rollouts_per_step=8, eval_tasks=0, max_tokens=1,
-                 progress=False, export=False)
-    with pytest.raises(wai.ConfigError, match="NO SIGNAL"):
-        wai.train(**quick)
-    err = capsys.readouterr().err
-    assert "--run-dir" not in err and "start the run again (it gets a directory of its own)" in err
-    with pytest.raises(wai.ConfigError, match="NO SIGNAL"):
-        wai.train(**quick, run_dir=str(tmp_path / "mine"))
-    assert "start the run again with another --run-dir" in capsys.readouterr().err
+    tasks.write_text("".join(json.dumps({"prompt": f"{i:03d}?", "answer": "y"}) + "\n" for i in range(60)))
+    quick = dict(taskset=str(tasks), taskset_options={"grader": "flaky_grader:grade"}, warm_start_steps=30,
+                 steps=2, rollouts_per_step=8, eval_tasks=6, eval_samples=2, progress=False, export=False)
+    with pytest.raises(wai.BatchError, match="returned nan"):
+        wai.train(**quick, run_dir=str(tmp_path / "r"))
+    assert f"resume it with: wai train --resume {tmp_path / 'r'}" in capsys.readouterr().err
+    (tmp_path / "broken").unlink()
+    run = wai.train(resume=str(tmp_path / "r"), progress=False)
+    assert run.summary["steps"] == 2 and run.summary["warm_start_steps_run"] == 30
+    assert len((tmp_path / "r" / "warm_start.jsonl").read_text().splitlines()) == 30  # not warmed up again

@@ -11,8 +11,8 @@ from whileai.loop.plan import rules
 # ------------------------------------------------------------------------------------- warm start
 def test_a_random_init_model_with_answers_gets_the_warm_start_budget():
     steps, source = rules.warm_start_steps(random_init=True, train_size=900, answered=900)
-    assert steps == rules.WARM_START_STEPS == 2400
-    assert source.startswith("2400: a random-init model with reference answers for all 900 train tasks")
+    assert steps == rules.WARM_START_STEPS == 1200
+    assert source.startswith("1200: a random-init model with reference answers for all 900 train tasks")
 
 
 def test_a_loaded_model_or_missing_answers_get_no_warm_start():
@@ -28,6 +28,14 @@ def test_a_loaded_model_or_missing_answers_get_no_warm_start():
 def test_the_warm_start_rate_follows_its_length(steps, rate):
     got, source = rules.warm_start_learning_rate(steps)
     assert got == rate and f"{rate:g}: a warm start of {steps} steps" in source
+
+
+@pytest.mark.parametrize(("step", "steps", "rate"), [(0, 14, 1e-2), (13, 14, 1e-2), (0, 100, 1e-2), (99, 100, 1e-2),
+                                                     (0, 1200, 3e-3), (600, 1200, 1.5e-3), (1199, 1200, 2.5e-6)])
+def test_a_long_warm_starts_rate_falls_linearly_to_0_and_a_short_ones_stays(step, steps, rate):
+    start = 1e-2 if steps <= rules.SHORT_WARM_START_STEPS else 3e-3
+    assert rules.warm_start_rate_at(start, step, steps) == pytest.approx(rate)
+    assert rules.warm_start_rate_at(start, step, steps, ruled=False) == start  # a rate given or recommended: constant
 
 
 def test_a_short_warm_start_given_on_a_taskset_of_ones_own_keeps_the_short_rate():
@@ -138,7 +146,7 @@ def test_a_two_layer_body_with_a_real_vocabulary_is_small_and_gpt2_is_pretrained
 @pytest.mark.slow
 def test_a_user_taskset_learns_under_the_rules(tmp_path):
     """examples/tasksets/successor.jsonl on builtin:tiny, seed 0, every setting left to the rules: the warm start
-    (2400 steps at 3e-3) and RL end with held-out pass@1 above the old rule's 0.594
+    (1200 steps at 3e-3 falling to 0) and RL end with held-out pass@1 above the old rule's 0.594
     (2000 warm-start steps at 1e-2, docs/tasksets.md); the defaults before any rule: 0.000."""
     from pathlib import Path
 
@@ -148,3 +156,22 @@ def test_a_user_taskset_learns_under_the_rules(tmp_path):
     run = train(taskset=path, seed=0, run_dir=str(tmp_path / "run"), export=False, progress=False)
     assert run.summary["warm_start_steps_run"] == rules.WARM_START_STEPS
     assert run.summary["eval_after"]["pass_at_1"] > 0.6, run.summary["compare"]["text"]
+
+
+def test_the_rules_warm_start_rate_falls_and_a_given_one_stays(tmp_path):
+    """warm_start.jsonl's per-step rates: the rule's 3e-3 over 101 steps falls to 3e-3/101 at the last step; the same
+    rate given by hand stays 3e-3 (what the user asked, and what a taskset's recommendation was measured at)."""
+    from pathlib import Path
+
+    from whileai.loop import train
+
+    path = str(Path(__file__).resolve().parents[2] / "examples" / "tasksets" / "upper.jsonl")
+    quick = dict(taskset=path, warm_start_steps=101, steps=1, rollouts_per_step=8, eval_tasks=0, force=True,
+                 export=False, progress=False)
+    for name, given in (("ruled", {}), ("given", {"warm_start_learning_rate": 3e-3})):
+        train(**quick, **given, run_dir=str(tmp_path / name))
+    rates = {name: [json.loads(x)["learning_rate"] for x in (tmp_path / name / "warm_start.jsonl").read_text().splitlines()]
+             for name in ("ruled", "given")}
+    assert rates["ruled"][0] == 3e-3 and rates["ruled"][-1] == pytest.approx(3e-3 / 101)
+    assert all(a > b for a, b in zip(rates["ruled"], rates["ruled"][1:]))
+    assert set(rates["given"]) == {3e-3} and len(rates["given"]) == 101

@@ -287,6 +287,9 @@ def _share(flags: Iterable[object]) -> float:
 
 
 # ------------------------------------------------------------------------------------- after the run
+LOW_START = 0.2
+"""held-out pass@1 after a warm start below this: the warm start did not teach the task (the end-of-run sentence says
+so rather than asking for more held-out tasks)"""
 ALL_PASSED = 0.98
 """a run whose rollouts passed at least this often over its steps had nothing left to learn on its training tasks"""
 
@@ -311,6 +314,11 @@ def no_gain_reason(records: Sequence[Mapping[str, Any]], compare: Mapping[str, A
         reason = check(steps, cap, warm_start_steps)
         if reason is not None:
             return reason
+    if compare is not None and warm_start_steps and float(compare.get("before", 1.0)) < LOW_START:
+        return (f"the warm start of {warm_start_steps} steps left held-out pass@1 at {compare['before']:.3f}: the model "
+                "barely learned the task from its reference answers, so RL had few passes to learn from (held-out "
+                f"{compare['before']:.3f} -> {compare['after']:.3f}); check that the answers follow from the prompts, "
+                "give more training tasks, or a longer warm start")
     if compare is not None and float(compare.get("delta", 0)) > 0:
         low, high = compare.get("ci95", (0.0, 0.0))
         return (f"held-out pass@1 rose {compare['delta']:+.3f} ({compare['before']:.3f} -> {compare['after']:.3f}) but "

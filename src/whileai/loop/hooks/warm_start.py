@@ -1,7 +1,8 @@
 """The warm start: supervised steps on reference episodes before RL (``warm_start``), and its hook
 (``WarmStart``), which shows it (a bar, or a line every ``PRINT_EVERY`` steps under --no-progress), writes each
 step to RUN_DIR/warm_start.jsonl and TensorBoard, stops within one step on Ctrl-C with a checkpoint (a resume
-continues it), and then re-takes the reference policy from the weights RL starts from.
+continues it), then re-takes the reference policy from the weights RL starts from and writes a checkpoint (an
+error later in the run leaves it resumable after the warm start).
 
 The hooks around ``whileai.loop.core.run_loop`` run in this order (``whileai.loop.run``):
 
@@ -25,7 +26,8 @@ from typing import Any
 from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context, Interrupted
-from whileai.loop.plan.run_plan import RunPlan
+from whileai.loop.plan import rules
+from whileai.loop.plan.run_plan import RULE, RunPlan
 from whileai.loop.sources.rollouts import step_tasks
 from whileai.loop.types import Hook, Loop, prompts
 
@@ -68,6 +70,7 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
 
     result = done or WarmStartResult()
     train = taskset.split("train")
+    ruled = plan.source("warm_start_learning_rate").startswith(RULE + ":")  # the rule's rate falls over a long one
     for k in range(len(result.records), plan.warm_start_steps):
         tasks = step_tasks(train, min(plan.warm_start_batch, len(train)), plan.seed, WARM_START_DRAW + k)
         data = [(prompt, *reference_episode(taskset, task, trainer.tokenizer))
@@ -75,10 +78,10 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
         count = sum(sum(mask) for _, _, mask in data)
         datums = [make_datum(p, a, weights=[float(m) / count for m in mask]) for p, a, mask in data]
         out = trainer.forward_backward(datums, "cross_entropy")
-        trainer.optim_step({"learning_rate": plan.warm_start_learning_rate})
+        rate = rules.warm_start_rate_at(plan.warm_start_learning_rate, k, plan.warm_start_steps, ruled)
+        trainer.optim_step({"learning_rate": rate})
         record: dict[str, Any] = {"warm_start_step": k + 1, "loss": float(out.metrics["loss:sum"]),
-                                  "answer_tokens": count / len(data),
-                                  "learning_rate": plan.warm_start_learning_rate}
+                                  "answer_tokens": count / len(data), "learning_rate": rate}
         result.records.append(record)
         record["pass_estimate"] = pass_estimate(result.records)
         if each is not None and each(record, result):
@@ -141,13 +144,17 @@ class WarmStart(Hook):
             raise Interrupted(ctx.run_dir, state.step, during=f"the warm start, after its step "
                                                               f"{state.warm_start_steps_done} of {plan.warm_start_steps}")
         losses = result.losses
+        falling = " falling to 0" if {r["learning_rate"] for r in result.records[-1:]} != \
+            {plan.warm_start_learning_rate} else ""
         ctx.log.write(f"warm start: {len(losses)} supervised steps on reference answers at learning rate "
-                      f"{plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
+                      f"{plan.warm_start_learning_rate:g}{falling} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
                       f"{pass_estimate(result.records):.2f})")
         state.warm_start_steps_done = len(losses)
         if ctx.trainer.url is None:  # the weights RL starts from, for a run whose RL undoes them (keep_warm_start)
             ctx.trainer.save(ctx.run_dir / "checkpoint" / WARM_START_END)
         self.reference(loop.trainer, take=True)
+        state.warm_start_done = True
+        ctx.checkpoint(state)  # a later error (a grader that breaks in the first evaluation) keeps it: --resume goes on
         ctx.stop_if_asked(state)
 
     def reference(self, trainer: Any, take: bool) -> None:

@@ -89,13 +89,14 @@ class TrainConfig:
     warm_start_steps: int | None = None
     """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: a built-in
     taskset's recommendation for a built-in model (builtin:case, reverse, add: 14; copy: 60; lookup: 200); a taskset
-    of your own on a random-init model whose every train task has an answer: the rule's 2400 (the plan prints
+    of your own on a random-init model whose every train task has an answer: the rule's 1200 (the plan prints
     why); else 0"""
     warm_start_batch: int = 16
     """reference answers per supervised warm-start step"""
     warm_start_learning_rate: float | None = None
     """learning rate of the supervised warm start; None: a built-in taskset's recommendation (builtin:lookup:
-    3e-3); on a taskset of your own the rule's, 1e-2 for at most 100 steps and 3e-3 for more; else 1e-2"""
+    3e-3); on a taskset of your own the rule's, 1e-2 for at most 100 steps and 3e-3 for more; else 1e-2. A warm
+    start of more than 100 steps falls linearly from it to 0 over its steps"""
     eval_tasks: int = 64
     """held-out tasks scored before and after training (and every eval_every steps)"""
     eval_samples: int = 4
