@@ -17,6 +17,7 @@ from whileai.loop.trainers.backends import Needs
 from whileai.methods import method as method_named
 
 if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
     from whileai.methods.base import Method
 
 PYTHON_ROWS = "<rows passed in Python>"
@@ -35,7 +36,8 @@ def resolve_method(config: TrainConfig, method: Method | None = None) -> tuple[A
         return None, [f"method = {name!r}: {err}"]
 
 
-def check(config: TrainConfig, method: Method, taskset: Any = None, plan: RunPlan | None = None) -> list[str]:
+def check(config: TrainConfig, method: Method | None, taskset: Taskset | None = None,
+          plan: RunPlan | None = None) -> list[str]:
     """Every impossible combination of the config and the method's run spec, each with a fix."""
     problems = config_io.check_ranges(config) + trace_run.rows_problems(config, method, config.rows == PYTHON_ROWS) \
         + recorder.problems(config, method)

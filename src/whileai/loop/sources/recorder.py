@@ -200,7 +200,7 @@ class FeedHook(Hook):
                                 "they trained on.") from None
 
 
-def problems(config: TrainConfig, method: Method) -> list[str]:
+def problems(config: TrainConfig, method: Method | None) -> list[str]:
     """The config rules of a run from a recorder (``check`` adds them to the rest)."""
     if config.rows_from is None:
         return []
@@ -222,7 +222,7 @@ def problems(config: TrainConfig, method: Method) -> list[str]:
         out.append(f"lag = {config.lag}: lag does not apply to traces from a recorder (the traffic's weights are "
                    "the server's; the gap is measured per step as recorded/version_gap): drop --lag")
     spec = method.run_spec() if method is not None else None
-    if spec is not None and (spec.source != "rollouts" or spec.min_rollouts_per_prompt > 1):
+    if method is not None and spec is not None and (spec.source != "rollouts" or spec.min_rollouts_per_prompt > 1):
         out.append(f"method {method.name!r} with rows_from: a recorded trace is one try of its ask (its task_id is "
                    "the trace id), so only a one-try RL method learns from them (flash_reinforce, rae, sao, bpco)")
     return out

@@ -35,7 +35,7 @@ NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed a
            "measure one")
 
 
-def rows_problems(config: TrainConfig, method: Method, python_rows: bool) -> list[str]:
+def rows_problems(config: TrainConfig, method: Method | None, python_rows: bool) -> list[str]:
     """The config rules of a run from a rows / traces file (``check`` adds them to the rest)."""
     problems = []
     if config.rows is not None and not python_rows and not Path(config.rows).is_file():
