@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from whileai.envs import render_prompt
+from whileai.errors import ConfigError
 
 if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only carries it
     from whileai.engine.sampling import SamplingParams
-    from whileai.engine.training import AdamParams
+    from whileai.engine.training import AdamParams, TrainingEngine
+    from whileai.envs.core import Task
     from whileai.loop.hooks.teacher import RunTeacher
     from whileai.loop.plan.run_plan import RunPlan
     from whileai.loop.step import StepResult
@@ -144,6 +146,17 @@ class Source:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
 
-def prompts(tokenizer: Tokenizer, tasks: Sequence[Any]) -> list[list[int]]:
+def in_process(trainer: Trainer, needs: str) -> TrainingEngine:
+    """``trainer`` as the in-process engine, for what reads its weights (``needs``: which part, for the error):
+    weight sync to an inference server, an EMA teacher."""
+    from whileai.engine.training import TrainingEngine
+
+    if not isinstance(trainer, TrainingEngine):
+        raise ConfigError(f"{needs} reads the weights of the trainer in this process, and the trainer is a "
+                          f"{type(trainer).__name__} (--url): train in-process (drop --url) for it")
+    return trainer
+
+
+def prompts(tokenizer: Tokenizer, tasks: Sequence[Task]) -> list[list[int]]:
     """The tokens of each task's prompt (one rendering, ``whileai.envs.render_prompt``, everywhere)."""
     return [render_prompt(tokenizer, t) for t in tasks]
