@@ -15,6 +15,7 @@ from whileai.loop.step import critic_values
 if TYPE_CHECKING:
     from whileai.envs.core import Task
     from whileai.loop.run import Run
+    from whileai.loop.trainers.backends import Trainer
 
 
 class Judge:
@@ -26,7 +27,7 @@ class Judge:
     judge with ``threshold=`` set on its scale.
     """
 
-    def __init__(self, engine: Any, source: str) -> None:
+    def __init__(self, engine: Trainer, source: str) -> None:
         self.engine, self.source = engine, source
 
     def scores(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:

@@ -19,11 +19,12 @@ from whileai.methods import method as method_named
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
     from whileai.methods.base import Method
+    from whileai.methods.run_spec import RunSpec
 
 PYTHON_ROWS = "<rows passed in Python>"
 
 
-def resolve_method(config: TrainConfig, method: Method | None = None) -> tuple[Any, list[str]]:
+def resolve_method(config: TrainConfig, method: Method | None = None) -> tuple[Method | None, list[str]]:
     """The method object (None for 'auto', chosen later) and any problem building it."""
     if method is not None and not isinstance(method, str):
         return method, []
@@ -68,7 +69,7 @@ def check(config: TrainConfig, method: Method | None, taskset: Taskset | None = 
     return problems + server_sampler_problems(config, method, plan)
 
 
-def _rollout_problems(config: TrainConfig, method: Method, spec: Any) -> list[str]:
+def _rollout_problems(config: TrainConfig, method: Method, spec: RunSpec) -> list[str]:
     problems = []
     if spec.rollouts_per_prompt < spec.min_rollouts_per_prompt:
         problems.append(f"method {method.name!r} takes its baseline over a prompt's group, and "
@@ -83,12 +84,12 @@ def _rollout_problems(config: TrainConfig, method: Method, spec: Any) -> list[st
     return problems
 
 
-def _needs_reference(spec: Any) -> bool:
+def _needs_reference(spec: RunSpec) -> bool:
     """The run keeps a reference policy: for ref_logprobs (beta > 0) or an 'initial' teacher."""
     return "ref_logprobs" in spec.needs or (spec.teacher is not None and spec.teacher.weights == "initial")
 
 
-def _reference_problems(config: TrainConfig, method: Method, spec: Any, plan: RunPlan) -> list[str]:
+def _reference_problems(config: TrainConfig, method: Method, spec: RunSpec, plan: RunPlan) -> list[str]:
     """Full fine-tuning re-takes the reference after the warm start; under LoRA it is the adapter-free base."""
     if not (_needs_reference(spec) and config.lora_rank and plan.warm_start_steps):
         return []

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, overload
 
 from whileai.knobs import Knob, integer, number
 from whileai.loop.plan import rules
@@ -146,7 +146,20 @@ def saved_plan(path: Path) -> RunPlan | None:
     return RunPlan.from_saved(data["plan"], data.get("sources", {}))
 
 
-Rule = Callable[[TrainConfig, "Method | None", "Taskset | None", Mapping[str, Any]], tuple[T, str]]
+class Resolved(TypedDict, total=False):
+    """The settings a rule may read, resolved before it (in ``RULES``' order: the learning rate and the cap read
+    the warm start)."""
+
+    steps: int
+    warm_start_steps: int
+    warm_start_learning_rate: float
+    learning_rate: float
+    lag: int
+    max_tokens: int
+    critic_learning_rate: float | None
+
+
+Rule = Callable[[TrainConfig, "Method | None", "Taskset | None", Resolved], tuple[T, str]]
 """(config, method, taskset, the values resolved before it) -> (value, source)"""
 
 
@@ -171,13 +184,13 @@ def _ruled(ruled: tuple[T, str]) -> tuple[T, str]:
 
 
 def steps_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
-               values: Mapping[str, Any]) -> tuple[int, str]:
+               values: Resolved) -> tuple[int, str]:
     hint = recommended.steps if (recommended := _recommended(config, taskset, "steps")) else None
     return (hint, TASKSET) if hint is not None else (int(default("steps")), DEFAULT)
 
 
 def warm_start_steps_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
-                          values: Mapping[str, Any]) -> tuple[int, str]:
+                          values: Resolved) -> tuple[int, str]:
     """A built-in taskset's measured count; a taskset of the user's own: the rule (until a pass estimate, on a
     random-init model whose every train task has a reference answer); else 0."""
     hint = recommended.warm_start_steps if (recommended := _recommended(config, taskset, "warm_start_steps")) else None
@@ -191,7 +204,7 @@ def warm_start_steps_rule(config: TrainConfig, method: Method | None, taskset: T
 
 
 def warm_start_learning_rate_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
-                                  values: Mapping[str, Any]) -> tuple[float, str]:
+                                  values: Resolved) -> tuple[float, str]:
     recommended = _recommended(config, taskset, "warm_start_learning_rate")
     hint = recommended.warm_start_learning_rate if recommended else None
     if hint is not None:
@@ -202,7 +215,7 @@ def warm_start_learning_rate_rule(config: TrainConfig, method: Method | None, ta
 
 
 def learning_rate_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
-                       values: Mapping[str, Any]) -> tuple[float, str]:
+                       values: Resolved) -> tuple[float, str]:
     """The method's declared rate; else, on a built-in model, a built-in taskset's recommendation or the
     random-init rate; else the rule by model kind and size (whileai.loop.plan.rules.learning_rate)."""
     declared = method.run_spec().learning_rate if method is not None else None
@@ -220,14 +233,14 @@ def learning_rate_rule(config: TrainConfig, method: Method | None, taskset: Task
 
 
 def lag_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
-             values: Mapping[str, Any]) -> tuple[int, str]:
+             values: Resolved) -> tuple[int, str]:
     """0 for rows from a file (no sampler) or a method that trains on rows as pushed, else the default lag."""
     rows = config.rows is not None or config.rows_from is not None or (method is not None and method.run_spec().source == "rows")
     return (0, DEFAULT) if rows else (int(default("lag")), DEFAULT)
 
 
 def max_tokens_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
-                    values: Mapping[str, Any]) -> tuple[int, str]:
+                    values: Resolved) -> tuple[int, str]:
     """The taskset's cap; else, for a taskset of the user's own whose completion is the answer, the longest
     reference answer + a margin + EOS; else the method's; else the rules' fallback."""
     method_cap = method.run_spec().max_tokens if method is not None else None
@@ -259,7 +272,7 @@ def _loadable(model: str) -> bool:
 
 
 def critic_learning_rate_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
-                              values: Mapping[str, Any]) -> tuple[float | None, str]:
+                              values: Resolved) -> tuple[float | None, str]:
     """A critic method's own rate; a scalar head's (RM): the policy rate given, else its default; else none."""
     spec = method.run_spec() if method is not None else None
     if spec is not None and spec.critic is not None:
@@ -296,20 +309,21 @@ class _Resolving:
     def __init__(self, config: TrainConfig, origins: Mapping[str, str], method: Method | None,
                  taskset: Taskset | None) -> None:
         self.config, self.origins, self.method, self.taskset = config, origins, method, taskset
-        self.values: dict[str, Any] = {}
+        self.values: dict[str, object] = {}
+        self.resolved = cast(Resolved, self.values)  # what rules read: the settings above, by their names
         self.sources: dict[str, str] = {}
 
     def rule(self, name: str, given: T | None, rule: Rule[T]) -> T:
         """The config's value (its source USER or FILE), else the rule's."""
         if given is not None:
             return self.set(name, given, self.origins.get(name, USER))
-        return self.set(name, *rule(self.config, self.method, self.taskset, self.values))
+        return self.set(name, *rule(self.config, self.method, self.taskset, self.resolved))
 
     def optional(self, name: str, given: T | None, rule: Rule[T | None]) -> T | None:
         """``rule`` for a setting that may stay None."""
         if given is not None:
             return self.set(name, given, self.origins.get(name, USER))
-        value, source = rule(self.config, self.method, self.taskset, self.values)
+        value, source = rule(self.config, self.method, self.taskset, self.resolved)
         return self.set(name, value, source)
 
     def config_value(self, name: str, value: T) -> T:

@@ -36,6 +36,7 @@ from whileai.service.auth import TOKEN_ENV
 if TYPE_CHECKING:
     from whileai.loop.hooks.context import Context
     from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.sources.sync import PushWeights
     from whileai.loop.step import StepResult
     from whileai.methods.base import Method
 
@@ -166,7 +167,7 @@ class FeedHook(Hook):
     step whose weights served it. Keeps the pushed versions in the loop state for a resumed run."""
 
     batches: Recorded
-    push: Any
+    push: PushWeights
     write: Callable[[str], None]
     ctx: Context | None = None
 

@@ -133,7 +133,8 @@ class ServerSampler:
         return [Sample(index, prompt, *_tokens_and_logprobs(self.url, choice, prompt),
                        str(choice.get("finish_reason")), dict(sampling), version, mode) for choice in choices]
 
-    def _ask(self, prompt: Any, n: int, sampling: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any], str]:
+    def _ask(self, prompt: list[int] | list[list[int]], n: int,
+             sampling: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any], str]:
         """POST one completions request; the reply, its body, and the weights version it reports."""
         body = {"model": self.model, "prompt": prompt, "n": n, "temperature": sampling["temperature"],
                 "top_p": sampling["top_p"], "top_k": sampling["top_k"] or -1, "max_tokens": sampling["max_tokens"],
