@@ -14,6 +14,7 @@ own ``sampling``). Nothing here reads a method's attributes or name: only ``run_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -94,11 +95,10 @@ def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring)
     was sampled with; a null one is not stated) replaces the run's ``sampling_params`` for that row."""
     if not any(r.get("sampling") for r in rows):
         return [(sampling_params, list(range(len(rows))))]
-    base = _settings(sampling_params)
     groups: dict[tuple[float, float, int], tuple[Scoring, list[int]]] = {}
     for i, row in enumerate(rows):
         own = {k: v for k, v in (row.get("sampling") or {}).items() if k in SCORED and v is not None}
-        params: Scoring = {**base, **own} if own else sampling_params
+        params = _with_own(sampling_params, own) if own else sampling_params
         groups.setdefault(_distribution_key(params), (params, []))[1].append(i)
     return list(groups.values())
 
@@ -112,6 +112,16 @@ def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring
         for i, value in zip(indices, call([rows[i] for i in indices], params)):
             out[i] = value
     return [out[i] for i in range(len(rows))]
+
+
+def _with_own(sampling_params: Scoring, own: Mapping[str, Any]) -> Scoring:
+    """The run's settings with a trace's own in their place: the engine's ``SamplingParams`` stays one (the loop's
+    one sampling-parameters type); the dict form (a caller's, the wire's) stays a dict."""
+    from whileai.engine.sampling import SamplingParams
+
+    if isinstance(sampling_params, SamplingParams):
+        return dataclasses.replace(sampling_params, **own)
+    return {**_settings(sampling_params), **own}
 
 
 def _settings(sampling_params: Scoring) -> dict[str, Any]:

@@ -33,8 +33,10 @@ if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only ca
     from whileai.methods.base import Method
 
 Scoring = Union["SamplingParams", Mapping[str, object], None]
-"""The one sampling-parameters type, for sampling and for scoring: the engine's ``SamplingParams``, or its fields
-as a dict (the JSON wire form; a logged trace's own settings); None: the model's own distribution."""
+"""What a trainer scores under: the engine's ``SamplingParams``, the one sampling-parameters type the loop samples
+and scores with (``Sampling.params`` / ``Sampling.scoring``; a logged trace's own settings replace its fields,
+``step.by_distribution``); None: the model's own distribution. Its fields as a dict are the wire form (JSON over
+``--url``, a trace file's ``sampling``), which trainers accept too."""
 Adam = Union["AdamParams", Mapping[str, float], None]
 """A step's optimizer settings: the engine's ``AdamParams`` or its fields (``{"learning_rate": ...}``)."""
 LogprobsFor = str | Sequence[int]

@@ -147,16 +147,10 @@ def saved_plan(path: Path) -> RunPlan | None:
 
 
 class Resolved(TypedDict, total=False):
-    """The settings a rule may read, resolved before it (in ``RULES``' order: the learning rate and the cap read
-    the warm start)."""
+    """What a rule reads of the settings resolved before it (in ``RULES``' order): the warm start, which the
+    warm start's rate, the learning rate and the cap depend on. (Every setting's type is ``RunPlan``'s.)"""
 
-    steps: int
     warm_start_steps: int
-    warm_start_learning_rate: float
-    learning_rate: float
-    lag: int
-    max_tokens: int
-    critic_learning_rate: float | None
 
 
 Rule = Callable[[TrainConfig, "Method | None", "Taskset | None", Resolved], tuple[T, str]]
@@ -310,7 +304,7 @@ class _Resolving:
                  taskset: Taskset | None) -> None:
         self.config, self.origins, self.method, self.taskset = config, origins, method, taskset
         self.values: dict[str, object] = {}
-        self.resolved = cast(Resolved, self.values)  # what rules read: the settings above, by their names
+        self.resolved = cast(Resolved, self.values)  # what rules read of it, by the settings' names
         self.sources: dict[str, str] = {}
 
     def rule(self, name: str, given: T | None, rule: Rule[T]) -> T:

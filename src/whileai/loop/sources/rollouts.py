@@ -17,7 +17,7 @@ import numpy as np
 
 from whileai.envs.episode import is_episodic, play
 from whileai.errors import BatchError, WhileaiError
-from whileai.loop.types import LagQueue, Scoring, Tokenizer, prompts
+from whileai.loop.types import LagQueue, Tokenizer, prompts
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
@@ -47,10 +47,13 @@ class Sampling:
         return SamplingParams(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
                               stop=list(stop), seed=seed)
 
-    def scoring(self) -> Scoring:
-        """The distribution the trainer must score tokens under (the sampler's temperature). A logged trace's
-        own ``sampling`` replaces it for that trace (``whileai.loop.step.by_distribution``)."""
-        return {"max_tokens": self.max_tokens, "temperature": self.temperature}
+    def scoring(self) -> SamplingParams:
+        """The distribution the trainer must score tokens under: the run's sampling parameters, the one type it
+        samples with (only temperature, top-p and top-k shape a distribution). A logged trace's own ``sampling``
+        replaces them for that trace (``whileai.loop.step.by_distribution``)."""
+        from whileai.engine import SamplingParams
+
+        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature)
 
 
 def completion_text(tokenizer: Tokenizer, tokens: Sequence[int]) -> str:
