@@ -15,7 +15,7 @@ from whileai.loop.types import PASS, Hook, Loop
 from whileai.rows.stats import compare, pass_at
 
 if TYPE_CHECKING:
-    from whileai.envs.core import Taskset
+    from whileai.envs.core import Task, Taskset
     from whileai.loop.sources.sampler import Sampler
     from whileai.loop.step import StepResult
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the context evaluates with held_out, so the hook names it a
 EVAL_SEED = 1_000_003  # the same sampler seeds before and after: the two arms differ only in the weights
 
 
-def held_out(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], rollouts_per_prompt: int,
+def held_out(engine: Sampler, taskset: Taskset, tasks: Sequence[Task], prompts: Sequence[list[int]], rollouts_per_prompt: int,
              sampling: Sampling, seed: int) -> dict[str, Any]:
     """``rollouts_per_prompt`` episodes (completions) per held-out task at the method's temperature; pass@1 with its 95% interval."""
     rows = rollouts(engine, taskset, tasks, prompts, [rollouts_per_prompt] * len(tasks), sampling, seed + EVAL_SEED,

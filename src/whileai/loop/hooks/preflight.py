@@ -204,7 +204,7 @@ class _Fixes:
         return tuple(out)
 
 
-def _judge(report: Mapping[str, Any], groups: Mapping[Any, list[float]], group_method: bool, drift: float | None,
+def _judge(report: Mapping[str, Any], groups: Mapping[object, list[float]], group_method: bool, drift: float | None,
            fixes: _Fixes) -> tuple[list[Fatal], list[str]]:
     fatal, notes = [], []
     if report["admitted_share"] is not None and report["admitted_share"] <= 0:
@@ -244,7 +244,7 @@ def _judge(report: Mapping[str, Any], groups: Mapping[Any, list[float]], group_m
     return fatal, notes
 
 
-def _reward_fatal(report: Mapping[str, Any], groups: Mapping[Any, list[float]], group_method: bool,
+def _reward_fatal(report: Mapping[str, Any], groups: Mapping[object, list[float]], group_method: bool,
                   fixes: _Fixes) -> list[Fatal]:
     n, spread, mean = report["rollouts"], report["reward_spread"], report["mean_reward"]
     if spread is not None and spread <= TIE:
@@ -269,8 +269,8 @@ def _reward_fatal(report: Mapping[str, Any], groups: Mapping[Any, list[float]], 
     return []
 
 
-def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[Any, list[float]]:
-    out: dict[Any, list[float]] = defaultdict(list)
+def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[object, list[float]]:
+    out: dict[object, list[float]] = defaultdict(list)
     for k, row in enumerate(rows):
         if row.get("reward") is not None:
             out[row.get("task_id", k)].append(float(row["reward"]))

@@ -100,7 +100,7 @@ def _reference_problems(config: TrainConfig, method: Method, spec: RunSpec, plan
             "warm start)"]
 
 
-def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
+def _load_taskset(config: TrainConfig) -> tuple[Taskset | None, list[str]]:
     """The taskset to sample from, or (a run from --rows) the one to evaluate on: eval_taskset, else taskset."""
     name = "eval_taskset" if config.eval_taskset is not None else "taskset"
     spec = getattr(config, name)

@@ -20,7 +20,7 @@ from whileai.errors import BatchError, WhileaiError
 from whileai.loop.types import LagQueue, Tokenizer, prompts
 
 if TYPE_CHECKING:
-    from whileai.envs.core import Taskset
+    from whileai.envs.core import Task, Taskset
     from whileai.loop.sources.sampler import Sampler
     from whileai.methods.run_spec import RunSpec
 
@@ -61,7 +61,7 @@ def completion_text(tokenizer: Tokenizer, tokens: Sequence[int]) -> str:
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
-def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]],
+def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Task], prompts: Sequence[list[int]],
              rollouts_per_prompt: Sequence[int],
              sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
     """``rollouts_per_prompt[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights.
@@ -79,7 +79,7 @@ def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: S
     return rows
 
 
-def sample_batch(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: RunSpec,
+def sample_batch(engine: Sampler, taskset: Taskset, tasks: Sequence[Task], prompts: Sequence[list[int]], spec: RunSpec,
                  sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
     """One step's rows: ``rollouts_per_prompt`` per task, then more rounds while the method's plan asks."""
     rows = rollouts(engine, taskset, tasks, prompts, [spec.rollouts_per_prompt] * len(tasks), sampling, seed,
@@ -99,7 +99,7 @@ def sample_batch(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompt
     return rows
 
 
-def step_tasks(train: Sequence[Any], n: int, seed: int, step: int) -> list[Any]:
+def step_tasks(train: Sequence[Task], n: int, seed: int, step: int) -> list[Task]:
     """The ``n`` training tasks of a step: a fixed function of (seed, step), so a resumed run draws the same."""
     if n > len(train):
         raise BatchError(f"a step needs {n} distinct training tasks but the taskset's train split has "
