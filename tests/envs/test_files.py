@@ -49,8 +49,17 @@ def test_jsonl_split_field(tmp_path):
     assert len(tasks.split("train")) == 7
     rows[5]["split"] = "dev"
     del rows[7]["split"]
-    with pytest.raises(wai.BatchError, match=r"line 6: split='dev'[\s\S]*line 8: split=None"):
+    with pytest.raises(wai.BatchError, match=r"line 6: split='dev' is not a split[\s\S]*1 line name no split "
+                       r"\(line 8\), while 9 do"):
         load_taskset(write_jsonl(tmp_path / "u.jsonl", rows))
+    # a typo among many lines that name no split is listed first, and the rest are counted, not listed one by one
+    many = [{"prompt": f"p{i}", "answer": "a"} for i in range(51)] + [{"prompt": "t", "answer": "a", "split": "test"},
+                                                                      {"prompt": "u", "answer": "a", "split": "tset"}]
+    with pytest.raises(wai.BatchError) as info:
+        load_taskset(write_jsonl(tmp_path / "w.jsonl", many))
+    text = str(info.value)
+    assert text.index("line 53: split='tset' is not a split") < text.index("51 lines name no split")
+    assert "and 46 more), while 2 do" in text and "line 6:" not in text
     rows = [{"prompt": "q", "answer": "a", "split": "train"}, {"prompt": "q", "answer": "a", "split": "test"}]
     with pytest.raises(wai.BatchError, match="overlap"):
         load_taskset(write_jsonl(tmp_path / "v.jsonl", rows))

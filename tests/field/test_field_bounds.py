@@ -64,11 +64,11 @@ def test_a_prompt_too_long_for_the_context_is_refused_before_it_is_tokenized(pol
     ({"prompt": [1, 259]}, "prompt", "token id 259, outside"),
     ({"prompt": [[1, 2], [3, 10**6]]}, "prompt", "'prompt[1]' holds token id 1000000"),
     ({"prompt": [1], "stop_token_ids": [400]}, "stop_token_ids", "token id 400"),
-    ({"prompt": [1], "n": 5}, None, "'n' is 5; it must be an integer in [1, 4] (the server's limit, --max-n)"),
-    ({"prompt": [1], "max_tokens": 65}, None, "[1, 64] (the server's limit, --max-tokens)"),
-    ({"prompt": [[1]] * 9}, None, "'prompt' holds 9 prompts; this server takes at most 8 in one request (--max-batch)"),
-    ({"prompt": [1], "seed": 2**64}, None, "'seed' is 18446744073709551616"),
-    ({"prompt": [1], "seed": 1e30}, None, "'seed' is 1e+30"),
+    ({"prompt": [1], "n": 5}, "n", "'n' is 5; it must be an integer in [1, 4] (the server's limit, --max-n)"),
+    ({"prompt": [1], "max_tokens": 65}, "max_tokens", "[1, 64] (the server's limit, --max-tokens)"),
+    ({"prompt": [[1]] * 9}, "prompt", "'prompt' holds 9 prompts; this server takes at most 8 in one request (--max-batch)"),
+    ({"prompt": [1], "seed": 2**64}, "seed", "'seed' is 18446744073709551616"),
+    ({"prompt": [1], "seed": 1e30}, "seed", "'seed' is 1e+30"),
 ])
 def test_ids_and_counts_past_their_limits_are_400s_naming_the_field(policy, body, field, words):
     reply = httpx.post(policy.url + "/v1/completions", json=body, headers=policy.headers)

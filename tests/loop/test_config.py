@@ -8,7 +8,7 @@ import pytest
 
 import whileai as wai
 from whileai.cli import main
-from whileai.loop.plan.config import TrainConfig, build, field_docs
+from whileai.loop.plan.config import TrainConfig, build, check_ranges, field_docs
 from whileai.methods.run_spec import RunSpec
 
 
@@ -165,3 +165,9 @@ def test_a_bad_recommendation_is_refused_naming_the_field():
 
     with pytest.raises(wai.ConfigError, match=r"warm_start_steps=-1 must be an integer >= 0; learning_rate=0 must be"):
         Recommended(warm_start_steps=-1, learning_rate=0)
+
+
+def test_a_rate_far_above_the_range_gets_no_nonsense_suggestion():
+    far = " ".join(check_ranges(build(None, learning_rate=1e9)))
+    assert "is above" in far and "e-3?" not in far
+    assert "(did you mean 3e-3?)" in " ".join(check_ranges(build(None, learning_rate=3)))

@@ -86,6 +86,22 @@ def test_ctrl_c_in_the_warm_start_checkpoints_within_a_step_and_resume_continues
     assert resumed.summary["eval_after"]["pass_at_1"] == whole.summary["eval_after"]["pass_at_1"]
 
 
+@pytest.mark.slow
+def test_sigterm_stops_after_the_step_with_a_checkpoint_and_resume_continues(tmp_path: Path):
+    """SIGTERM (what kill, timeout and job schedulers send) is a first Ctrl-C: the step ends, a checkpoint is
+    written, the lock is released, and --resume continues from it."""
+    folder = tmp_path / "termed"
+    process = _start(folder, "--warm-start-steps", "2", "--steps", "200")
+    _wait_for(process, folder / "metrics.jsonl", lines=2)
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=240)
+    assert process.returncode == 130, err
+    assert "SIGTERM: finishing this step" in out and "checkpoint written" in err, (out, err)
+    step = int(err.split("interrupted after step ")[1].split(";")[0])
+    assert list((folder / "checkpoint").glob("loop-*.json")) and not (folder / LOCK_FILE).exists()
+    assert wai.train(resume=str(folder), steps=step + 2, progress=False).summary["steps"] == step + 2
+
+
 def test_a_run_that_is_still_training_cannot_be_resumed_again(tmp_path: Path, quick):
     """The lock names a live process (this one): refused; a lock left by a dead process is taken over."""
     run = wai.train(**quick, run_dir=str(tmp_path / "r"))
@@ -109,4 +125,6 @@ def test_an_error_after_work_keeps_the_run_and_says_so(tmp_path: Path, capsys):
         wai.train(taskset=str(tasks), warm_start_steps=1, steps=2, rollouts_per_step=8, eval_tasks=0,
                   max_tokens=1, progress=False, export=False, run_dir=str(tmp_path / "r"))
     assert (tmp_path / "r" / "warm_start.jsonl").is_file() and (tmp_path / "r" / "tensorboard").is_dir()
-    assert f"run directory {tmp_path / 'r'} kept" in capsys.readouterr().err
+    printed = capsys.readouterr()
+    assert f"run directory {tmp_path / 'r'} kept" in printed.err
+    assert "NO SIGNAL" not in printed.out + printed.err  # the report comes once, in the error, not also above it

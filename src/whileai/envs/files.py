@@ -197,11 +197,20 @@ def load_jsonl(path_text: str, **given: Any) -> Taskset:
 def _split_by_field(rows: list[tuple[str, str, Any]], tasks: list[Task], field_name: str,
                     source: str) -> tuple[list[Task], list[Task]]:
     """Every line names its split in `field_name` ("train" or "test"); rows and tasks are in the same order."""
-    bad = [f"{where}: {field_name}={row.get(field_name)!r} must be one of {list(SPLITS)}"
-           for where, _, row in rows if row.get(field_name) not in SPLITS]
-    if bad:
-        raise BatchError(f"{source}: some lines name their split and some do not, or name an unknown one:\n  "
-                         + "\n  ".join(bad[:MAX_REPORTED]) + f"\ngive every line {field_name}='train' or 'test'")
+    unknown = [f"{where}: {field_name}={row[field_name]!r} is not a split; it must be one of {list(SPLITS)}"
+               for where, _, row in rows if row.get(field_name) not in (*SPLITS, None)]
+    missing = [where for where, _, row in rows if row.get(field_name) is None]
+    if unknown or missing:
+        lines = unknown[:MAX_REPORTED]
+        if len(unknown) > MAX_REPORTED:
+            lines.append(f"... and {len(unknown) - MAX_REPORTED} more lines with an unknown split")
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            lines.append(f"{len(missing)} line{'s' if len(missing) != 1 else ''} name no {field_name} ({shown}), "
+                         f"while {len(rows) - len(missing)} do")
+        raise BatchError(f"{source}: every line must name its split in '{field_name}' once any line does:\n  "
+                         + "\n  ".join(lines) + f"\ngive every line {field_name}='train' or 'test', or remove "
+                         f"'{field_name}' from every line to hold out test_share of the tasks")
     which = [row[field_name] for _, _, row in rows]
     return ([t for t, w in zip(tasks, which) if w == "train"], [t for t, w in zip(tasks, which) if w == "test"])
 

@@ -290,25 +290,29 @@ def _resume(run_dir_text: str, token: str | None, **changes: Any) -> Run:
 
 @contextmanager
 def _stop_on_sigint() -> Iterator[dict[str, bool]]:
-    """The first Ctrl-C asks the loop to stop after the current step; a second one stops at once."""
+    """The first Ctrl-C (or SIGTERM, what ``kill``, ``timeout`` and job schedulers send) asks the loop to stop
+    after the current step and write a checkpoint; a second one stops at once."""
     flag = {"stop": False}
     if threading.current_thread() is not threading.main_thread():
         yield flag
         return
-    previous = signal.getsignal(signal.SIGINT)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def handler(signum: int, frame: FrameType | None) -> None:
         if flag["stop"]:
             raise KeyboardInterrupt
         flag["stop"] = True
-        print("\nCtrl-C: finishing this step, then writing a checkpoint (Ctrl-C again to quit without one)",
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        print(f"\n{name}: finishing this step, then writing a checkpoint ({name} again to quit without one)",
               flush=True)
 
-    signal.signal(signal.SIGINT, handler)
+    for sig in previous:
+        signal.signal(sig, handler)
     try:
         yield flag
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, was in previous.items():
+            signal.signal(sig, was)
 
 
 def backend_for(config: TrainConfig, plan: RunPlan, method: Method | None, token: str | None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -275,7 +276,9 @@ def parse_ask(body: Any, chat: bool, served: str, adapters: Collection[str] = ()
                         "in one request (--max-batch): split the batch")
     if problems:
         more = f"; and {len(problems) - 10} more problems" if len(problems) > 10 else ""
-        raise RequestError("; ".join(problems[:10]) + more + ". Fix each field and send again")
+        named = re.match(r"'(\w+)'", problems[0])  # OpenAI's error names one field: the first problem's
+        raise RequestError("; ".join(problems[:10]) + more + ". Fix each field and send again",
+                           param=named.group(1) if named else None)
     return ask
 
 

@@ -80,45 +80,57 @@ def write_json(path: Path, data: object) -> None:
 
 
 class Progress:
-    """A tqdm bar with ETA and the live numbers; silent when ``enabled`` is False."""
+    """A tqdm bar with ETA and the live numbers; silent when ``enabled`` is False. The bar is drawn at its first
+    step, so the lines printed before it (the run plan, the warm start's header) are not split by an empty bar."""
 
     def __init__(self, total: int, initial: int, enabled: bool, description: str) -> None:
-        self.bar = None
+        self.bar: Any = None
+        self.enabled = enabled
         self.description = description
-        if enabled:
+        self._start = (description, total, initial)
+
+    def _drawn(self) -> Any:
+        if self.bar is None and self.enabled:
             from tqdm.auto import tqdm
 
+            description, total, initial = self._start
             self.bar = tqdm(total=total, initial=initial, desc=description, unit="step", dynamic_ncols=True)
+        return self.bar
 
     def update(self, record: Mapping[str, Any]) -> None:
-        if self.bar is None:
+        bar = self._drawn()
+        if bar is None:
             return
-        self.bar.set_postfix({short: f"{record[key]:.3g}" for key, short in LIVE if key in record}, refresh=False)
-        self.bar.update(1)
+        bar.set_postfix({short: f"{record[key]:.3g}" for key, short in LIVE if key in record}, refresh=False)
+        bar.update(1)
 
     def phase(self, description: str | None, total: int, initial: int) -> None:
         """The bar counts another phase: the warm start's steps (``description`` 'warm start'), then RL's
         (None: the method's name again)."""
-        if self.bar is None:
+        if not self.enabled:
             return
+        if self.bar is None:
+            self._start = (description or self.description, total, initial)
+            return
+        self.bar.set_description(description or self.description, refresh=False)
         self.bar.reset(total=total)
         self.bar.update(initial)
-        self.bar.set_description(description or self.description)
 
     def warm(self, record: Mapping[str, Any], total: int, every: int) -> None:
         """One warm-start step: on the bar (loss, pass estimate); with the bar off, a line at its first step,
         every ``every`` steps and at the last."""
         step = int(record["warm_start_step"])
-        if self.bar is not None:
-            self.bar.set_postfix({"loss": f"{record['loss']:.3f}", "est": f"{record['pass_estimate']:.3f}"},
-                                 refresh=False)
-            self.bar.update(1)
+        bar = self._drawn()
+        if bar is not None:
+            bar.set_postfix({"loss": f"{record['loss']:.3f}", "est": f"{record['pass_estimate']:.3f}"},
+                            refresh=False)
+            bar.update(1)
         elif step == 1 or step % every == 0 or step == total:
             print(f"warm start step {step}/{total}: loss {record['loss']:.3f}, pass estimate "
                   f"{record['pass_estimate']:.2f}", flush=True)
 
     def write(self, text: str) -> None:
-        """A line above the bar (printed plainly when the bar is off)."""
+        """A line above the bar (printed plainly while there is no bar)."""
         if self.bar is not None:
             self.bar.write(text)
         else:

@@ -414,10 +414,10 @@ class PreflightHook(Hook):
         if loop.state.step > 0 or loop.state.preflight is not None or self.ctx.method.run_spec().source != "rollouts":
             return
         report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(), **self.measured(loop.trainer, loop.state))
-        self.ctx.log.write(str(report))
         loop.state.preflight = report.to_dict()
         if not report.ok and not self.ctx.config.force:
-            raise ConfigError(report.stop_message())
+            raise ConfigError(report.stop_message())  # the report once, in the error (not also above it)
+        self.ctx.log.write(str(report))
 
     def signal_rows(self, loop: Loop) -> list[dict[str, Any]]:
         """The rows the signal is read from: the first batch of rollouts; from a log, every trace it trains on

@@ -254,9 +254,9 @@ def check_ranges(config: TrainConfig) -> list[str]:
         if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             problems.append(f"{name} = {value!r} must be a finite number > 0")
         elif value is not None and value > MAX_LEARNING_RATE:
+            meant = f" (did you mean {value:g}e-3?)" if value < 1000 else ""
             problems.append(f"{name} = {value!r} is above {MAX_LEARNING_RATE:g}: Adam would move every weight by about "
-                            f"that much each step and the model diverges at once; rates are 1e-5 .. 1e-2 (did you "
-                            f"mean {value:g}e-3?)")
+                            f"that much each step and the model diverges at once; rates are 1e-5 .. 1e-2{meant}")
     for name in ("steps", "warm_start_steps"):
         value = getattr(config, name)
         if isinstance(value, int) and value > MAX_STEPS:
