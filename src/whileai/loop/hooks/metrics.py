@@ -13,6 +13,7 @@ from whileai.loop.types import Hook, Loop
 
 if TYPE_CHECKING:  # the context holds the metrics, so the hook names it as a type only
     from tensorboardX import SummaryWriter
+    from tqdm.auto import tqdm
 
     from whileai.loop.hooks.context import Context
     from whileai.loop.step import StepResult
@@ -84,12 +85,12 @@ class Progress:
     step, so the lines printed before it (the run plan, the warm start's header) are not split by an empty bar."""
 
     def __init__(self, total: int, initial: int, enabled: bool, description: str) -> None:
-        self.bar: Any = None
+        self.bar: tqdm | None = None
         self.enabled = enabled
         self.description = description
         self._start = (description, total, initial)
 
-    def _drawn(self) -> Any:
+    def _drawn(self) -> tqdm | None:
         if self.bar is None and self.enabled:
             from tqdm.auto import tqdm
 
