@@ -18,7 +18,6 @@ import pytest
 
 import whileai as wai
 from whileai.engine.sampling import SamplingParams
-from whileai.loop.sources.rollouts import Sampling
 from whileai.loop.sources.trace_run import sampling_lines
 from whileai.loop.sources.traces import load_vocab, scan
 from whileai.loop.step import datum, policy_step, score
@@ -26,7 +25,7 @@ from whileai.loop.step import datum, policy_step, score
 PEAKED = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
 FLAT = {"temperature": 1.3, "top_p": 0.8}  # top_k not stated: the method's (none)
 MAX_TOKENS = 6
-METHOD = Sampling(1.0, MAX_TOKENS, True).scoring()  # what `wai train` passes: the method's temperature 1
+METHOD = SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0)  # what `wai train` passes (RunPlan.sampling())
 SETTINGS = {"max_tokens": MAX_TOKENS, "temperature": 1.0}  # METHOD's fields that a trace's own settings meet
 FROZEN = {"learning_rate": 0.0}  # an optimizer step that leaves the weights where they are
 

@@ -23,6 +23,8 @@ SRC = Path(whileai.__file__).resolve().parents[1]
 ROOT = SRC.parent
 
 WALK = '''
+import dataclasses
+
 from whileai.engine.logprobs import scoring
 from whileai.engine.training import AdamParams, TrainingEngine, as_params
 from whileai.envs.core import Taskset
@@ -54,12 +56,12 @@ def temperature(method: Sampled, plan: RunPlan, trainer: Trainer, engine: Traini
     reveal_type(method.temperature)  # wai.GRPO(temperature=...): the method's field, declared once
     reveal_type(method.run_spec().temperature)
     reveal_type(plan.temperature)
-    sampling = plan.sampling()
-    reveal_type(sampling.temperature)
-    params = sampling.params(seed=0)
+    params = plan.sampling()  # what the rollouts sample with and the trainer scores under
     reveal_type(params.temperature)
-    reveal_type(trainer.sample([[1, 2]], 1, params))
-    reveal_type(engine.sample([[1, 2]], 1, params))
+    turn = dataclasses.replace(params, max_tokens=8, stop=("\\n",), seed=0)  # rollouts: each turn's
+    reveal_type(turn.temperature)
+    reveal_type(trainer.sample([[1, 2]], 1, turn))
+    reveal_type(engine.sample([[1, 2]], 1, turn))
     reveal_type(scoring(params).temperature)  # the distribution a token is scored under
 '''
 

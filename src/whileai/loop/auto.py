@@ -47,7 +47,7 @@ def route_method(config: TrainConfig, plan: RunPlan, backend: Backend, taskset: 
         assert taskset is not None
         tasks = taskset.split("train")[:PROBE_TASKS]
         sampled = rollouts(trainer, taskset, tasks, prompts(trainer.tokenizer, tasks), [PROBE_ROLLOUTS] * len(tasks),
-                           probe.sampling(), config.seed, -1)
+                           probe.sampling(), config.seed, -1, cap_is_answer_length=probe.cap_is_answer_length)
         ask = [{"task_id": r["task_id"], "reward": r["reward"], "truncated": r["truncated"], "model": config.model}
                for r in sampled]
     answer = route(ask, model=config.model, threshold=PASS)

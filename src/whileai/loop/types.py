@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only ca
 
 Scoring = Union["SamplingParams", Mapping[str, object], None]
 """What a trainer scores under: the engine's ``SamplingParams``, the one sampling-parameters type the loop samples
-and scores with (``Sampling.params`` / ``Sampling.scoring``; a logged trace's own settings replace its fields,
+and scores with (``RunPlan.sampling()``; a logged trace's own settings replace its fields,
 ``step.by_distribution``); None: the model's own distribution. Its fields as a dict are the wire form (JSON over
 ``--url``, a trace file's ``sampling``), which trainers accept too."""
 Adam = Union["AdamParams", Mapping[str, float], None]

@@ -136,7 +136,7 @@ def preflight(rows: Sequence[Mapping[str, Any]], spec: RunSpec, *, admitted_shar
     ``admitted_share`` / ``drift``: the method's admitted share and the mean drift on logged traces at step 0
     (--rows runs; None otherwise); ``cap``: the sampling cap; ``answer_lengths``: the train split's reference
     answers in tokens (``rules.answer_tokens``); ``cap_ends_answer``: the taskset sets the cap as its answers'
-    length (``Sampling.cap_is_answer_length``: an answer as long as the cap needs no EOS); ``warm_start_steps`` and ``random_init``: the plan's, for the
+    length (``RunPlan.cap_is_answer_length``: an answer as long as the cap needs no EOS); ``warm_start_steps`` and ``random_init``: the plan's, for the
     fixes (a warm start is offered to a random-init model that has none)."""
     learns_from_rewards = getattr(spec, "source", "rollouts") == "rollouts"
     rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None] if learns_from_rewards else []

@@ -15,7 +15,7 @@ defaults and how they were chosen".
 | learning rate | random init: ``WARM_STARTED_LEARNING_RATE`` after a warm start, ``RANDOM_INIT_LEARNING_RATE`` without; a loaded model under ``SMALL_MODEL_PARAMETERS``: ``SMALL_MODEL_LEARNING_RATE`` (``SMALL_LORA_LEARNING_RATE`` under LoRA); a larger one: ``FULL_LEARNING_RATE``, ``LORA_LEARNING_RATE`` under LoRA |
 
 The loop's side: the sampling cap from ``generation_cap``'s
-answer rule is not an answer length (``Sampling.cap_is_answer_length`` stays False: a reply that reaches it
+answer rule is not an answer length (``RunPlan.cap_is_answer_length`` stays False: a reply that reaches it
 is truncated).
 """
 

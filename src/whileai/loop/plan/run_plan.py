@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, overload
 from whileai.knobs import Knob, integer, number
 from whileai.loop.plan import rules
 from whileai.loop.plan.config import TrainConfig, tomllib
-from whileai.loop.sources.rollouts import Sampling
 from whileai.methods.run_spec import RunSpec
 
 if TYPE_CHECKING:
+    from whileai.engine.sampling import SamplingParams
     from whileai.envs.core import Recommended, Taskset
     from whileai.methods.base import Method
 
@@ -115,8 +115,13 @@ class RunPlan:
             return self.learning_rate * (1.0 - step / self.steps)
         return self.learning_rate
 
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.max_tokens, self.cap_is_answer_length)
+    def sampling(self) -> SamplingParams:
+        """The run's sampling parameters: the method's temperature and the cap, what the rollouts sample with
+        (each turn with its own cap, stops and seed) and what the trainer scores under (a logged trace's own
+        settings replace its fields: ``whileai.loop.step.by_distribution``)."""
+        from whileai.engine.sampling import SamplingParams
+
+        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature)
 
     def with_threads(self, threads: int, source: str) -> RunPlan:
         """The plan of a resumed run: its threads resolved again (the machine's load is not the one it started
