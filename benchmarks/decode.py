@@ -6,8 +6,9 @@
 Three sides decode the same prompts with the same model (eval mode, no EOS, so every row runs the full
 length), alternating order round by round; medians over rounds, ratios of medians:
 
-- **whileai**: ``whileai.engine.sampling.sample`` with the fast decode step (``whileai.engine.decode``;
-  ``--graph``: one CUDA-graph replay per token), which also returns each token's log-probability;
+- **whileai**: ``whileai.engine.generation.sample`` with the fast decode step (``whileai.engine.decode``;
+  ``--graph``: one CUDA-graph replay per token; ``--static``: the graph's fixed-shape step, not recorded), which
+  also returns each token's log-probability;
 - **whileai, model forward**: the same sampler calling ``model(...)`` every step (the sampler before the fast
   step: ``decode_step`` switched off), to show what the step itself gained;
 - **generate**: ``model.generate(do_sample=True, top_k=0, top_p=1.0, max_new_tokens=T)`` at batch B.
@@ -32,6 +33,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peak_memory  # noqa: E402
 from shaped_model import SHAPES, build  # noqa: E402
 
 
@@ -40,20 +42,22 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def sides(graph: bool, samples: int) -> dict[str, Any]:
-    from whileai.engine import sampling
-    from whileai.engine.sampling import SamplingParams, sample
+def sides(graph: bool, samples: int, static: bool = False) -> dict[str, Any]:
+    from whileai.engine import generation
+    from whileai.engine.generation import sample
+    from whileai.engine.sampling import SamplingParams
 
     def ours(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
-        sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed), cuda_graph=graph)
+        sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed), cuda_graph=graph,
+               static_cache=static)
 
     def forward(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
-        original = sampling.decode_step
-        sampling.decode_step = lambda model: None
+        original = generation.decode_step
+        generation.decode_step = lambda model: None
         try:
             sample(model, prompts, samples, SamplingParams(max_tokens=tokens, seed=seed))
         finally:
-            sampling.decode_step = original
+            generation.decode_step = original
 
     def generate(model: Any, prompts: list[list[int]], tokens: int, seed: int) -> None:
         torch.manual_seed(seed)
@@ -71,31 +75,33 @@ def run_case(model: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]
     generator = torch.Generator().manual_seed(batch)
     vocab = model.config.vocab_size
     prompts = torch.randint(3, vocab, (batch, args.prompt_length), generator=generator).tolist()
-    functions = sides(args.graph, args.samples)
+    functions = sides(args.graph, args.samples, args.static)
     times: dict[str, list[float]] = {name: [] for name in functions}
     cpu: dict[str, list[float]] = {name: [] for name in functions}
+    peaks: dict[str, float] = {name: 0.0 for name in functions}
     for fn in functions.values():  # warm-up
         fn(model, prompts, args.tokens, 0)
     for round_index in range(args.repeats):
         order = list(functions) if round_index % 2 == 0 else list(functions)[::-1]
         for name in order:
-            _sync(args.device)
+            peak_memory.reset(args.device)
             start, start_cpu = time.perf_counter(), time.process_time()
             functions[name](model, prompts, args.tokens, round_index + 1)
             _sync(args.device)
             times[name].append((time.perf_counter() - start) / args.tokens)
+            peaks[name] = max(peaks[name], peak_memory.peak_gb(args.device))
             cpu[name].append((time.process_time() - start_cpu) / args.tokens)
     out: dict[str, Any] = {"batch": batch, "samples": args.samples, "tokens": args.tokens,
                            "prompt_length": args.prompt_length}
     for name, values in times.items():
         out[name] = {"ms_per_step": [1e3 * v for v in values], "median_ms": 1e3 * statistics.median(values),
                      "tokens_per_s": batch * args.samples / statistics.median(values),
-                     "median_cpu_ms": 1e3 * statistics.median(cpu[name])}
+                     "median_cpu_ms": 1e3 * statistics.median(cpu[name]),
+                     "peak_memory_gb": peaks[name] if args.device.startswith("cuda") else None}
     base, base_cpu = out["generate"]["median_ms"], out["generate"]["median_cpu_ms"]
     out["ratio_to_generate"] = {name: out[name]["median_ms"] / base for name in functions}
     out["cpu_ratio_to_generate"] = {name: out[name]["median_cpu_ms"] / base_cpu for name in functions}
-    if args.device.startswith("cuda"):
-        out["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    out["peak_memory"] = peak_memory.describe(args.device, max(peaks.values()))
     return out
 
 
@@ -111,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads on CPU (default 1)")
     parser.add_argument("--graph", action="store_true", help="whileai decodes as a CUDA graph (CUDA only)")
+    parser.add_argument("--static", action="store_true", help="whileai decodes with fixed shapes, as the CUDA graph "
+                        "does, without recording one (any device: the graph's path, tried on a CPU)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -131,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['whileai']['tokens_per_s']:.0f}, generate {r['generate']['tokens_per_s']:.0f}; by process CPU time: "
               + ", ".join(f"{k} {r[k]['median_cpu_ms']:.2f} ms ({r['cpu_ratio_to_generate'][k]:.2f}x)"
                           for k in r["ratio_to_generate"])
-              + (f"; peak memory {r['peak_memory_gb']:.1f} GB" if "peak_memory_gb" in r else ""), flush=True)
+              + f"; tokens/s whileai / generate {r['generate']['median_ms'] / r['whileai']['median_ms']:.2f}x "
+              f"(GPU goal >= 4x at 64 x 8 x 128)" + "; " + (", ".join(f"peak GPU memory {k} {r[k]['peak_memory_gb']:.2f} GB" for k in r["ratio_to_generate"])
+                        if args.device.startswith("cuda") else r["peak_memory"]), flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if args.json:
         print(json.dumps(results, indent=2))

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 TASKS = ("sum3", "rot1", "vowels", "commas", "count", "shop")
-ARMS = ("default", "ws200", "ws400", "ws800", "ws200@1e-2")
+ARMS = ("default", "ws200", "ws400", "ws800", "ws1200", "ws1600", "ws2400", "ws3200", "ws200@1e-2")
 
 
 def _rows(name: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ A case is ``MODEL:PROMPTSxSAMPLESxTOKENS:PROMPT_LENGTH`` (``builtin:`` is implie
 the same lengths, at temperature 1 with no top-k / top-p, and no end-of-sequence token, so every
 sample is exactly TOKENS long:
 
-- **whileai**: ``whileai.engine.sampling.sample(model, prompts, SAMPLES, SamplingParams(...))``, which
+- **whileai**: ``whileai.engine.generation.sample(model, prompts, SAMPLES, SamplingParams(...))``, which
   also returns each token's log-probability (``generate`` returns tokens only);
 - **generate**: ``model.generate(input_ids, do_sample=True, num_return_sequences=SAMPLES,
   max_new_tokens=TOKENS, top_k=0, top_p=1.0, temperature=1.0)``.
@@ -52,7 +52,8 @@ def parse_case(text: str) -> dict[str, Any]:
 
 
 def whileai_side(model: Any, prompts: list[list[int]], case: dict[str, Any], seed: int) -> int:
-    from whileai.engine.sampling import SamplingParams, sample
+    from whileai.engine.generation import sample
+    from whileai.engine.sampling import SamplingParams
 
     result = sample(model, prompts, case["samples"], SamplingParams(max_tokens=case["tokens"], seed=seed))
     return sum(len(s.tokens) for per_prompt in result for s in per_prompt)

@@ -20,9 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peak_memory  # noqa: E402
 
 
 def _sync(device: str) -> None:
@@ -101,7 +105,7 @@ def run(args: argparse.Namespace) -> dict:
         "matmul_peak_flops": peaks, "fraction_of_peak": achieved / max(peaks),
         "median_adjacent_fraction": adjacent[len(adjacent) // 2],
         "torch_threads": torch.get_num_threads(), "load_average_1min": os.getloadavg()[0],
-        "peak_memory_gb": torch.cuda.max_memory_allocated() / 1e9 if args.device == "cuda" else None,
+        "peak_memory_gb": peak_memory.peak_gb(args.device), "peak_memory_kind": peak_memory.kind(args.device),
         "activation_checkpointing": engine.activation_checkpointing,
     }
 
@@ -138,9 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fraction of matmul peak: {result['fraction_of_peak']:.3f} (fastest step / highest peak); "
           f"median over rounds of step / the peak measured just before it: {result['median_adjacent_fraction']:.3f}"
           f"  (goal >= 0.30: {'met' if result['fraction_of_peak'] >= 0.3 else 'NOT met'})")
-    if result["peak_memory_gb"] is not None:
-        print(f"peak GPU memory: {result['peak_memory_gb']:.1f} GB (activation checkpointing "
-              f"{'on' if result['activation_checkpointing'] else 'off'})")
+    print(f"{result['peak_memory_kind']}: {result['peak_memory_gb']:.2f} GB (activation checkpointing "
+          f"{'on' if result['activation_checkpointing'] else 'off'})")
     return 0
 
 

@@ -46,6 +46,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import peak_memory  # noqa: E402
 from train_step import matmul_parameters, matmul_peak  # noqa: E402
 
 VOWELS = set("aeiou")
@@ -95,6 +96,7 @@ class Ours:
         from whileai.engine import SamplingParams
         from whileai.loop.step import policy_step
 
+        peak_memory.reset(self.args.device)
         start = time.perf_counter()
         batch = self.prompts[(index * self.args.prompts) % len(self.prompts):][: self.args.prompts]
         params = SamplingParams(max_tokens=self.args.tokens, seed=index)
@@ -109,7 +111,7 @@ class Ours:
         _sync(self.args.device)
         done = time.perf_counter()
         self.phases.append({"generate": generated - start, "score": scored - generated, "update": done - scored,
-                            "step": done - start})
+                            "step": done - start, "peak_memory_gb": peak_memory.peak_gb(self.args.device)})
         self.trained_tokens.append(sum(len(r["prompt_tokens"]) + len(r["tokens"]) for r in rows))
         self.sampled_tokens.append(sum(len(r["tokens"]) for r in rows))
 
@@ -166,6 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     class Alternate(TrainerCallback):  # type: ignore[misc]
         def on_step_begin(self, *a: Any, **k: Any) -> None:
             gen_timer.seconds = score_timer.seconds = 0.0
+            peak_memory.reset(args.device)
             self.start = time.perf_counter()
 
         def on_log(self, *a: Any, logs: dict[str, Any] | None = None, **k: Any) -> None:
@@ -177,7 +180,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             step = time.perf_counter() - self.start
             generate = gen_timer.seconds
             score = score_timer.seconds - generate
-            trl_steps.append({"generate": generate, "score": score, "update": step - score - generate, "step": step})
+            trl_steps.append({"generate": generate, "score": score, "update": step - score - generate, "step": step,
+                              "peak_memory_gb": peak_memory.peak_gb(args.device)})
             peaks.append(matmul_peak(1024 if args.device == "cpu" else 8192, args.matmul_seconds, args.device,
                                      peak_dtype))
             ours.step(len(trl_steps))
@@ -209,7 +213,7 @@ def summarise(args: argparse.Namespace, ours: Ours, trl_steps: list[dict[str, fl
                            "trl_mean_completion": statistics.mean(trl_lengths[1:]) if len(trl_lengths) > 1 else None,
                            "load_average_1min": os.getloadavg()[0]}
     for name, steps in sides.items():
-        median = {phase: statistics.median(s[phase] for s in steps) for phase in steps[0]}
+        median = {phase: statistics.median(s[phase] for s in steps) for phase in ("generate", "score", "update", "step")}
         out[name] = {"steps": steps, "median": median,
                      "share": {p: median[p] / median["step"] for p in ("generate", "score", "update")},
                      "floor_share": floor / median["step"],
@@ -217,7 +221,11 @@ def summarise(args: argparse.Namespace, ours: Ours, trl_steps: list[dict[str, fl
     out["ratio"] = out["whileai"]["median"]["step"] / out["trl"]["median"]["step"]
     out["update_ratio"] = out["whileai"]["median"]["update"] / out["trl"]["median"]["update"]
     out["device"] = args.device
-    out["peak_memory_gb"] = torch.cuda.max_memory_allocated() / 1e9 if args.device == "cuda" else None
+    cuda = args.device == "cuda"  # per side on CUDA (the peak is reset before each side's step); on a CPU, the process's
+    out["peak_memory_gb"] = {name: max(s["peak_memory_gb"] for s in steps) if cuda else None
+                             for name, steps in sides.items()}
+    out["peak_memory"] = (", ".join(f"{name} {gb:.2f} GB" for name, gb in out["peak_memory_gb"].items())
+                          if cuda else peak_memory.describe(args.device))
     return out
 
 
@@ -261,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  whileai / TRL time per step: {result['ratio']:.2f}x  (goal <= {goal}x: "
           f"{'met' if result['ratio'] <= goal else 'NOT met'}); update phase whileai / TRL: "
           f"{result['update_ratio']:.2f}x (goal <= 1.0x: {'met' if result['update_ratio'] <= 1.0 else 'NOT met'})"
-          + (f"; peak GPU memory {result['peak_memory_gb']:.1f} GB" if result["peak_memory_gb"] else ""))
+          + f"; {'peak GPU memory (torch.cuda.max_memory_allocated) ' if args.device == 'cuda' else ''}"
+          f"{result['peak_memory']}")
     return 0
 
 

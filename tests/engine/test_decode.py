@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_sampling import PROMPTS, VOCAB, tiny_model
+from test_sampling import DEVICES, PROMPTS, VOCAB, tiny_model
 
-from whileai.engine import decode, sampling
-from whileai.engine.sampling import SamplingParams, sample
+from whileai.engine import decode, generation
+from whileai.engine.generation import sample
+from whileai.engine.sampling import SamplingParams
+from whileai.errors import ConfigError
 
 SETTINGS = [
     SamplingParams(max_tokens=10, seed=1),
@@ -32,12 +34,12 @@ def decode_text(ids):  # a stand-in tokenizer's decode: id i is the letter chr(9
 def both(model, prompts, n, params, eos=2, **kwargs):
     """(the sampler with the fast step, the sampler calling model(...) each step)."""
     fast = sample(model, prompts, n, params, eos_token_id=eos, decode=decode_text, **kwargs)
-    original = sampling.decode_step
-    sampling.decode_step = lambda model: None
+    original = generation.decode_step
+    generation.decode_step = lambda model: None
     try:
         slow = sample(model, prompts, n, params, eos_token_id=eos, decode=decode_text, **kwargs)
     finally:
-        sampling.decode_step = original
+        generation.decode_step = original
     return fast, slow
 
 
@@ -124,6 +126,63 @@ def test_static_step_equals_the_exact_step_to_rounding():
             got = static.step(token, position)
             torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
             token = want.argmax(-1, keepdim=True) % VOCAB
+
+
+def assert_equal_to_rounding(static, exact):
+    assert len(static) == len(exact)
+    for a, b in zip(static, exact):
+        for x, y in zip(a, b):
+            assert x.tokens == y.tokens and x.stop_reason == y.stop_reason
+            torch.testing.assert_close(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("family", ["qwen2", "llama"])
+@pytest.mark.parametrize("params", SETTINGS, ids=lambda p: f"t{p.temperature}-k{p.top_k}-p{p.top_p}-{p.stop}")
+def test_static_cache_sampler_equals_the_current_sampler_under_every_setting(family, params, device):
+    """The fixed-shape sampler (full-length key/value buffers, a mask, finished rows running on unread: what a
+    CUDA graph records) gives the current sampler's tokens, stop reasons and log-probabilities (to rounding),
+    with left padding, several samples per prompt, stops, stop strings and EOS ids (2 and 5); on CUDA the
+    same recorded as a CUDA graph too."""
+    model = tiny_model(family).to(device)
+    for prompts, n in ((PROMPTS, 1), (PROMPTS + [[4, 4]], 3), ([[5, 9, 4, 4, 1]], 1)):
+        exact = sample(model, prompts, n, params, eos_token_id=[2, 5], decode=decode_text)
+        static = sample(model, prompts, n, params, eos_token_id=[2, 5], decode=decode_text, static_cache=True)
+        assert_equal_to_rounding(static, exact)
+        if device == "cuda":
+            graphed = sample(model, prompts, n, params, eos_token_id=[2, 5], decode=decode_text, cuda_graph=True)
+            assert_equal_to_rounding(graphed, exact)
+
+
+def test_static_cache_sampler_with_lora_equals_the_current_sampler():
+    from whileai.engine import TrainingEngine
+
+    engine = TrainingEngine("builtin:tiny", lora_rank=4, seed=0)
+    with torch.no_grad():  # adapters off zero, so that they change the logits
+        for name, p in engine.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    params = SamplingParams(max_tokens=8, temperature=1.0, seed=9)
+    exact = sample(engine.model, PROMPTS, 2, params, eos_token_id=2)
+    assert_equal_to_rounding(sample(engine.model, PROMPTS, 2, params, eos_token_id=2, static_cache=True), exact)
+
+
+def test_static_cache_runs_cover_every_way_a_sample_ends():
+    """Not vacuous: in the static runs rows end at each EOS id, at a stop and by length, at different steps."""
+    model = tiny_model("qwen2")
+    params = SamplingParams(max_tokens=12, temperature=1.5, seed=6, stop=[[7, 7], 11, 13])
+    static = sample(model, PROMPTS + [[4, 4]], 4, params, eos_token_id=[2, 5], static_cache=True)
+    assert_equal_to_rounding(static, sample(model, PROMPTS + [[4, 4]], 4, params, eos_token_id=[2, 5]))
+    rows = [s for r in static for s in r]
+    assert {s.tokens[-1] for s in rows if s.stop_reason == "stop"} >= {2, 5}
+    assert any(s.stop_reason == "length" for s in rows) and len({len(s.tokens) for s in rows}) >= 3
+
+
+def test_static_cache_is_refused_where_it_does_not_apply():
+    with pytest.raises(ConfigError, match="covers the Llama and Qwen2 families"):
+        sample(tiny_model("gpt2"), PROMPTS, 1, SETTINGS[0], static_cache=True)
+    with pytest.raises(ConfigError, match="cuda_graph=True needs the model on a CUDA device"):
+        sample(tiny_model("qwen2"), PROMPTS, 1, SETTINGS[0], cuda_graph=True)
 
 
 @pytest.mark.gpu

@@ -17,7 +17,9 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
-from whileai.engine.sampling import SampledSequence, SamplingParams, draw, sample, sampling_logprobs
+from whileai.engine.draw import draw, sampling_logprobs
+from whileai.engine.generation import sample
+from whileai.engine.sampling import SampledSequence, SamplingParams
 from whileai.errors import ConfigError, WhileaiError
 
 VOCAB = 61
@@ -359,7 +361,7 @@ def test_engine_samples_score_the_same_under_compute_logprobs():
 def test_draw_step_equals_sampling_logprobs_then_draw(temperature, top_k, top_p):
     """The fused step (one exp + cumsum pass) against the slow two-pass reference, 64 rows x 3 seeds:
     the same token for the same uniform, and its logprob read off ``sampling_logprobs``."""
-    from whileai.engine.sampling import draw_step
+    from whileai.engine.draw import draw_step
 
     params = SamplingParams(max_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p)
     for seed in range(3):
@@ -406,17 +408,17 @@ def test_rows_that_stop_leave_the_batch_and_the_rest_are_unchanged():
 def test_preallocated_cache_equals_transformers_dynamic_cache():
     """Greedy tokens and seeded logprobs with the buffer-backed cache equal those with the model's own
     ``DynamicCache`` growing by concatenation (the preallocation switched off)."""
-    from whileai.engine import sampling
+    from whileai.engine import kv_cache
 
     model = tiny_model("gpt2")  # GPT-2 keeps the plain cache (no shared prefix): the buffers are tested alone
     params = SamplingParams(max_tokens=12, temperature=0.8, seed=1)
     fast = sample(model, PROMPTS, 3, params)
-    original = sampling._preallocate
-    sampling._preallocate = lambda cache, n, capacity: cache.batch_repeat_interleave(n) if n > 1 else None
+    original = kv_cache.preallocate
+    kv_cache.preallocate = lambda cache, n, capacity: cache.batch_repeat_interleave(n) if n > 1 else None
     try:
         plain = sample(model, PROMPTS, 3, params)
     finally:
-        sampling._preallocate = original
+        kv_cache.preallocate = original
     for a, b in zip(fast, plain):
         for x, y in zip(a, b):
             assert x.tokens == y.tokens
@@ -435,17 +437,17 @@ def test_num_samples_and_params_errors_are_config_errors():
 def test_shared_prefix_attention_equals_the_plain_cache(family):
     """Each prompt's keys/values held once for its samples (used for Qwen2 and Llama, found by the
     probe) give the plain cache's tokens and logprobs, with padding and with rows leaving the batch."""
-    from whileai.engine import sampling
+    from whileai.engine import generation, shared_prefix
 
     model = tiny_model(family)
     model.eval()
-    assert sampling.shares_prefixes(model)
+    assert shared_prefix.shares_prefixes(model, generation._probe_run(model))
     prompts = PROMPTS + [[7, 7, 7, 7]]
     params = SamplingParams(max_tokens=14, temperature=1.1, seed=4, stop=list(range(0, VOCAB, 3)))
     runs = {}
     with torch.inference_mode():
         for cascade in (False, True):
-            runs[cascade] = sampling._Run(model, prompts, 4, params, params.stop, 48, cascade).generate()
+            runs[cascade] = generation._Run(model, prompts, 4, params, params.stop, 48, cascade).generate()
     for plain, shared in zip(runs[False], runs[True]):
         for a, b in zip(plain, shared):
             assert a.tokens == b.tokens and a.stop_reason == b.stop_reason

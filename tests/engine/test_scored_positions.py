@@ -112,3 +112,65 @@ def test_bad_logprobs_for_is_refused_naming_the_datum():
         engine.forward(data, logprobs_for=[1, 2])
     with pytest.raises(BatchError, match=r"logprobs_for\[0\]=9 must be an integer in \[0, 4\]"):
         engine.forward(data, logprobs_for=[9])
+
+
+class HeadRows:
+    """Counts the positions that go through the critic's value head."""
+
+    def __init__(self, engine: TrainingEngine) -> None:
+        self.rows = 0
+        engine.critic.head.register_forward_hook(self.hook)
+
+    def hook(self, module, inputs, output) -> None:
+        self.rows += int(np.prod(inputs[0].shape[:-1]))
+
+
+def test_the_critic_reads_only_the_replies_positions_with_the_values_and_gradient_of_every_position():
+    """The loop's critic calls (the values a critic method's rows get, then the value loss's backward) send the
+    replies' positions through the value head, not the prompts'; the values and the head's gradient equal the
+    computation over every position: the head on each position's hidden state, the loss masked to the replies."""
+    from whileai.engine.logprobs import hidden_states
+    from whileai.loop.step import _critic_backward, critic_values
+
+    batch = rows(30, 3)
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    engine.add_critic(1e-2)
+    with torch.no_grad():  # a head that is not zero, so that values and gradients are not trivially equal
+        engine.critic.head.linear.weight.normal_(0, 0.5)
+    counter = HeadRows(engine)
+    values = critic_values(engine, batch)
+    assert counter.rows == 4 * 3  # before: 4 * 32, the prompts' positions too
+    counter.rows = 0
+    for row, v in zip(batch, values):
+        row["values"] = v
+    targets = [[1.0, 0.0, 0.5]] * 4
+    loss = _critic_backward(engine, batch, targets)
+    assert counter.rows == 4 * 3
+    got = engine.critic.head.linear.weight.grad.clone()
+
+    head = engine.critic.head
+    head.zero_grad()
+    reference = []
+    total = 0.0
+    for row, target in zip(batch, targets):  # every position through the head, then the replies' picked out
+        full = torch.tensor([row["prompt_tokens"] + row["tokens"][:-1]])
+        with torch.no_grad():
+            hidden = hidden_states(engine.model, full)[0]
+        every = head(hidden)
+        assert every.shape[0] == 32
+        reply = every[-3:]
+        reference.append(reply.detach().tolist())
+        total = total + (0.5 * (reply.double() - torch.tensor(target, dtype=torch.float64)) ** 2).sum()
+    total.backward()
+    np.testing.assert_allclose(values, reference, rtol=1e-5, atol=1e-6)
+    assert loss == pytest.approx(float(total.detach()) / 12, rel=1e-6)
+    torch.testing.assert_close(got, head.linear.weight.grad, rtol=1e-5, atol=1e-7)
+
+
+def test_values_not_asked_for_read_nan_not_zero():
+    engine = TrainingEngine("builtin:tiny", seed=0)
+    engine.add_critic(1e-2)
+    datum = make_datum([3, 4, 5, 6], [7, 8], values=[0.0, 0.0], returns=[0.0, 0.0])
+    del datum["loss_fn_inputs"]["target_tokens"]
+    out = engine.forward([datum], "ppo_critic", logprobs_for=[2]).loss_fn_outputs[0]["values"]
+    assert np.isnan(out[:3]).all() and np.isfinite(out[3:]).all()

@@ -268,6 +268,15 @@ def test_a_reference_the_env_does_not_follow_is_refused(answer, match):
         reference_episode(echo_taskset(), Task("t", "p", answer), TOK)
 
 
+def test_a_reference_of_max_turns_turns_ends_at_the_turn_cap_as_a_sampled_episode_does():
+    """Echo's cap is 3 turns: a reference that never says bye is played to the cap, the env's reply after the
+    last turn left out (a sampled episode ends there, truncated); at 2 turns the env still answering is refused."""
+    tokens, mask = reference_episode(echo_taskset(), Task("t", "p", ["hi\n", "hi\n", "hi\n"]), TOK)
+    assert tokens == ids("hi\nok\nhi\nok\nhi\n") and mask == ([True] * 3 + [False] * 3) * 2 + [True] * 3
+    with pytest.raises(ConfigError, match="still answered after the last of turn 2 of the reference's 2"):
+        reference_episode(echo_taskset(), Task("t", "p", ["hi\n", "hi\n"]), TOK)
+
+
 # ------------------------------------------------------------------------------------- builtin:lookup
 def test_lookup_tool_answers_errors_and_grades_by_hand():
     task = Task("vcu", "vcu?", ("get vcu\n", "qob\n"), {"key_len": 3, "value_len": 3, "letters": 26})

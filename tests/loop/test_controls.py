@@ -180,3 +180,18 @@ def test_the_cli_runs_a_control_and_prints_the_comparison(tmp_path, capsys):
     assert code == 0
     assert "random-reward  random-reward, " in out and "1 seed per arm (0)" in out
     assert out.strip().endswith(Path(tmp_path / "c" / "controls.txt").read_text().strip())
+
+
+def test_the_checks_before_a_run_do_not_feed_the_random_reward_controls_draws():
+    """The grader probe before the warm start grades through the control's wrapper; its grades are no training
+    rollouts, so the control's draws must be those of a wrapper the probe never touched (they were not: seeded
+    with the probe's reference answers, seed 0's random-reward arm of the proof above collapsed to 0.008)."""
+    from whileai.loop.plan import inputs
+
+    tasks = load_taskset("builtin:case", test_size=4, train_size=40)
+    probed, fresh = RandomRewardTaskset(tasks, seed=5), RandomRewardTaskset(tasks, seed=5)
+    assert inputs.grader_probe(probed) == ([], [])
+    train = tasks.split("train")
+    completions = ["abcd", "ab", "", "x", "ABCD"] * 8
+    assert [probed.grade(train[i], c) for i, c in enumerate(completions)] == \
+        [fresh.grade(train[i], c) for i, c in enumerate(completions)]

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 import whileai as wai
-from whileai.envs import Task, Taskset
+from whileai.envs import GraderError, Task, Taskset, episode
 from whileai.loop import dry_run
-from whileai.loop.plan import inputs
 
 
 def _tasks(grader, n: int = 40) -> Taskset:
@@ -28,11 +27,27 @@ def test_a_grader_that_hangs_is_named_with_its_task_within_the_time_limit(monkey
             time.sleep(30)
         return float(completion == task.answer)
 
-    monkeypatch.setattr(inputs, "GRADE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(episode, "GRADE_TIMEOUT_S", 0.3)
     started = time.perf_counter()
     with pytest.raises(wai.ConfigError, match="the grader did not return within 0.3 s on task_id='t9'"):
         dry_run(taskset=_tasks(grade))
     assert time.perf_counter() - started < 5
+
+
+def test_a_grader_that_hangs_later_in_the_run_stops_it_within_the_time_limit_naming_the_task(monkeypatch, tmp_path):
+    """The probe passes (the first tasks grade at once); a training task's grade hangs mid-run: the run stops
+    with the task named, within the limit."""
+    def grade(task, completion):
+        if task.task_id == "t30":
+            time.sleep(30)
+        return float(completion == task.answer)
+
+    monkeypatch.setattr(episode, "GRADE_TIMEOUT_S", 0.3)
+    started = time.perf_counter()
+    with pytest.raises(GraderError, match="the grader did not return within 0.3 s on task_id='t30'"):
+        wai.train(taskset=_tasks(grade), steps=3, rollouts_per_step=32, warm_start_steps=0, eval_tasks=0,
+                  force=True, export=False, progress=False, run_dir=str(tmp_path / "r"))
+    assert time.perf_counter() - started < 20
 
 
 @pytest.mark.parametrize(("value", "shown"), [("yes", "'yes'"), (math.nan, "nan"), (True, "True"), (None, "None")])
@@ -77,8 +92,13 @@ def test_duplicate_prompts_with_different_answers_are_noted(tmp_path: Path):
     rows = [{"prompt": f"{i:03d}?", "answer": "y"} for i in range(40)]
     rows[10] = {"prompt": "005?", "answer": "n"}
     plan = dry_run(taskset=_jsonl(tmp_path / "t.jsonl", rows))
-    assert any(n.startswith("1 prompt given more than once with different answers") and "'6'" in n and "'11'" in n
-               for n in plan.notes), plan.notes
+    assert any(n.startswith('1 prompt is given on 2 tasks with different answers ("005?": task_id \'6\' answer "y", '
+                            'task_id \'11\' answer "n")') for n in plan.notes), plan.notes
+    rows[20], rows[30] = {"prompt": "007?", "answer": "n"}, {"prompt": "007?", "answer": "m"}  # 3 tasks, 1 prompt
+    notes = dry_run(taskset=_jsonl(tmp_path / "w.jsonl", rows)).notes
+    assert any(n.startswith("2 prompts are each given on more than one task with different answers (5 tasks in all: "
+                            '"005?": task_id \'6\' answer "y", task_id \'11\' answer "n"; "007?": task_id \'8\'')
+               for n in notes), notes
     rows[10] = {"prompt": "005?", "answer": "y"}  # the same answer twice is not a clash
     assert not any("more than once" in n for n in dry_run(taskset=_jsonl(tmp_path / "u.jsonl", rows)).notes)
 

@@ -42,3 +42,27 @@ def test_a_log_partly_from_older_weights_is_named_with_its_admitted_share(tmp_pa
     assert 0.3 <= share <= 0.7
     assert any(n.startswith(f"the method admits only {share:.0%} of the logged traces at step 0")
                for n in run.summary["preflight"]["notes"])
+
+
+@pytest.mark.slow
+def test_rows_from_a_recorder_stop_on_traces_from_another_model(tmp_path: Path, wai_token: str):
+    """--rows-from had no step-0 check: traces served by another model trained to the end, every one masked. Now
+    the first batch is scored at step 0 and the run stops as a log from another model does."""
+    from whileai.record.launch import Started
+    from whileai.record.store import RecordStore
+
+    other = {"endpoint": "completions", "model": "policy", "weights_version": "v1",
+             "logprobs_mode": "processed_logprobs", "sampling": {"temperature": 1.0, "top_p": 1.0, "top_k": 0},
+             "prompt_ids": [1, 5], "completion_ids": [6, 7], "logprobs": [-0.05, -0.02], "finish_reason": "stop",
+             "conversation_key": None, "problem": None}  # near-certain tokens: not builtin:tiny's (about -5.5)
+    with Started(["policy", "builtin:tiny", "--threads", "1"], tmp_path) as policy, \
+            Started(["record", "--upstream", policy.url, "--data-dir", str(tmp_path / "data")], tmp_path) as recorder:
+        store = RecordStore(tmp_path / "data")
+        for i in range(16):
+            store.add_exchange(f"x{i}", None, other)
+            store.score(f"x{i}", float(i % 2), False)
+        with pytest.raises(wai.ConfigError, match="dropped every logged trace at step 0.*--model the model the logs came from"):
+            wai.train(rows_from=recorder.url, sampler_url=policy.url, method="flash_reinforce",
+                      model="builtin:tiny", steps=2, rollouts_per_step=16, export=False, progress=False,
+                      run_dir=str(tmp_path / "r"))
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()  # stopped before its first update

@@ -1,7 +1,7 @@
 """The loop's rooms import only downward (docs/decisions.md, "layout"): a module of a room may import its own
 room and the rooms below it, never one above, outside ``if TYPE_CHECKING`` (a type named, not a module run).
 
-    types < step < trainers < sources < plan < hooks < core < auto < run < controls, judge < __init__
+    types < step < sources < plan < hooks < core < auto < run < controls, judge < __init__
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from whileai.loop.sources.sampler import StopOnServerError
 from whileai.loop.sources.sync import PushWeights
 
 ROOT = Path(whileai.loop.__file__).parent
-RANK = {"types": 0, "step": 1, "trainers": 2, "sources": 3, "plan": 4, "hooks": 5, "core": 6, "auto": 7, "run": 8,
+RANK = {"types": 0, "step": 1, "sources": 3, "plan": 4, "hooks": 5, "core": 6, "auto": 7, "run": 8,
         "controls": 9, "judge": 9, "__init__": 10}
-ROOMS = ("sources", "plan", "hooks", "trainers")  # the packages
+ROOMS = ("sources", "plan", "hooks")  # the packages
 ALLOWED = {("plan", "whileai.loop.hooks.teacher")}  # the checks run the teacher's own check before anything loads
 
 

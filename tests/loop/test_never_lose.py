@@ -128,3 +128,20 @@ def test_an_error_after_work_keeps_the_run_and_says_so(tmp_path: Path, capsys):
     printed = capsys.readouterr()
     assert f"run directory {tmp_path / 'r'} kept" in printed.err
     assert "NO SIGNAL" not in printed.out + printed.err  # the report comes once, in the error, not also above it
+
+
+def test_the_kept_message_names_run_dir_only_when_the_user_gave_one(tmp_path: Path, capsys, monkeypatch):
+    """A run with no --run-dir gets a new time-stamped directory on its own: its kept message does not send the
+    user to a flag they never gave (newcomer review)."""
+    tasks = tmp_path / "t.jsonl"
+    tasks.write_text("".join(json.dumps({"prompt": f"{i:03d}?", "answer": "qqqqqq"}) + "\n" for i in range(60)))
+    monkeypatch.chdir(tmp_path)
+    quick = dict(taskset=str(tasks), warm_start_steps=1, steps=2, rollouts_per_step=8, eval_tasks=0, max_tokens=1,
+                 progress=False, export=False)
+    with pytest.raises(wai.ConfigError, match="NO SIGNAL"):
+        wai.train(**quick)
+    err = capsys.readouterr().err
+    assert "--run-dir" not in err and "start the run again (it gets a directory of its own)" in err
+    with pytest.raises(wai.ConfigError, match="NO SIGNAL"):
+        wai.train(**quick, run_dir=str(tmp_path / "mine"))
+    assert "start the run again with another --run-dir" in capsys.readouterr().err

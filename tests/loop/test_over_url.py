@@ -18,9 +18,9 @@ from test_spine_pin import close, train_case
 
 import whileai as wai
 from whileai.cli import main
-from whileai.loop.trainers.backends import Needs, refusals
 from whileai.service import Client
 from whileai.service.launch import LocalServer, start_server
+from whileai.trainers import Needs, refusals
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_refusals_read_the_capabilities():
 def test_wai_serve_chained_to_a_tinker_api_server_gives_the_same_weights(tmp_path: Path):
     """`wai serve --tinker-url A` in front of a second `wai serve` A (through the Tinker SDK): `wai train --url`
     on the front ends with the in-process weights. One prompt a step: a Tinker sample request carries one
-    prompt, so only then does the upstream draw the same random stream (service/tinker_provider.py)."""
+    prompt, so only then does the upstream draw the same random stream (whileai.trainers.tinker_map.prompt_seed)."""
     pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
     from tests.service.chain import chained
 

@@ -23,9 +23,24 @@ def test_a_loaded_model_or_missing_answers_get_no_warm_start():
     assert rules.warm_start_steps(random_init=True, train_size=0, answered=0)[0] == 0
 
 
-def test_the_warm_start_rate_is_the_builtins_measured_one():
-    rate, source = rules.warm_start_learning_rate()
-    assert rate == 3e-3 and "0.003" in source
+@pytest.mark.parametrize(("steps", "rate"), [(14, 1e-2), (60, 1e-2), (100, 1e-2), (101, 3e-3), (200, 3e-3),
+                                             (800, 3e-3)])
+def test_the_warm_start_rate_follows_its_length(steps, rate):
+    got, source = rules.warm_start_learning_rate(steps)
+    assert got == rate and f"{rate:g}: a warm start of {steps} steps" in source
+
+
+def test_a_short_warm_start_given_on_a_taskset_of_ones_own_keeps_the_short_rate():
+    """builtin:case's tasks passed as a Taskset object (no recommendation) with --warm-start-steps 14: 3e-3 (the
+    long warm start's rate) left it at held-out 0.02-0.05 where 1e-2 reaches 0.23-0.53 (the noise control proof)."""
+    from whileai.envs import Taskset, load_taskset
+    from whileai.loop import dry_run
+
+    case = load_taskset("builtin:case")
+    mine = Taskset("mine", case.split("train"), case.split("test"), case.grade, case.max_tokens)
+    plan = dry_run(taskset=mine, warm_start_steps=14)
+    assert (plan.warm_start_learning_rate, plan.learning_rate) == (1e-2, 1e-3)
+    assert "1e-2" not in plan.source("warm_start_learning_rate") and "14 steps" in plan.source("warm_start_learning_rate")
 
 
 # ------------------------------------------------------------------------------------- generation cap
@@ -44,6 +59,8 @@ def test_the_cap_from_the_longest_answer(lengths, cap):
     got, source = rules.generation_cap(taskset_cap=None, answer_lengths=lengths, whole_answer=True, method_cap=8192)
     assert got == cap
     assert f"longest reference answer ({max(lengths)} token{'s' * (max(lengths) > 1)})" in source
+    # beside the plan's `cap_is_answer_length False [derived]`: the cap is past the answer, not its length
+    assert source.endswith("a reply that reaches it is cut short, not a whole answer: cap_is_answer_length False)")
 
 
 def test_the_cap_falls_back_to_the_taskset_then_the_method_then_the_loop():

@@ -255,23 +255,22 @@ def test_a_hub_id_offline_fails_fast_naming_the_local_path_fix(tmp_path: Path, q
 def test_method_auto_over_a_server_refuses_a_chosen_method_the_server_cannot_run(tmp_path: Path):
     """A named method is checked against the server's capabilities before anything is created; auto's choice
     is made later (on a probe), so it is checked then, against the same answer, before its first step."""
-    from whileai.engine import TrainingEngine
     from whileai.envs import load_taskset
     from whileai.errors import ConfigError
     from whileai.loop.auto import route_method
     from whileai.loop.plan.config import build
     from whileai.loop.plan.run_plan import make_plan
-    from whileai.loop.trainers.backends import Backend
     from whileai.loop.types import LoopState
+    from whileai.trainers.engine import EngineTrainer
 
     config = build(None, method="auto", steps=1, lag=0, warm_start_steps=12, rollouts_per_step=8, eval_tasks=0,
                    progress=False)
     taskset = load_taskset(config.taskset)
     plan = make_plan(config, {}, None, taskset)
     offered = {"models": [config.model], "operations": ["forward_backward", "optim_step", "sample"], "losses": {}}
-    backend = Backend(TrainingEngine(config.model, seed=0), "the server at http://example.invalid", False,
-                      capabilities=offered)
+    trainer = EngineTrainer(config.model, seed=0)  # standing in for a server trainer with these capabilities
+    trainer.where, trainer.url, trainer.capabilities = "the server at http://example.invalid", "http://example.invalid", offered
     tmp_path.mkdir(exist_ok=True)
     with pytest.raises(ConfigError, match=r"--method auto chose .* cannot run: the method runs the engine loss"):
-        route_method(config, plan, backend, taskset, None, tmp_path, LoopState())
+        route_method(config, plan, trainer, taskset, None, tmp_path, LoopState())
     assert not (tmp_path / "config.toml").exists()  # nothing written for a run that cannot start

@@ -106,3 +106,16 @@ def test_the_preflight_of_a_log_reads_every_trace_it_trains_on_not_the_first_bat
     report = run.summary["preflight"]
     assert 16 < report["rollouts"] <= 64                       # the file's trained traces, not one batch
     assert report["pass_rate"] == pytest.approx(1 / report["rollouts"]) and not report["fatal"]
+
+
+def test_a_long_method_cap_is_noted_once(tmp_path: Path, capsys):
+    """Rows from a log scored on a taskset of one's own: the method's 8192-token cap is past the model's context;
+    the plan's note says so, and the loop does not add a second note on the same cap."""
+    log = _traces(tmp_path / "log.jsonl", [float(k % 2) for k in range(40)])
+    tasks = tmp_path / "eval.jsonl"
+    tasks.write_text("".join(json.dumps({"prompt": f"{k}?", "answer": str(k % 10)}) + "\n" for k in range(40)))
+    wai.train(rows=str(log), eval_taskset=str(tasks), steps=1, eval_tasks=2, eval_samples=1, progress=False,
+              export=False, force=True, run_dir=str(tmp_path / "r"))
+    out = capsys.readouterr().out
+    assert "max_tokens = 8192 is not below the model's context of 256 tokens" in out
+    assert "replies may run to 8192 tokens" not in out

@@ -21,15 +21,16 @@ import pytest
 from safetensors.numpy import load_file
 
 import whileai as wai
-from whileai.loop.trainers.backends import Needs, _write_pointer, refusals, remote_state
-from whileai.loop.trainers.tinker import _tinker_params
 from whileai.service import Client
 from whileai.service.launch import LocalServer, start_server
+from whileai.trainers import Needs, refusals
+from whileai.trainers.remote import Remote, remote_state, write_pointer
+from whileai.trainers.tinker import _tinker_params
 
 tinker = pytest.importorskip("tinker", reason="the Tinker SDK is not installed: pip install whileai[tinker]")
 pytestmark = pytest.mark.filterwarnings("ignore:DEPRECATED:FutureWarning")
 # One prompt a step (8 rollouts of one task): a Tinker sample request carries one prompt, so only then does the
-# server draw the in-process run's random stream (whileai.service.tinker_map.prompt_seed).
+# server draw the in-process run's random stream (whileai.trainers.tinker_map.prompt_seed).
 ONE_PROMPT = dict(method="grpo", knobs={"rollouts_per_prompt": 8}, steps=3, rollouts_per_step=8, warm_start_steps=0,
                   eval_tasks=0, progress=False, save_every=1000, export=False)
 RESUMABLE = dict(method="grpo", knobs={"rollouts_per_prompt": 4}, rollouts_per_step=8, warm_start_steps=0, eval_tasks=0,
@@ -88,19 +89,21 @@ def assert_same_metrics(mine: list[dict], theirs: list[dict]) -> None:
 
 # ----------------------------------------------------------------------------- no server
 def test_refusals_name_what_a_tinker_api_server_cannot_do():
-    """A Tinker server's capabilities: its loss names, no add_critic / export_lora, its own distribution only."""
-    from whileai.loop.trainers.tinker import OPERATIONS
-    from whileai.service.tinker_map import tinker_losses
+    """A Tinker server's capabilities: its loss names, no add_critic, its own distribution only; the export is its
+    save_weights_external (a server that lists no export is refused with --no-export named)."""
+    from whileai.trainers.tinker import OPERATIONS
+    from whileai.trainers.tinker_map import tinker_losses
 
     caps = {"provider": "tinker", "models": ["builtin:tiny"], "operations": list(OPERATIONS),
             "losses": tinker_losses()}
     assert refusals(caps, "builtin:tiny", Needs(loss="ppo")) == []
     found = refusals(caps, "builtin:tiny", Needs(loss="sapo", critic=(1e-3, None), reference=True, export=True))
-    assert len(found) == 4
+    assert len(found) == 3
     assert "'sapo', which it does not advertise" in found[0] and "ppo" in found[0]
     assert "no add_critic" in found[1]
     assert "a reference policy scored" in found[2] and "policy's own distribution only" in found[2]
-    assert "add --no-export" in found[3]
+    no_export = {**caps, "operations": [op for op in OPERATIONS if op != "export_lora"]}
+    assert "add --no-export" in refusals(no_export, "builtin:tiny", Needs(loss="ppo", export=True))[0]
     assert refusals(caps, "builtin:tiny", Needs(loss="ppo", loss_config=("clip_low_threshold",))) == []
     keys = refusals(caps, "builtin:tiny", Needs(loss="gspo", loss_config=("clip_high_threshold",)))
     assert len(keys) == 1 and "config keys ['clip_high_threshold']" in keys[0] and "it takes: none" in keys[0]
@@ -109,8 +112,8 @@ def test_refusals_name_what_a_tinker_api_server_cannot_do():
 
 
 def test_the_sdk_trainer_has_the_operations_the_loop_calls():
-    from whileai.loop.trainers.backends import Trainer
-    from whileai.loop.trainers.tinker import TinkerTrainer
+    from whileai.trainers import Trainer
+    from whileai.trainers.tinker import TinkerTrainer
 
     assert isinstance(TinkerTrainer(None, "builtin:tiny"), Trainer)
 
@@ -134,15 +137,16 @@ def test_a_remote_checkpoint_is_a_snapshot_that_names_the_servers_state(tmp_path
     for step in (2, 4):
         (folder).mkdir(parents=True, exist_ok=True)
         (folder / f"loop-{step:08d}.json").write_text(json.dumps({"step": step}))
-        _write_pointer(folder, step, {"api": "wai", "run": "run-1", "name": f"step-{step:08d}", "step": step})
-    assert remote_state(folder) == {"api": "wai", "run": "run-1", "name": "step-00000004", "step": 4}
+        write_pointer(folder, Remote(api="wai", url=None, run="run-1", name=f"step-{step:08d}", path="p", step=step))
+    assert remote_state(folder) == {"api": "wai", "url": None, "run": "run-1", "name": "step-00000004", "path": "p",
+                                    "step": 4}
     assert read_state(tmp_path / "run").step == 4
     assert [p.name for p in folder.glob("step-*")] == ["step-00000004-remote"]
 
 
 def test_an_api_without_a_url_and_an_in_process_checkpoint_over_url_are_refused(tmp_path: Path):
     from whileai.loop import dry_run
-    from whileai.loop.trainers.backends import remote_checkpoint
+    from whileai.trainers.remote import remote_checkpoint
 
     with pytest.raises(wai.ConfigError, match="api = 'tinker' names the API of a server, and no --url is given"):
         dry_run(api="tinker")
@@ -165,8 +169,7 @@ def test_each_need_a_tinker_api_server_cannot_meet_is_refused_before_a_session_o
               "tokens sampled at another temperature.*--set temperature=1"),
              (dict(method="reinforce_pp", export=False), "a reference policy scored"),
              (dict(method="opsd", export=False), "teacher is the student's own weights"),
-             (dict(model="builtin:mini", export=False), "does not serve model 'builtin:mini'"),
-             (dict(), "cannot export them \\(no export_lora\\): add --no-export")]
+             (dict(model="builtin:mini", export=False), "does not serve model 'builtin:mini'")]
     with Client(server.url, server.token) as client:
         before = len(client.sessions())
         for i, (settings, message) in enumerate(cases):
@@ -178,7 +181,7 @@ def test_each_need_a_tinker_api_server_cannot_meet_is_refused_before_a_session_o
 
 def test_a_wrong_address_or_key_is_named_at_once(server: LocalServer):
     """Before the SDK (which retries a refused connection for minutes) is asked anything."""
-    from whileai.loop.trainers.tinker import capabilities
+    from whileai.trainers.tinker import capabilities
 
     with pytest.raises(wai.ConfigError, match="nothing answers there.*is the server running"):
         capabilities("http://127.0.0.1:9", server.token)
@@ -207,6 +210,20 @@ def test_grpo_over_the_tinker_sdk_ends_with_the_in_process_weights(server: Local
     assert_same_metrics(remote.metrics(), local.metrics())
     assert local.metrics()[-1]["grad_norm"] > 0
     assert_same_weights(weights_of(server_state(server, remote.dir)), weights_of(local.dir / "checkpoint"))
+
+
+@pytest.mark.slow
+def test_a_run_over_the_tinker_sdk_exports_the_weights_it_trained(server: LocalServer, tmp_path: Path):
+    """RUN_DIR/final of a run over --api tinker (save_weights_external, fetched from its signed URLs) holds the
+    model the in-process run exports: the same files, the same tensors."""
+    local = wai.train(**{**ONE_PROMPT, "export": True}, run_dir=str(tmp_path / "local"))
+    remote = wai.train(**{**ONE_PROMPT, "export": True}, url=server.url, token=server.token, api="tinker",
+                       run_dir=str(tmp_path / "remote"))
+    assert remote.weights == remote.dir / "final"
+    assert sorted(p.name for p in remote.weights.iterdir()) == sorted(p.name for p in local.weights.iterdir())
+    assert_same_weights(load_file(str(remote.weights / "model.safetensors")),
+                        load_file(str(local.weights / "model.safetensors")))
+    assert not list(remote.dir.glob(".final.partial"))
 
 
 # ----------------------------------------------------------------------------- --resume over --url

@@ -30,7 +30,7 @@ from whileai.engine.training import AdamParams, TrainingEngine, as_params
 from whileai.envs.core import Taskset
 from whileai.loop.plan.config import TrainConfig
 from whileai.loop.plan.run_plan import Resolved, RunPlan, _Resolving, learning_rate_rule, make_plan
-from whileai.loop.trainers.backends import Trainer
+from whileai.trainers import Trainer
 from whileai.loop.types import Adam
 from whileai.methods.base import Sampled
 
@@ -66,7 +66,7 @@ def temperature(method: Sampled, plan: RunPlan, trainer: Trainer, engine: Traini
 '''
 
 # what each reveal_type in WALK shows, in order
-EXPECTED = ["float | None", "tuple[float, str]", "float", "float", "float", "whileai.loop.trainers.backends.OptimOutput",
+EXPECTED = ["float | None", "tuple[float, str]", "float", "float", "float", "whileai.trainers.base.OptimOutput",
             "whileai.engine.training.OptimStepOutput", "float",
             "float", "float", "float", "float", "float", "list[Any]", "list[Any]", "float"]
 SAMPLED = "list[Any]"

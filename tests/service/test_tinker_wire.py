@@ -15,7 +15,7 @@ from tinker.proto.response_conv import deserialize_forward_backward_output, dese
 
 from whileai.errors import ConfigError  # noqa: E402
 from whileai.service import tinker_wire  # noqa: E402
-from whileai.service.tinker_map import prompt_seed, tinker_losses  # noqa: E402
+from whileai.trainers.tinker_map import prompt_seed, tinker_losses  # noqa: E402
 
 
 def encoded(data: list, loss_fn: types.LossFnType = "cross_entropy", config: dict | None = None) -> bytes:
@@ -125,13 +125,14 @@ def test_an_empty_stop_list_keeps_the_servers_eos_stop_and_ignore_eos_drops_it()
     assert prompt_seed({"max_tokens": 4, "stop": [7]}, 0)["stop"] == [7]
 
 
-def test_the_tinker_provider_refuses_sample_scores_it_cannot_pass_on():
+def test_the_tinker_provider_refuses_sample_scores_it_cannot_pass_on(tmp_path):
     from whileai.service import schemas
-    from whileai.service.tinker_provider import TinkerRun
+    from whileai.service.served import TrainerRun
+    from whileai.trainers.tinker import TinkerTrainer
 
-    run = TinkerRun.__new__(TinkerRun)  # refused before the run's SDK client is touched
+    run = TrainerRun(TinkerTrainer(None, "builtin:tiny", url="http://up"), tmp_path, False)  # refused before the SDK
     body = schemas.Sample(seq_id=0, prompt_tokens=[1, 2], sampling_params={"max_tokens": 1}, topk_sample_logprobs=2,
                           prompt_alt_tokens_k=1)
     with pytest.raises(ConfigError, match="topk_sample_logprobs, prompt_alt_tokens_k cannot be passed on by the "
-                                          "tinker provider"):
+                                          "Tinker API at http://up"):
         run.op_sample(body)

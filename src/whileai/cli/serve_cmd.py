@@ -108,6 +108,6 @@ def _provider(tinker_url: str | None, models: list[str]) -> Any:
     key = os.environ.get("TINKER_API_KEY")
     if not key:
         raise ConfigError("--tinker-url needs the upstream server's api key in $TINKER_API_KEY")
-    from whileai.service.tinker_provider import TinkerProvider
+    from whileai.service.provider import TinkerProvider
 
     return TinkerProvider(tinker_url, key, models)

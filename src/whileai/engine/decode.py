@@ -20,7 +20,7 @@ generation's length, a boolean mask over them, the write position a tensor, so e
 same kernels on the same addresses; ``capture()`` records it once as a ``torch.cuda.CUDAGraph`` and each
 token is then one replay. Attention over the full buffer with a mask sums the same terms as attention
 over the filled part in another order: equal to rounding, not bit for bit
-(``whileai.engine.sampling.sample(..., cuda_graph=True)``, on CUDA only).
+(``sample(..., static_cache=True)`` on any device; ``cuda_graph=True`` on CUDA).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ FAMILIES = {"Qwen2DecoderLayer", "LlamaDecoderLayer"}
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
 
-def _base(model: Any) -> Any:
+def base_model(model: Any) -> Any:
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
@@ -50,7 +50,7 @@ def _hooked(module: Any) -> bool:
 def decode_step(model: Any) -> DecodeStep | None:
     """The fast step for ``model``, or None where it does not apply (another family, sliding-window layers,
     hooks on the modules it bypasses, a final-logit cap): the caller then runs ``model(...)``."""
-    base = _base(model)
+    base = base_model(model)
     inner = getattr(base, "model", None)
     layers = getattr(inner, "layers", None)
     config = getattr(base, "config", None)
@@ -204,26 +204,30 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin_signed: torch.Tensor, half: i
     return (x * cos) + (x.roll(half, -1) * sin_signed)
 
 
-def graph_ready(model: Any) -> bool:
-    """Whether ``model`` can decode as a CUDA graph (True), or a ``ConfigError`` saying why not."""
+def static_ready(model: Any, *, graph: bool) -> bool:
+    """``graph`` when ``model`` can decode with fixed shapes (and, with ``graph``, as a CUDA graph), else a
+    ``ConfigError`` saying why not."""
     from whileai.errors import ConfigError
 
     device = next(model.parameters()).device
-    if device.type != "cuda":
+    if graph and device.type != "cuda":
         raise ConfigError(f"cuda_graph=True needs the model on a CUDA device; it is on {device}. Leave it False "
                           "on other devices (the exact step there is already the fast one)")
     if decode_step(model) is None:
-        raise ConfigError(f"cuda_graph=True covers the Llama and Qwen2 families without hooks; "
-                          f"{type(_base(model)).__name__} is not one of them: leave cuda_graph False")
-    return True
+        raise ConfigError(f"fixed-shape decoding (static_cache / cuda_graph) covers the Llama and Qwen2 families "
+                          f"without hooks; {type(base_model(model)).__name__} is not one of them: leave both False")
+    return graph
 
 
-def captured(model: Any, cache: Any, mask_BL: torch.Tensor | None, filled: int, capacity: int) -> StaticDecode:
-    """A ``StaticDecode`` holding a prefilled cache's first ``filled`` positions, recorded as a CUDA graph."""
+def static_decode(model: Any, cache: Any, mask_BL: torch.Tensor | None, filled: int, capacity: int, *,
+                  graph: bool) -> StaticDecode:
+    """A ``StaticDecode`` holding a prefilled cache's first ``filled`` positions; recorded as a CUDA graph when
+    ``graph``, else run step by step (the same arithmetic on any device)."""
     first = cache.layers[0].keys
-    static = StaticDecode(_base(model), first.shape[0], capacity, first.device, first.dtype)
+    static = StaticDecode(base_model(model), first.shape[0], capacity, first.device, first.dtype)
     static.prefill(cache, mask_BL, filled)
-    static.capture()
+    if graph:
+        static.capture()
     return static
 
 

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from whileai.engine.sampling import SamplingParams, sampling_logprobs
+from whileai.engine.draw import sampling_logprobs
+from whileai.engine.sampling import SamplingParams
 from whileai.errors import ConfigError
 from whileai.knobs import SCORED_FIELDS
 

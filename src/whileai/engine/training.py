@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 import torch
 
+import whileai.activation_checkpointing as activations
 from whileai.engine import state as state_io
 from whileai.engine.datums import Prepared, check_tokens, prepare
 from whileai.engine.logprobs import (
@@ -167,13 +168,14 @@ class TrainingEngine:
     ``reference``: keep a reference policy for ``compute_logprobs(..., reference=True)`` and for
     methods that need ``ref_logprobs``; None = only when it is free (under LoRA).
     ``micro_batch_tokens``: padded tokens per forward pass; splitting never changes a gradient.
-    ``activation_checkpointing``: keep only each decoder layer's input in a backward pass and recompute the rest
-    (less memory, about a third more compute; the same gradients); None = ``CHECKPOINTING_RULE``.
+    ``activation_checkpointing``: 'auto' (None), 'on' (True) or 'off' (False): keep only each decoder layer's input
+    in a backward pass and recompute the rest (less memory, about a third more compute; the same gradients); auto:
+    the rule of ``whileai.activation_checkpointing`` (on for >= 1B parameters on a GPU).
     """
 
     def __init__(self, model: LoadedModel | str = "builtin:tiny", *, reference: bool | None = None,
                  micro_batch_tokens: int = 8192, logprob_chunk: int = DEFAULT_CHUNK,
-                 keep_sampler_versions: int = 8, activation_checkpointing: bool | None = None,
+                 keep_sampler_versions: int = 8, activation_checkpointing: bool | str | None = None,
                  **load_kwargs: Any) -> None:
         for name, value in (("micro_batch_tokens", micro_batch_tokens), ("logprob_chunk", logprob_chunk),
                             ("keep_sampler_versions", keep_sampler_versions)):
@@ -265,8 +267,9 @@ class TrainingEngine:
                     want: np.ndarray, backward: bool, scorer: _Scorer) -> tuple[torch.Tensor, dict[str, np.ndarray]]:
         """The datum's summed loss over its scored positions, and its output at the scored positions and those
         in ``want`` (``_wanted``): ``logprobs`` (NaN at the positions not asked for, which are never projected;
-        in a backward the unscored ones are computed without a gradient), or ``values`` (0 elsewhere; in a
-        backward only at the scored positions)."""
+        in a backward the unscored ones are computed without a gradient), or the critic's ``values`` (likewise
+        NaN where not asked for, never computed; in a backward only at the scored positions): the value head, like
+        the output layer, reads only the positions whose output is used."""
         where = item.scored if backward else item.scored | want
         if spec.on_values:
             index = torch.from_numpy(np.flatnonzero(where)).to(self.device)
@@ -279,7 +282,7 @@ class TrainingEngine:
         _refuse_impossible(x, item, np.flatnonzero(item.scored), f"datum {item.index}", scorer)
         inputs = {k: torch.from_numpy(v[item.scored]).to(self.device) for k, v in item.inputs.items()}
         loss = per_token_loss(spec, x.double(), inputs, config).sum()
-        full = np.zeros(shape, dtype=np.float32) if spec.on_values else np.full(shape, np.nan, dtype=np.float32)
+        full = np.full(shape, np.nan, dtype=np.float32)
         full[where] = x_all.detach().float().cpu().numpy()
         if name == "logprobs" and backward:
             self._fill_unscored(full, item, hidden_TH, want, scorer)
@@ -643,7 +646,8 @@ class TrainingEngine:
         """Sample continuations (KV cache, batched). One prompt -> a list of ``SampledSequence``;
         a list of prompts -> one such list per prompt. ``sampling_params`` is a ``SamplingParams`` or a
         dict of its fields (``max_tokens`` has no default on purpose). ``version`` picks saved sampler weights."""
-        from whileai.engine.sampling import SamplingParams, sample
+        from whileai.engine.generation import sample
+        from whileai.engine.sampling import SamplingParams
         from whileai.engine.stops import eos_ids
 
         sampling_params = as_params(SamplingParams, sampling_params, "sampling_params")
@@ -682,26 +686,16 @@ class TrainingEngine:
         return state_io.export(self, path, merged=merged, overwrite=overwrite, dtype=dtype)
 
 
-CHECKPOINT_PARAMETERS = 1_000_000_000
-CHECKPOINTING_RULE = (f"activation checkpointing is on by default for a model of at least {CHECKPOINT_PARAMETERS:,} "
-                      "parameters on a GPU, where activations, not weights, set the peak memory (a 1.78B model "
-                      "peaked at 80.9 GB without it); off on a CPU and for smaller models, where the time it costs "
-                      "buys nothing")
-
-
-def _checkpointing(model: Any, device: torch.device, asked: bool | None) -> bool:
-    """Turn transformers' gradient checkpointing on (non-reentrant) where ``asked`` or ``CHECKPOINTING_RULE`` says
-    so; returns whether it is on."""
-    if asked is not None and not isinstance(asked, bool):
-        raise ConfigError(f"activation_checkpointing={asked!r} must be True, False or None (None: "
-                          f"{CHECKPOINTING_RULE})")
+def _checkpointing(model: Any, device: torch.device, asked: Any) -> bool:
+    """Turn transformers' gradient checkpointing on (non-reentrant) where ``asked`` ('on' / True) or, for 'auto' /
+    None, the rule of ``whileai.activation_checkpointing`` says so; returns whether it is on."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    size = sum(p.numel() for p in base.parameters())
-    on = asked if asked is not None else device.type == "cuda" and size >= CHECKPOINT_PARAMETERS
+    size = sum(p.numel() for p in base.parameters()) if activations.setting(asked) == "auto" else None
+    on, _ = activations.resolve(asked, size, device.type)
     if on:
         if not getattr(base, "supports_gradient_checkpointing", False):
-            raise ConfigError(f"activation_checkpointing=True: {type(base).__name__} does not support transformers' "
-                              "gradient checkpointing; leave it None or False")
+            raise ConfigError(f"activation_checkpointing='on': {type(base).__name__} does not support transformers' "
+                              "gradient checkpointing; leave it 'auto' or 'off'")
         options = {"use_reentrant": False}
         if hasattr(base, "activation_checkpointing_enable"):  # its name from transformers 5.2x on
             base.activation_checkpointing_enable(activation_checkpointing_kwargs=options)
@@ -713,7 +707,8 @@ def _checkpointing(model: Any, device: torch.device, asked: bool | None) -> bool
 LOGPROBS_FOR = ("which positions' log-probabilities a forward returns, beside the loss's own (the positions with "
                 "a nonzero weight), which are always computed: 'every' (Tinker's contract, the default), 'scored' "
                 "(the loss's only), or one integer n per datum: its last n positions (a completion of n tokens). "
-                "Only these positions go through the output layer; the others read NaN")
+                "Only these positions go through the output layer (for a value loss, the value head: the critic's "
+                "'values'); the others read NaN")
 
 
 def _wanted(items: Sequence[Prepared], logprobs_for: Any) -> list[np.ndarray]:

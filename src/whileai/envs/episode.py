@@ -22,6 +22,7 @@ Nothing here imports torch; the sampler is passed in (``whileai.loop.sources.rol
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
@@ -33,6 +34,10 @@ from whileai.errors import ConfigError
 ENV_LOGPROB = 0.0
 """behavior log-probability of a token the environment wrote (certain; masked, so no method reads it)"""
 TURN_SEED_STRIDE = 7919  # a later turn's sampler seed: seed + stride * turn (turn 0 keeps the one-turn seeds)
+GRADE_TIMEOUT_S = 10.0
+"""the most one grade (a grader's call, an environment's ``reward()``) may take, in the probe before the warm
+start and at every grade of the run: a grade that takes longer stops the run naming its task (a grader that
+hangs would stall every step)"""
 STOP_SEED_STRIDE = 104_729  # one more stride per group of episodes with other stop strings in the same turn
 
 Sampler = Callable[[list[list[int]], int, int, list[str], int], list[list[Any]]]
@@ -179,10 +184,36 @@ def env_step(env: Env, taskset_name: str, task: Task, turn: int, text: str) -> s
     return reply
 
 
+def within(call: Callable[[], Any], who: str, where: str, seconds: float | None = None) -> Any:
+    """``call()``, or an EnvError saying ``who`` (the grader) did not return within ``seconds`` ``where`` (the task)
+    (default ``GRADE_TIMEOUT_S``). The call runs in a daemon thread, which cannot be stopped from outside: a call
+    that hangs is left behind and the run stops."""
+    seconds = GRADE_TIMEOUT_S if seconds is None else seconds
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["value"] = call()
+        except BaseException as err:  # noqa: BLE001 - raised again in the caller's thread
+            out["error"] = err
+
+    worker = threading.Thread(target=run, daemon=True, name="whileai-grade")
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise EnvError(f"{who} did not return within {seconds:g} s {where}: a grade must be quick, since every step grades "
+                       "a batch; make it return (a timeout of its own, no network call without one)")
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
 def env_reward(env: Env, taskset_name: str, task: Task) -> float:
-    """``env.reward()`` as a finite float, or an EnvError naming the task."""
+    """``env.reward()`` as a finite float within ``GRADE_TIMEOUT_S``, or an EnvError naming the task."""
+    who = "the grader" if isinstance(env, OneTurn) else f"{type(env).__name__}.reward"
+    text = f" (completion {env.text[:40]!r})" if isinstance(env, OneTurn) else ""
     try:
-        reward = env.reward()
+        reward = within(env.reward, f"taskset {taskset_name!r}: {who}", f"on task_id={task.task_id!r}{text}")
     except GraderError:
         raise
     except Exception as exc:
@@ -293,7 +324,9 @@ def reference_episode(taskset: Any, task: Task, tokenizer: Any) -> tuple[list[in
     The model's turns come from ``task.answer`` (one string for a plain taskset, a list of turns for an
     ``EnvTaskset``); the environment's replies in between come from playing them against a fresh env. A
     turn that does not end on a stop string gets EOS, except a plain taskset's answer that fills the taskset's
-    cap (the cap ends it); a shorter answer gets EOS, so that the model learns to stop there."""
+    cap (the cap ends it); a shorter answer gets EOS, so that the model learns to stop there. A reference of
+    ``max_turns`` turns that the environment would still answer ends at the turn cap, as a sampled episode does
+    (a demonstration that never reaches the goal); a shorter one it still answers, or one it ends early, is refused."""
     env = make_env(taskset, task)
     turns = _reference_turns(taskset, task)
     eos = getattr(tokenizer, "eos_token_id", None)
@@ -308,6 +341,8 @@ def reference_episode(taskset: Any, task: Task, tokenizer: Any) -> tuple[list[in
         tokens += ids
         mask += [True] * len(ids)
         reply = env_step(env, taskset.name, task, k, tokenizer.decode(ids, skip_special_tokens=True))
+        if reply is not None and k == len(turns) == env.max_turns:
+            break  # the turn cap ends it, as it ends a sampled episode (truncated): an imperfect demonstration
         if (reply is None) != (k == len(turns)):
             what = "ended the episode after" if reply is None else "still answered after the last of"
             raise ConfigError(f"taskset {taskset.name!r}: task_id={task.task_id!r}: the environment {what} turn {k} "

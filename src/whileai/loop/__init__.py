@@ -10,7 +10,6 @@ The rooms, each importing only the ones below it (docs/decisions.md, "layout"):
 
     types.py    LoopState, Loop, Hook, Batches, Source, LagQueue, prompts(): the shared types, at the bottom
     step.py     one step's update on one batch (train_step, policy_step)
-    trainers/   the Trainer protocol and its backends: in-process engine, `wai serve` client, Tinker SDK
     sources/    where rows come from: in-process rollouts, a server sampling ahead + weight sync, trace files,
                 pushed rows, a recorder's feed (each with its own checks)
     plan/       config, the run plan and its defaults, the rules for empty settings, the checks
@@ -19,7 +18,9 @@ The rooms, each importing only the ones below it (docs/decisions.md, "layout"):
     run.py      train(): config -> plan -> trainer -> source -> hooks -> run_loop -> summary
     auto.py, controls.py, judge.py: --method auto, `wai compare`'s controls, the reward-model judge
 
-The loop reads a method only through ``run_spec()`` and ``update()``. See docs/train.md.
+The trainer it drives is below the loop, in ``whileai.trainers`` (the ``Trainer`` protocol: the in-process
+engine, a `wai serve` run, the Tinker SDK). The loop reads a method only through ``run_spec()`` and
+``update()``. See docs/train.md.
 """
 
 from whileai.loop.hooks.context import Interrupted
@@ -28,7 +29,7 @@ from whileai.loop.plan.config import TrainConfig
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.run import Run, dry_run, train
 from whileai.loop.step import StepResult, policy_step, train_step
-from whileai.loop.trainers.backends import Trainer
+from whileai.trainers import Trainer
 
 __all__ = ["Interrupted", "Judge", "Run", "RunPlan", "StepResult", "TrainConfig", "Trainer", "dry_run",
            "policy_step", "reward_model", "train", "train_step"]

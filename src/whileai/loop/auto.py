@@ -17,10 +17,10 @@ from whileai.loop.plan.checks import _knobs_of, check, needs_of
 from whileai.loop.plan.config import TrainConfig
 from whileai.loop.plan.run_plan import FILE, USER, RunPlan, make_plan
 from whileai.loop.sources.rollouts import rollouts
-from whileai.loop.trainers.backends import Backend, refusals
 from whileai.loop.types import PASS, LoopState, prompts
 from whileai.methods.flash_reinforce import FlashReinforce
 from whileai.routing import route
+from whileai.trainers import Trainer, refusals
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
@@ -31,12 +31,11 @@ if TYPE_CHECKING:
 PROBE_TASKS, PROBE_ROLLOUTS = 16, 8  # what --method auto routes on when no rows are given
 
 
-def route_method(config: TrainConfig, plan: RunPlan, backend: Backend, taskset: Taskset | None, rows: RowsFile | None,
+def route_method(config: TrainConfig, plan: RunPlan, trainer: Trainer, taskset: Taskset | None, rows: RowsFile | None,
                  run_dir: Path, state: LoopState) -> tuple[TrainConfig, RunPlan, Method]:
     """The config, plan and method route chose; the warm start is done here (on the model the probe samples)."""
     origins = {k: s for k, s in plan.sources if s in (USER, FILE)}
     probe = make_plan(config, origins, FlashReinforce(), taskset)  # sampling settings for the probe only
-    trainer = backend.trainer
     if probe.warm_start_steps:
         warm_start(trainer, taskset, probe)
     state.warm_start_done = True
@@ -64,10 +63,10 @@ def route_method(config: TrainConfig, plan: RunPlan, backend: Backend, taskset: 
     if rows is not None:  # an RL method needs a reward and behavior log-probabilities on every trace
         rows.require(method.run_spec().source == "rollouts")
     needs = needs_of(chosen, plan, method)
-    if backend.capabilities is not None:  # over --url: the chosen method's needs, as a named one's were checked
-        problems = refusals(backend.capabilities, chosen.model, needs)
+    if trainer.capabilities is not None:  # over --url: the chosen method's needs, as a named one's were checked
+        problems = refusals(trainer.capabilities, chosen.model, needs)
         if problems:
-            raise ConfigError(f"--method auto chose {method.name!r} ({answer.answer}), which {backend.where} cannot "
+            raise ConfigError(f"--method auto chose {method.name!r} ({answer.answer}), which {trainer.where} cannot "
                               "run: " + "; ".join(problems))
     if needs.reference and getattr(trainer, "reference", None) is None:
         raise ConfigError(f"--method auto chose {method.name!r}, which needs a reference policy; run it by name: "

@@ -59,6 +59,12 @@ class RandomRewardTaskset:
         self._rng = random.Random(seed)
         self._earned: deque[float] = deque(maxlen=memory)
 
+    @property
+    def wrapped(self) -> Taskset:
+        """The taskset whose grader this one draws from: what checks of the grader probe (their grades are no
+        training rollouts, and must not feed the draws; ``whileai.loop.plan.inputs.grader_probe``)."""
+        return self.taskset
+
     def __getattr__(self, name: str) -> Any:  # everything but grade and name is the wrapped taskset's
         if name == "taskset":  # not set yet (a copy being built): no recursion
             raise AttributeError(name)

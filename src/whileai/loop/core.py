@@ -4,7 +4,7 @@ checkpoints).
 
     run_loop(trainer, method, plan, batches, state, hooks, teacher)
 
-``trainer`` is anything with the ``whileai.loop.trainers.backends.Trainer`` operations (the in-process engine, the
+``trainer`` is anything with the ``whileai.trainers.Trainer`` operations (the in-process engine, the
 service's ``RunClient``, the Tinker SDK's); ``plan`` is the run's resolved ``RunPlan``; ``batches`` hands out the
 batch of each step (a source of ``whileai.loop.sources``: in-process ``Rollouts``, ``Pushed`` rows from a file, a
 server sampling ahead, a recorder's feed). The loop reads the method only through ``run_spec()`` and ``update()``
@@ -23,8 +23,8 @@ from whileai.loop.types import Batches, Hook, LagQueue, Loop, LoopState, Scoring
 
 if TYPE_CHECKING:
     from whileai.loop.hooks.teacher import RunTeacher
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
+    from whileai.trainers import Trainer
 
 
 def run_loop(trainer: Trainer, method: Method, plan: RunPlan, batches: Batches, state: LoopState,

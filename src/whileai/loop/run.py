@@ -1,6 +1,6 @@
 """``wai.train``: a training run from a config, start to finish, resumable.
 
-    config -> checks -> the run plan (whileai.loop.plan.run_plan) -> a backend (in-process or --url) -> the loop
+    config -> checks -> the run plan (whileai.loop.plan.run_plan) -> a trainer (whileai.trainers: in-process or --url) -> the loop
     (whileai.loop.core.run_loop, with the hooks of whileai.loop.hooks) -> the summary
 
 The run reads the method only through ``run_spec()`` and ``update()``; it never branches on a method's
@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -47,9 +47,8 @@ from whileai.loop.sources.pushed import Pushed
 from whileai.loop.sources.rollouts import Rollouts
 from whileai.loop.sources.sampler import IN_PROCESS, server_rollouts
 from whileai.loop.sources.traces import RowsFile, open_rows
-from whileai.loop.trainers.backends import Backend, local_backend, remote_backend, remote_checkpoint
-from whileai.loop.trainers.tinker import tinker_backend
 from whileai.loop.types import LoopState, Source
+from whileai.trainers import Trainer, open_trainer
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -189,6 +188,7 @@ def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method |
            taskset_obj: Taskset | None,
            token: str | None) -> Run:
     method, taskset, plan = _prepare(config, origins, method_obj, rows_data, taskset_obj)
+    named = config.run_dir is not None  # else a time-stamped directory, and a new run makes another
     run_dir = Path(config.run_dir or f"runs/{config.method}-{time.strftime('%Y%m%d-%H%M%S')}")
     if (run_dir / "config.toml").exists():
         raise ConfigError(f"run_dir {str(run_dir)!r} already holds a run: resume it with --resume {run_dir}, or "
@@ -204,7 +204,8 @@ def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method |
         return _execute(config, plan, method, taskset, rows, run_dir, None, token)
     except BaseException:  # an error, a second Ctrl-C, or Ctrl-C before the handler was in place
         if holds_work(run_dir):
-            print(kept_message(run_dir), file=sys.stderr, flush=True)
+            print(kept_message(run_dir, given=named), file=sys.stderr,
+                  flush=True)
         else:  # the run wrote nothing but its config: leave no half-made run behind
             _remove_run_files(run_dir, created)
         raise
@@ -221,13 +222,15 @@ def holds_work(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in WORK)
 
 
-def kept_message(run_dir: Path) -> str:
-    """What a run stopped by an error or a second Ctrl-C says about the directory it leaves (never removed)."""
+def kept_message(run_dir: Path, given: bool = True) -> str:
+    """What a run stopped by an error or a second Ctrl-C says about the directory it leaves (never removed);
+    ``given``: the user named it (--run-dir), else the run made a time-stamped one and a new run makes another."""
     if (run_dir / "checkpoint" / "LATEST").exists():
         return f"wai train: run directory {run_dir} kept; resume it with: wai train --resume {run_dir}"
     held = ", ".join(name for name in WORK if (run_dir / name).exists())
+    again = "with another --run-dir" if given else "(it gets a directory of its own)"
     return (f"wai train: run directory {run_dir} kept ({held}); it has no checkpoint to resume from, so start the "
-            "run again with another --run-dir (nothing was deleted)")
+            f"run again {again} (nothing was deleted)")
 
 
 RUN_FILES = ("config.toml", "rows.jsonl", "route.txt", LOCK_FILE, "metrics.jsonl", "summary.json", "evals.json", "curves.png",
@@ -315,18 +318,14 @@ def _stop_on_sigint() -> Iterator[dict[str, bool]]:
             signal.signal(sig, was)
 
 
-def backend_for(config: TrainConfig, plan: RunPlan, method: Method | None, token: str | None,
-                resume: Path | None = None) -> Backend:
+def trainer_for(config: TrainConfig, plan: RunPlan, method: Method | None, token: str | None,
+                resume: Path | None = None) -> Trainer:
     """The trainer the config names (in-process, a wai serve's API, a Tinker-API server); ``resume``: the
-    checkpoint folder a remote trainer starts from (the state it names on the server)."""
-    needs = needs_of(config, plan, method)
-    if config.url is None:
-        return local_backend(config.model, lora_rank=config.lora_rank, device=config.device, seed=config.seed,
-                             micro_batch_tokens=config.micro_batch_tokens, needs=needs)
-    saved = remote_checkpoint(resume) if resume is not None else None
-    make = tinker_backend if config.api == "tinker" else remote_backend
-    return make(config.url, token, config.model, lora_rank=config.lora_rank, seed=config.seed, needs=needs,
-                resume=saved)
+    checkpoint folder a server trainer starts from (the state it names on the server)."""
+    return open_trainer(config.model, url=config.url, api=config.api, token=token, lora_rank=config.lora_rank,
+                        device=config.device, seed=config.seed, micro_batch_tokens=config.micro_batch_tokens,
+                        needs=needs_of(config, plan, method), resume=resume,
+                        activation_checkpointing=plan.activation_checkpointing)
 
 
 @contextmanager
@@ -399,13 +398,14 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
     started = time.perf_counter()
     state = resumed or LoopState()
     with transformers_bars(config.progress):  # --no-progress: no weight-loading / shard-writing bars
-        backend = backend_for(config, plan, method, token, run_dir / "checkpoint" if resumed is not None else None)
+        trainer = trainer_for(config, plan, method, token, run_dir / "checkpoint" if resumed is not None else None)
+        closers: list[Callable[[], None]] = []
         try:
             if method is None:  # --method auto: a probe of rollouts, then route; the plan follows the method
-                config, plan, method = route_method(config, plan, backend, taskset, rows, run_dir, state)
+                config, plan, method = route_method(config, plan, trainer, taskset, rows, run_dir, state)
                 method = with_cap(method, config, plan)
             if resumed is not None:
-                backend.load(run_dir / "checkpoint")
+                trainer.load(run_dir / "checkpoint")
             else:
                 state.method_state = method.initial_state()  # the loop owns it and checkpoints it
             first_step = state.step
@@ -413,7 +413,7 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
             log = Progress(plan.steps, state.step, config.progress, method.name)
             try:
                 with _stop_on_sigint() as stop:
-                    ctx = Context(run_dir, config, plan, method, taskset, rows, backend, log, metrics, stop,
+                    ctx = Context(run_dir, config, plan, method, taskset, rows, trainer, log, metrics, stop,
                                   resumed is not None)
                     if resumed is None:
                         announce(ctx)
@@ -421,10 +421,10 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
                         log.write(f"resuming {run_dir} at step {state.step} of {plan.steps} with its saved plan")
                         log.write(plan.table())
                     source = source_for(ctx, state)
-                    backend.closers.extend(source.closers)
+                    closers.extend(source.closers)
                     hooks = [WarmStart(ctx), HeldOut(ctx), *source.feed, PreflightHook(ctx), TeacherHook(ctx),
                              Record(ctx), *source.pushing, Checkpoints(ctx)]
-                    run_loop(backend.trainer, method, plan, source.batches, state, hooks)
+                    run_loop(trainer, method, plan, source.batches, state, hooks)
                 log.close()
                 summary, weights = finish(ctx, state, time.perf_counter() - started,
                                           first_step if resumed is not None else 0)
@@ -432,7 +432,9 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
                 log.close()
                 metrics.close()
         finally:
-            backend.close()
+            for close in reversed(closers):
+                close()
+            trainer.close()
     return Run(run_dir, config, summary, weights)
 
 
@@ -447,8 +449,8 @@ def source_for(ctx: Context, state: LoopState) -> Source:
         return Source(pushed, feed=[TraceHook(ctx, pushed)])
     assert ctx.taskset is not None  # a run on rollouts has a taskset (plan.checks)
     if plan.sampler != IN_PROCESS:
-        return server_rollouts(ctx, ctx.backend.trainer, ctx.taskset, method, plan)
-    return Source(Rollouts(ctx.backend.trainer, ctx.taskset, method, plan))
+        return server_rollouts(ctx, ctx.trainer, ctx.taskset, method, plan)
+    return Source(Rollouts(ctx.trainer, ctx.taskset, method, plan))
 
 
 def announce(ctx: Context) -> None:
@@ -460,7 +462,7 @@ def announce(ctx: Context) -> None:
              if sampling else "") + f"\nrun dir: {ctx.run_dir}")
     write(plan.table())
     if config.url is not None:
-        write(f"trainer: {ctx.backend.where}")
+        write(f"trainer: {ctx.trainer.where}")
     if config.teacher is not None:
         write(f"teacher: {config.teacher} (loaded once, frozen)")
     if spec.critic is not None:
@@ -476,6 +478,7 @@ def announce(ctx: Context) -> None:
         write(f"note: the method's max_tokens {knob_cap} (--set) is not the sampling cap: {source}, "
               f"{plan.max_tokens}, is (--max-tokens sets it); the knob still reaches an update that reads it "
               "(Dr. GRPO's length normaliser)")
-    if sampling and plan.max_tokens >= LONG_CAP and config.max_tokens is None:
+    said = any(note.startswith("max_tokens = ") for note in plan.notes)  # the plan's note on the cap and context
+    if sampling and plan.max_tokens >= LONG_CAP and config.max_tokens is None and not said:
         write(f"note: replies may run to {plan.max_tokens} tokens (the method's max_tokens; the taskset sets "
               "none): set --max-tokens, or max_tokens in the taskset, for short answers")

@@ -1,4 +1,4 @@
-"""The one training step, written only with the trainer's public operations (``whileai.loop.trainers.backends``).
+"""The one training step, written only with the trainer's public operations (``whileai.trainers``).
 
     score rows (forward, no grad) -> method.update(whole batch) -> forward_backward -> optim_step
                                                          (+ the critic's own steps where the method has one)
@@ -30,8 +30,8 @@ from whileai.methods.run_spec import RunSpec
 if TYPE_CHECKING:
     import torch
 
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method, Update
+    from whileai.trainers import Trainer
 
 T = TypeVar("T")
 MethodState = Mapping[str, Any] | None
@@ -177,9 +177,10 @@ def score(trainer: Trainer, rows: Sequence[Mapping[str, Any]], *, sampling_param
 
 
 def critic_values(trainer: Trainer, rows: Sequence[Mapping[str, Any]]) -> list[list[float]]:
-    """The value head's prediction at every completion token (a value loss's forward returns them)."""
+    """The value head's prediction at every completion token (a value loss's forward returns them; the prompt's
+    positions are not computed)."""
     data = [value_datum(r, [0.0] * len(r["tokens"]), [0.0] * len(r["tokens"])) for r in rows]
-    out = trainer.forward(data, "ppo_critic", {"value_clip": None})
+    out = trainer.forward(data, "ppo_critic", {"value_clip": None}, logprobs_for=completions(rows))
     return [completion_part(o["values"], len(r["tokens"])) for o, r in zip(out.loss_fn_outputs, rows)]
 
 

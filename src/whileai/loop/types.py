@@ -7,57 +7,31 @@
     Source      a source's batches and the hooks it brings
     LagQueue    the batches in flight between sampler and trainer
     prompts()   the tokens of each task's prompt
-    Scoring     one sampling-parameters type for sampling and scoring
-    Adam        the optimizer settings of a step
-    Tokenizer   what the loop reads of a tokenizer
+    Scoring, Adam, Tokenizer, LogprobsFor   the types of the trainer's operations (whileai.trainers.base)
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.envs import render_prompt
 from whileai.errors import ConfigError
+from whileai.trainers.base import Adam as Adam  # the trainer's types, where the loop's rooms read them
+from whileai.trainers.base import LogprobsFor as LogprobsFor
+from whileai.trainers.base import Scoring as Scoring
+from whileai.trainers.base import Tokenizer as Tokenizer
 
 if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only carries it
-    from whileai.engine.sampling import SamplingParams
-    from whileai.engine.training import AdamParams, TrainingEngine
+    from whileai.engine.training import TrainingEngine
     from whileai.envs.core import Task
     from whileai.loop.hooks.teacher import RunTeacher
     from whileai.loop.plan.run_plan import RunPlan
     from whileai.loop.step import StepResult
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
-
-Scoring = Union["SamplingParams", Mapping[str, object], None]
-"""What a trainer scores under: the engine's ``SamplingParams``, the one sampling-parameters type the loop samples
-and scores with (``RunPlan.sampling()``; a logged trace's own settings replace its fields,
-``step.by_distribution``); None: the model's own distribution. Its fields as a dict are the wire form (JSON over
-``--url``, a trace file's ``sampling``), which trainers accept too."""
-Adam = Union["AdamParams", Mapping[str, float], None]
-"""A step's optimizer settings: the engine's ``AdamParams`` or its fields (``{"learning_rate": ...}``)."""
-LogprobsFor = str | Sequence[int]
-"""Which positions' log-probabilities a forward returns (engine.training.LOGPROBS_FOR): "every", "scored" or, per
-datum, its last n positions."""
-
-
-class Tokenizer(Protocol):
-    """What the loop reads of a tokenizer (transformers' or the built-in byte tokenizer)."""
-
-    @property
-    def eos_token_id(self) -> int | None: ...
-
-    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
-
-    def decode(self, token_ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
-
-    def __len__(self) -> int:
-        """the vocabulary size, added tokens included"""
-        ...
-
+    from whileai.trainers import Trainer
 
 PASS = 1.0  # a pass is reward >= 1.0 (the taskset contract)
 
@@ -148,7 +122,7 @@ class Source:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
 
-def in_process(trainer: Trainer, needs: str) -> TrainingEngine:
+def engine_of(trainer: Trainer, needs: str) -> TrainingEngine:
     """``trainer`` as the in-process engine, for what reads its weights (``needs``: which part, for the error):
     weight sync to an inference server, an EMA teacher."""
     from whileai.engine.training import TrainingEngine

@@ -92,8 +92,8 @@ class Service:
         self.config = config
         self.tokens = Tokens(config.tokens)
         self.store = Store(config.data_dir)
-        self.provider = provider or LocalProvider(config.models, config.data_dir)
-        self.runner = Runner(self.store, self.provider, config.order_timeout)
+        self.provider = provider or LocalProvider(config.models)
+        self.runner = Runner(self.store, self.provider, config.data_dir / "runs", config.order_timeout)
         self._capabilities: dict[str, Any] | None = None
 
     def owner(self, request: Request) -> str:

@@ -120,6 +120,9 @@ class ForwardResult:
     metrics: dict[str, float]
     version: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"loss_fn_outputs": self.loss_fn_outputs, "metrics": self.metrics}
+
 
 @dataclass
 class OptimResult:
@@ -399,9 +402,10 @@ class RunClient:
         It is recorded as saved only once written and synced, and survives a server crash."""
         return str(self.call("save_state", {"name": name})["path"])
 
-    def load_state(self, name: str) -> None:
-        """Restore the state this run saved under ``name`` (after a restart, the first thing to call)."""
-        self.call("load_state", {"name": name})
+    def load_state(self, name: str, *, optimizer: bool = True) -> None:
+        """Restore the state this run saved under ``name`` (after a restart, the first thing to call);
+        ``optimizer=False``: the weights only, Adam starts again from zero moments."""
+        self.call("load_state", {"name": name} if optimizer else {"name": name, "optimizer": False})
 
     def export_lora(self, path: str | Path, *, merged: bool = False) -> str:
         """Export the adapter (or, ``merged=True``, the merged model) on the server, download the archive

@@ -18,11 +18,13 @@ import traceback
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from whileai.errors import BatchError, ConfigError, WhileaiError
 from whileai.service import schemas
-from whileai.service.provider import Provider, ProviderRun, RunUnavailable
+from whileai.service.provider import Provider, Spec
+from whileai.service.served import RunUnavailable, TrainerRun
 from whileai.service.store import Store
 
 log = logging.getLogger("whileai.service")
@@ -57,13 +59,13 @@ class Pending:
 
 @dataclass
 class Slot:
-    """One run's place in the server: its provider run (None until loaded), its order, its thread."""
+    """One run's place in the server: its trainer's run (None until loaded), its order, its thread."""
 
     run_id: str
-    spec: dict[str, Any]
+    spec: Spec
     next_seq: int
     step: int = 0
-    provider_run: ProviderRun | None = None
+    trainer_run: TrainerRun | None = None
     pending: dict[int, Pending] = field(default_factory=dict)
     running: Pending | None = None
     closed: str | None = None  # why the run takes no more operations
@@ -75,27 +77,30 @@ class Slot:
 class Runner:
     """Every run this server knows, each with its queue and worker."""
 
-    def __init__(self, store: Store, provider: Provider, order_timeout: float) -> None:
+    def __init__(self, store: Store, provider: Provider, runs_dir: Path, order_timeout: float) -> None:
         self.store = store
         self.provider = provider
+        self.runs_dir = runs_dir
         self.order_timeout = order_timeout
         self.slots: dict[str, Slot] = {}
 
     # ------------------------------------------------------------------ runs
-    async def create_run(self, session_id: str, owner: str, spec: dict[str, Any]) -> str:
+    async def create_run(self, session_id: str, owner: str, spec: Spec) -> str:
         """Load the run's model (on the run's own thread) and record the run; returns its id."""
         run_id = f"run-{uuid.uuid4().hex[:12]}"
         slot = Slot(run_id, spec, next_seq=0)
         loop = asyncio.get_running_loop()
         try:
-            slot.provider_run = await loop.run_in_executor(
-                slot.executor, lambda: self.provider.open_run(run_id, spec, restarted=False))
+            slot.trainer_run = await loop.run_in_executor(slot.executor, lambda: self._open(run_id, spec, False))
         except BaseException:
             slot.executor.shutdown(wait=False)
             raise
         self.store.add_run(run_id, session_id, owner, spec)
         self._start(slot)
         return run_id
+
+    def _open(self, run_id: str, spec: Spec, restarted: bool) -> TrainerRun:
+        return TrainerRun(self.provider.open_trainer(spec, restarted=restarted), self.runs_dir / run_id, restarted)
 
     def _start(self, slot: Slot) -> None:
         self.slots[slot.run_id] = slot
@@ -117,8 +122,8 @@ class Runner:
             self._drop(slot, pending, error_answer(409, "RunUnavailable", f"{why}; operation {pending.seq} "
                                                                           "did not run"))
         slot.wake.set()
-        if slot.provider_run is not None:
-            run, slot.provider_run = slot.provider_run, None
+        if slot.trainer_run is not None:
+            run, slot.trainer_run = slot.trainer_run, None
             await asyncio.get_running_loop().run_in_executor(slot.executor, run.close)
 
     # ------------------------------------------------------------------ submitting
@@ -200,9 +205,9 @@ class Runner:
         """Run one operation on the run's thread and record its answer (success or error)."""
         step = slot.step
         try:
-            if slot.provider_run is None:  # known from the database only: load the base model
-                slot.provider_run = self.provider.open_run(slot.run_id, slot.spec, restarted=True)
-            outcome = slot.provider_run.execute(pending.op, pending.body)
+            if slot.trainer_run is None:  # known from the database only: load the base model
+                slot.trainer_run = self._open(slot.run_id, slot.spec, True)
+            outcome = slot.trainer_run.execute(pending.op, pending.body)
         except Exception as err:  # a failing operation is this run's answer; other runs never see it
             if status_of(err) == 500:
                 log.error("run %s op %s seq %d failed:\n%s", slot.run_id, pending.op, pending.seq,

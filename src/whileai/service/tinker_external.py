@@ -92,7 +92,8 @@ def mount_external(app: FastAPI, front: Any, as_json: Any) -> None:
         if body.ttl_seconds is not None and body.ttl_seconds < 1:
             raise TinkerError(400, f"{route}: ttl_seconds={body.ttl_seconds} must be >= 1 (None: never expires)")
         shape = {"kind": "external", "route": route, "name": body.path, "ttl": body.ttl_seconds}
-        return front.queued(run, body, "export_lora", {"merged": False}, raw, shape)  # type: ignore[no-any-return]
+        merged = not run["spec"].get("lora_rank")  # a full fine-tune has no adapter: its weights are the model
+        return front.queued(run, body, "export_lora", {"merged": merged}, raw, shape)  # type: ignore[no-any-return]
 
     @app.get("/api/v1/training_runs/{model_id}/checkpoints/external_weights/{name}/external_weights_urls")
     async def external_urls(model_id: str, name: str, request: Request) -> Response:

@@ -141,7 +141,7 @@ def mount_sampling(app: FastAPI, front: Any, as_json: Any) -> None:
             run_id, version = await direct(body, owner, route)
             key = ("direct", uuid.uuid4().hex)  # no session, no seq_id: every request is a new one
         run = front.run(run_id, owner, route)
-        engine = getattr(front.service.runner.slot(run).provider_run, "engine", None)
+        engine = getattr(front.service.runner.slot(run).trainer_run, "trainer", None)
         try:
             fields, extra = tinker_wire.sample_body(body, getattr(engine, "vocab_size", None))
         except WhileaiError as err:

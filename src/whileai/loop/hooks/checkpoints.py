@@ -36,8 +36,8 @@ class Checkpoints(Hook):
             raise Interrupted(self.ctx.run_dir, step)
 
     def failed(self, loop: Loop, error: BaseException) -> None:
-        backend = self.ctx.backend
-        if backend.local or getattr(error, "status", None) != 0:  # 0: nothing answered (either API's client)
+        url = self.ctx.trainer.url
+        if url is None or getattr(error, "status", None) != 0:  # 0: nothing answered (either API's client)
             return
         step = loop.state.step
         if self.saved is None:
@@ -46,4 +46,4 @@ class Checkpoints(Hook):
         else:
             saved = (f"The latest checkpoint is step {self.saved} (its state is saved on that server; --save-every "
                      f"sets how often): a resume starts there and trains steps {self.saved + 1}-{step + 1} again.")
-        raise ServerStopped("training server", str(backend.url), self.ctx.run_dir, step, error, saved) from None
+        raise ServerStopped("training server", url, self.ctx.run_dir, step, error, saved) from None

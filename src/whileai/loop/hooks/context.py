@@ -1,4 +1,4 @@
-"""One run's surroundings (``Context``: its directory, config, plan, taskset, backend, log and Ctrl-C flag),
+"""One run's surroundings (``Context``: its directory, config, plan, taskset, trainer, log and Ctrl-C flag),
 shared by the hooks; the checkpoint it writes and reads back (``read_state``); ``Interrupted``, the stop after a
 Ctrl-C.
 """
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from whileai.envs.core import Taskset
     from whileai.loop.hooks.teacher import RunTeacher
     from whileai.loop.sources.traces import RowsFile
-    from whileai.loop.trainers.backends import Backend
     from whileai.methods.base import Method
+    from whileai.trainers import Trainer
 
 
 class Interrupted(WhileaiError):
@@ -47,7 +47,7 @@ class Context:
     method: Method
     taskset: Taskset | None
     rows: RowsFile | None
-    backend: Backend
+    trainer: Trainer
     log: Progress
     metrics: Metrics
     stop: Mapping[str, bool]
@@ -57,7 +57,7 @@ class Context:
         return self.taskset is not None and self.plan.eval_tasks > 0
 
     def evaluate(self) -> dict[str, Any]:
-        trainer = self.backend.trainer
+        trainer = self.trainer
         assert self.taskset is not None  # can_eval
         tasks = self.taskset.split("test")[: self.plan.eval_tasks]
         return held_out(trainer, self.taskset, tasks, prompts(trainer.tokenizer, tasks), self.plan.eval_samples,
@@ -67,12 +67,12 @@ class Context:
         """Loop state first (named by the trainer step it belongs to), then the trainer's atomic snapshot."""
         folder = self.run_dir / "checkpoint"
         folder.mkdir(exist_ok=True)
-        step = int(self.backend.trainer.step)
+        step = int(self.trainer.step)
         state.engine_step = step
         write_json(folder / f"loop-{step:08d}.json", state.__dict__)
         if teacher is not None:
             teacher.save(folder / f"teacher-{step:08d}.pt")
-        self.backend.save(folder)
+        self.trainer.save(folder)
         for pattern, keep in (("loop-*.json", f"loop-{step:08d}.json"), ("teacher-*.pt", f"teacher-{step:08d}.pt")):
             for old in folder.glob(pattern):
                 if old.name != keep:

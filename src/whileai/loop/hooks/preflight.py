@@ -30,8 +30,8 @@ from whileai.loop.sources import trace_run
 from whileai.loop.types import Hook, Loop, LoopState
 
 if TYPE_CHECKING:
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.run_spec import RunSpec
+    from whileai.trainers import Trainer
 
 PASS = 1.0
 """a pass is reward >= 1.0 (the taskset contract)"""
@@ -413,7 +413,8 @@ class PreflightHook(Hook):
     def before_update(self, loop: Loop) -> None:
         if loop.state.step > 0 or loop.state.preflight is not None or self.ctx.method.run_spec().source != "rollouts":
             return
-        report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(), **self.measured(loop.trainer, loop.state))
+        report = preflight(self.signal_rows(loop), self.ctx.method.run_spec(),
+                           **self.measured(loop.trainer, loop.state, loop.batch))
         loop.state.preflight = report.to_dict()
         if not report.ok and not self.ctx.config.force:
             raise ConfigError(report.stop_message())  # the report once, in the error (not also above it)
@@ -428,14 +429,17 @@ class PreflightHook(Hook):
         return [{"reward": float(source.reward_T[i]), "task_id": source.task_ids[source.task_T[i]]}
                 for i in np.flatnonzero(~source.heldout_T & np.isfinite(source.reward_T))]
 
-    def measured(self, trainer: Trainer, state: LoopState) -> dict[str, Any]:
+    def measured(self, trainer: Trainer, state: LoopState, loop_batch: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
         """What the preflight reads besides the rows: the admitted share and drift of held-out traces at step 0
-        (a run from a file), the cap and the reference answers' lengths, the warm start."""
+        (a run from a file; from a recorder, of ``loop_batch``, the first batch), the cap and the reference answers' lengths, the warm start."""
         plan = self.ctx.plan
         out: dict[str, Any] = {}
         heldout = trace_run.heldout_summary(self.ctx.run_dir) if self.ctx.rows is not None else {}
         measured = heldout.get("heldout_traces", {})
         before = measured.get("before") or measured.get("step0") or {}
+        if self.ctx.config.rows_from is not None and loop_batch:  # traces from a recorder: the first batch's
+            before = trace_run.measure_rows(trainer, self.ctx.method, [dict(r) for r in loop_batch],
+                                            plan.sampling(), state.method_state)
         if before:
             out.update(admitted_share=before.get("admitted_share"), drift=before.get("drift"))
         if self.ctx.taskset is not None and self.ctx.rows is None:

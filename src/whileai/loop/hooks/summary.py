@@ -13,6 +13,8 @@ from whileai.loop.hooks.context import Context
 from whileai.loop.hooks.held_out import before_after, eval_line
 from whileai.loop.hooks.metrics import plot, write_json
 from whileai.loop.hooks.preflight import no_gain_reason
+from whileai.loop.hooks.warm_start import WARM_START_END
+from whileai.loop.plan import rules
 from whileai.loop.sources import trace_run
 from whileai.loop.types import LoopState
 from whileai.methods import Method
@@ -23,7 +25,7 @@ def finish(ctx: Context, state: LoopState, seconds: float, first_step: int = 0) 
     the final weights' folder (None without --export). ``first_step``: where a resumed run's session began."""
     method, plan, spec = ctx.method, ctx.plan, ctx.method.run_spec()
     summary: dict[str, Any] = {"run_spec": spec.describe(), "steps": state.step, "seconds": round(seconds, 2),
-                               "run_dir": str(ctx.run_dir), "where": ctx.backend.where}
+                               "run_dir": str(ctx.run_dir), "where": ctx.trainer.where}
     if first_step:  # a resume: the seconds are this session's, so are its steps
         summary["resumed_at_step"] = first_step
     summary["resolved"] = resolved(ctx)
@@ -44,16 +46,21 @@ def finish(ctx: Context, state: LoopState, seconds: float, first_step: int = 0) 
                                 warm_start_steps=state.warm_start_steps_done)
         if reason is not None:
             summary["no_gain_reason"] = reason
+        kept = keep_warm_start(ctx, state, summary["compare"])
+        if kept is not None:
+            summary["kept_warm_start"] = kept
+            ctx.log.write(f"{kept['reason']}; the final weights are the warm start's end, measured again: "
+                          f"{eval_line(kept['held_out'])}")
     if state.preflight is not None:
         summary["preflight"] = state.preflight
     if state.warm_start_steps_done:
         summary["warm_start_steps_run"] = state.warm_start_steps_done
     if ctx.rows is not None:  # a traces run without an eval taskset: its held-out traces, never a pass rate
-        summary.update(trace_run.finish(ctx.rows, method, ctx.config, ctx.run_dir, ctx.backend.trainer,
+        summary.update(trace_run.finish(ctx.rows, method, ctx.config, ctx.run_dir, ctx.trainer,
                                         plan.sampling(), state.method_state))
     weights = None
     if ctx.config.export:
-        weights = Path(ctx.backend.export(ctx.run_dir / "final", merged=not ctx.config.lora_rank))
+        weights = Path(ctx.trainer.export(str(ctx.run_dir / "final"), merged=not ctx.config.lora_rank))
         summary["weights"] = str(weights)
     evals = [{k: v for k, v in e.items() if k != "rows"} for e in state.evals]
     summary["plot"] = str(plot(records, evals, ctx.run_dir / "curves.png",
@@ -65,6 +72,20 @@ def finish(ctx: Context, state: LoopState, seconds: float, first_step: int = 0) 
         for name, which in (("heldout.jsonl", -1), ("heldout-before.jsonl", 0)):  # and the first: before/after
             (ctx.run_dir / name).write_text("".join(json.dumps(r) + "\n" for r in state.evals[which]["rows"]))
     return summary, weights
+
+
+def keep_warm_start(ctx: Context, state: LoopState, compare: Mapping[str, Any]) -> dict[str, Any] | None:
+    """When RL undid the warm start (``rules.keep_warm_start``): the weights set back to the warm start's end
+    (RUN_DIR/checkpoint/warm_start_end), measured again on the held-out tasks, and why; None otherwise. The
+    checkpoint keeps RL's weights (a resume continues RL); the exported weights are these."""
+    folder = ctx.run_dir / "checkpoint" / WARM_START_END
+    reason = rules.keep_warm_start(compare) if state.warm_start_steps_done and folder.is_dir() else None
+    if reason is None:
+        return None
+    ctx.trainer.load(folder)
+    measured = ctx.evaluate()
+    return {"reason": reason, "rl_after": compare["after"], "weights": str(folder),
+            "held_out": {k: v for k, v in measured.items() if k != "rows"}}
 
 
 def resolved(ctx: Context) -> dict[str, Any]:
@@ -134,6 +155,10 @@ def report(summary: Mapping[str, Any]) -> str:
         lines.append(f"  before: {eval_line(summary['eval_before'])}")
         lines.append(f"  after:  {eval_line(summary['eval_after'])}")
         lines.append(f"  {summary['compare']['text']}")
+    if "kept_warm_start" in summary:
+        kept = summary["kept_warm_start"]
+        lines.append(f"  {kept['reason']}; the final weights are the warm start's end (held-out pass@1 "
+                     f"{kept['held_out']['pass_at_1']:.3f}, measured again), RL's stay in the checkpoint")
     lines += trace_run.report_lines(summary)
     if "weights" in summary:
         lines.append(f"  weights: {summary['weights']}")

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 from whileai.envs import render_prompt
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context
-from whileai.loop.types import Hook, Loop, Scoring, Tokenizer, in_process
+from whileai.loop.types import Hook, Loop, Scoring, Tokenizer, engine_of
 
 if TYPE_CHECKING:
     from whileai.engine.teacher import Teacher
     from whileai.envs.core import Prompt, Task, Taskset
     from whileai.loop.plan.config import TrainConfig
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.run_spec import RunSpec, TeacherSpec
+    from whileai.trainers import Trainer
 
 # What each privileged kind shows the teacher, and where it comes from (docs/train.md, "Teachers").
 PRIVILEGED: dict[str, str] = {
@@ -166,7 +166,7 @@ class RunTeacher:
         """An EMA teacher follows the student's weights (a separate model's teacher has nothing to do); an EMA
         teacher is made of an in-process engine's weights (``policy_teacher``), whose ``named_params`` it reads."""
         if self.scorer.ema is not None:
-            self.scorer.after_step(in_process(trainer, "an EMA teacher").named_params)
+            self.scorer.after_step(engine_of(trainer, "an EMA teacher").named_params)
 
     def save(self, path: Path) -> bool:
         """Write what a resume needs (an EMA teacher's average); False when there is nothing to save."""

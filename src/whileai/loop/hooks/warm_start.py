@@ -28,15 +28,16 @@ from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context, Interrupted
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.sources.rollouts import step_tasks
-from whileai.loop.types import Hook, Loop, in_process, prompts
+from whileai.loop.types import Hook, Loop, engine_of, prompts
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
-    from whileai.loop.trainers.backends import Trainer
+    from whileai.trainers import Trainer
 
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
 LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (loss, answer tokens, pass estimate)
 WARM_START_DRAW = 10_000_000  # warm-start step k draws its tasks as step WARM_START_DRAW + k (apart from RL's)
+WARM_START_END = "warm_start_end"  # in RUN_DIR/checkpoint: the weights RL starts from (a run whose RL undoes them ends there)
 PRINT_EVERY = 25  # under --no-progress: a line every this many warm-start steps (and every check)
 ESTIMATE_WINDOW = 20  # steps the shown pass estimate averages over
 
@@ -152,6 +153,8 @@ class WarmStart(Hook):
                       f"{plan.warm_start_learning_rate:g} (loss {losses[0]:.3f} -> {losses[-1]:.3f}, pass estimate "
                       f"{pass_estimate(result.records):.2f})")
         state.warm_start_steps_done = len(losses)
+        if ctx.trainer.url is None:  # the weights RL starts from, for a run whose RL undoes them (keep_warm_start)
+            ctx.trainer.save(ctx.run_dir / "checkpoint" / WARM_START_END)
         self.reference(loop.trainer, take=True)
         ctx.stop_if_asked(state)
 
@@ -164,7 +167,7 @@ class WarmStart(Hook):
             return
         path = self.ctx.run_dir / "checkpoint" / REFERENCE_FILE
         if take:
-            reference.reset_to(in_process(trainer, "the reference policy").model)
+            reference.reset_to(engine_of(trainer, "the reference policy").model)
             path.parent.mkdir(exist_ok=True)
             reference.save(path)
         elif path.is_file():

@@ -13,8 +13,8 @@ from whileai.loop.plan.config import TrainConfig
 from whileai.loop.plan.run_plan import RunPlan, make_plan
 from whileai.loop.sources import recorder, trace_run
 from whileai.loop.sources.sampler import problems as server_sampler_problems
-from whileai.loop.trainers.backends import Needs
 from whileai.methods import method as method_named
+from whileai.trainers import Needs
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset

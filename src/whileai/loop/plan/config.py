@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whileai.activation_checkpointing import KNOB as CHECKPOINTING
 from whileai.errors import ConfigError
+from whileai.trainers.open import SERVERS
 
 if TYPE_CHECKING:  # the plan is resolved from the config; the config only writes it out
     from whileai.loop.plan.run_plan import RunPlan
@@ -76,6 +78,10 @@ class TrainConfig:
     """0 trains every weight; > 0 trains LoRA adapters of that rank"""
     device: str = "cpu"
     """cpu or cuda"""
+    activation_checkpointing: str = CHECKPOINTING.value
+    """'on', 'off' or 'auto': keep only each decoder layer's input in the backward and recompute the rest (less
+    memory, about a third more compute, the same gradients); auto: on for a model of at least 1B parameters on a
+    GPU, off on a CPU and for smaller models (the plan prints which and why)"""
     threads: int | None = None
     """torch CPU threads of the run; None: $OMP_NUM_THREADS when set, else the cores this process may use less the
     1-minute load average (at least 1, at most 8), so a shared machine is not oversubscribed (the plan prints which)"""
@@ -92,7 +98,7 @@ class TrainConfig:
     """reference answers per supervised warm-start step"""
     warm_start_learning_rate: float | None = None
     """learning rate of the supervised warm start; None: a built-in taskset's recommendation (builtin:lookup:
-    3e-3), 3e-3 under the rule on a taskset of your own, else 1e-2"""
+    3e-3); on a taskset of your own the rule's, 1e-2 for at most 100 steps and 3e-3 for more; else 1e-2"""
     eval_tasks: int = 64
     """held-out tasks scored before and after training (and every eval_every steps)"""
     eval_samples: int = 4
@@ -269,6 +275,11 @@ def check_ranges(config: TrainConfig) -> list[str]:
     elif config.api != "wai" and config.url is None:
         problems.append(f"api = {config.api!r} names the API of a server, and no --url is given: add --url URL, "
                         "or drop --api to train in-process")
+    if (rule := CHECKPOINTING.check(config.activation_checkpointing)) is not None:
+        problems.append(f"activation_checkpointing = {config.activation_checkpointing!r} must be {rule}")
+    elif config.url is not None and config.activation_checkpointing != "auto":
+        problems.append(f"activation_checkpointing = {config.activation_checkpointing!r} applies to the in-process "
+                        "trainer; a run with --url trains on the server's settings: drop it")
     if config.device not in ("cpu", "cuda") and not str(config.device).startswith("cuda:"):
         problems.append(f"device = {config.device!r} must be 'cpu' or 'cuda' (or 'cuda:N')")
     if config.taskset is None and config.rows is None and config.rows_from is None:
@@ -282,8 +293,8 @@ MAX_LEARNING_RATE = 1.0
 """the largest learning rate a config may hold (a rate above it diverges at the first Adam step)"""
 MAX_STEPS = 10_000_000
 """the most RL or warm-start steps a config may ask for"""
-APIS = ("wai", "tinker")
-"""what answers at --url: a wai serve's own API, or the Tinker API (through the Tinker SDK)"""
+APIS = tuple(SERVERS)
+"""what answers at --url: a wai serve's own API, or the Tinker API (through the Tinker SDK): whileai.trainers"""
 
 
 def as_dict(config: TrainConfig) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """What can be checked about a run's inputs before the warm start, with the model's tokenizer but not its
-weights: the grader on a probe of tasks (within a time limit per grade, each return a finite number, its range),
+weights: the grader on a probe of tasks (within the time limit every grade has, each return a finite number, its range),
 every prompt's length against the model's context, prompts repeated with answers that disagree, and numbers
 that are legal but unlikely to be meant (``report``). Each problem stops the run before anything loads; each
 note is printed under the run plan (``RunPlan.notes``)."""
@@ -7,10 +7,9 @@ note is printed under the run plan (``RunPlan.notes``)."""
 from __future__ import annotations
 
 import json
-import threading
 from collections import defaultdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from whileai.errors import WhileaiError
 
@@ -19,8 +18,6 @@ if TYPE_CHECKING:  # the plan reads these checks' notes; they read the plan as a
     from whileai.loop.plan.config import TrainConfig
     from whileai.loop.plan.run_plan import RunPlan
 
-GRADE_TIMEOUT_S = 10.0
-"""the most one grade of the probe may take: a grader that takes longer would stall every training step"""
 PROBE_TASKS = 8
 """train tasks (and a quarter as many test tasks) the grader is probed on"""
 LISTED = 5
@@ -48,34 +45,22 @@ def report(config: TrainConfig, taskset: Taskset | None, plan: RunPlan) -> tuple
 
 
 # ----------------------------------------------------------------------------- the grader
-def grade_within(taskset: Taskset, task: Task, completion: str, seconds: float | None = None) -> float:
-    """``taskset.grade(task, completion)``, or a ``WhileaiError`` naming the task when it takes longer than
-    ``seconds`` (the grade goes on in a daemon thread; it cannot be stopped from outside)."""
-    out: dict[str, Any] = {}
-    seconds = GRADE_TIMEOUT_S if seconds is None else seconds
+def grade_within(taskset: Taskset, task: Task, completion: str) -> float:
+    """``taskset.grade(task, completion)``, or an error naming the task when it takes longer than
+    ``whileai.envs.episode.GRADE_TIMEOUT_S`` (the limit every grade of the run has)."""
+    from whileai.envs import episode
 
-    def grade() -> None:
-        try:
-            out["reward"] = taskset.grade(task, completion)
-        except BaseException as err:  # noqa: BLE001 - handed to the caller
-            out["error"] = err
-
-    worker = threading.Thread(target=grade, daemon=True, name="whileai-grader-probe")
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise WhileaiError(f"the grader did not return within {seconds:g} s on task_id={task.task_id!r} (completion "
-                           f"{completion[:40]!r}): a grade must be quick, since every step grades a batch; make the "
-                           "grader return (a timeout of its own, no network call without one)")
-    if "error" in out:
-        raise out["error"]
-    return float(out["reward"])
+    return float(episode.within(lambda: taskset.grade(task, completion), "the grader",
+                                f"on task_id={task.task_id!r} (completion {completion[:40]!r})"))
 
 
 def grader_probe(taskset: Taskset) -> tuple[list[str], list[str]]:
     """Grade a few tasks' reference answers, an empty completion and another task's answer: each grade must
-    return a finite number within ``GRADE_TIMEOUT_S`` (problems); rewards above 1 or reference answers that do
-    not pass are notes (a pass is reward >= 1.0)."""
+    return a finite number within ``episode.GRADE_TIMEOUT_S`` (problems); rewards above 1 or reference answers that do
+    not pass are notes (a pass is reward >= 1.0). A taskset that wraps another's grader (``wrapped``: the
+    random-reward control's, which draws its rewards from the grades it has seen) is probed through the one it
+    wraps, so that the probe's grades do not become training rewards."""
+    taskset = getattr(taskset, "wrapped", taskset)
     train, test = taskset.split("train"), taskset.split("test")
     tasks = train[:PROBE_TASKS] + test[: max(1, PROBE_TASKS // 4)]
     graded: list[tuple[Task, str, float]] = []
@@ -118,9 +103,14 @@ def duplicate_notes(taskset: Taskset) -> list[str]:
         return []
     shown = "; ".join(f"{_short(tasks[0].prompt)}: " + ", ".join(f"task_id {t.task_id!r} answer {_short(t.answer)}"
                                                                   for t in tasks[:3]) for tasks in clashes[:LISTED])
-    return [f"{len(clashes)} prompt{'s' * (len(clashes) != 1)} given more than once with different answers ({shown}"
-            f"{'; ...' if len(clashes) > LISTED else ''}): an exact grader passes at most one of them, and the warm "
-            "start is taught each; keep one answer per prompt, or grade with a function that accepts every one"]
+    more = "; ..." if len(clashes) > LISTED else ""
+    if len(clashes) == 1:
+        what = f"1 prompt is given on {len(clashes[0])} tasks with different answers ({shown})"
+    else:
+        what = (f"{len(clashes)} prompts are each given on more than one task with different answers "
+                f"({sum(map(len, clashes))} tasks in all: {shown}{more})")
+    return [f"{what}: an exact grader passes at most one answer per prompt, and the warm start is taught each; keep "
+            "one answer per prompt, or grade with a function that accepts every one"]
 
 
 def _short(value: object) -> str:

@@ -15,6 +15,7 @@ the declared defaults; the loop's few own defaults are ``DEFAULTS``. A rule retu
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,9 @@ class RunPlan:
     """where the model trains: 'in-process', 'wai serve at URL' or 'Tinker API at URL' (--url, --api)"""
     threads: int = 1
     """torch CPU threads (--threads; the rule: $OMP_NUM_THREADS, else free cores)"""
+    activation_checkpointing: str | None = None
+    """'on' or 'off' for the in-process trainer (--activation-checkpointing; the rule of
+    whileai.activation_checkpointing); None: a server's trainer, or a plan saved before the setting existed"""
     sources: tuple[tuple[str, str], ...] = ()
     notes: tuple[str, ...] = ()
     """what the checks before the warm start found worth saying (whileai.loop.plan.inputs): printed under the table"""
@@ -208,9 +212,10 @@ def warm_start_learning_rate_rule(config: TrainConfig, method: Method | None, ta
     hint = recommended.warm_start_learning_rate if recommended else None
     if hint is not None:
         return hint, TASKSET
-    if _own_tasks(config, taskset) and values.get("warm_start_steps"):
-        return _ruled(rules.warm_start_learning_rate())
-    return rules.BUILTIN_WARM_START_LEARNING_RATE, DEFAULT
+    steps = int(values.get("warm_start_steps") or 0)
+    if _own_tasks(config, taskset) and steps:
+        return _ruled(rules.warm_start_learning_rate(steps))
+    return rules.SHORT_WARM_START_LEARNING_RATE, DEFAULT
 
 
 def learning_rate_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
@@ -375,6 +380,7 @@ def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Method | 
                       origins.get("sampler_url", DEFAULT) if config.sampler_url else DEFAULT),
         sync_every=sync_every,
         threads=r.rule("threads", config.threads, lambda *_: threads_rule()),
+        activation_checkpointing=r.set("activation_checkpointing", *checkpointing_rule(config, origins)),
         trainer=r.set("trainer", trainer_of(config), origins.get("url", DEFAULT) if config.url is not None else DEFAULT),
         sources=tuple(sorted(r.sources.items())))
 
@@ -386,6 +392,26 @@ def threads_rule() -> tuple[int, str]:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return _ruled(rules.threads(omp=os.environ.get("OMP_NUM_THREADS"), cores=cores, load=load))
+
+
+def checkpointing_rule(config: TrainConfig, origins: Mapping[str, str]) -> tuple[str | None, str]:
+    """'on' / 'off' as given, else the rule of ``whileai.activation_checkpointing`` for the model's size (its
+    config.json's estimate, embeddings included) on the run's device; None with a server's trainer."""
+    from whileai.activation_checkpointing import rule
+
+    if config.url is not None:
+        return None, DEFAULT
+    if config.activation_checkpointing != "auto":
+        return config.activation_checkpointing, origins.get("activation_checkpointing", USER)
+    size = None
+    path = Path(config.model) / "config.json"
+    if not config.model.startswith("builtin:") and path.is_file():
+        try:
+            size = rules.estimate_parameters(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            size = None
+    on, why = rule(size, config.device, builtin=config.model.startswith("builtin:"))
+    return ("on" if on else "off"), f"{RULE}: {why}"
 
 
 def trainer_of(config: TrainConfig) -> str:

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
     from whileai.engine.sampling import SamplingParams
     from whileai.loop.plan.run_plan import RunPlan
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
+    from whileai.trainers import Trainer
 
 
 def completion_text(tokenizer: Tokenizer, tokens: Sequence[int]) -> str:

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from whileai.loop.hooks.context import Context
     from whileai.loop.plan.config import TrainConfig
     from whileai.loop.plan.run_plan import RunPlan
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method
+    from whileai.trainers import Trainer
 
 IN_PROCESS = "in-process"
 """The plan's ``sampler`` when the trainer samples its own rollouts."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.errors import ConfigError
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler, write_weights
-from whileai.loop.types import Hook, Loop, in_process
+from whileai.loop.types import Hook, Loop, engine_of
 
 if TYPE_CHECKING:
     from whileai.engine.training import TrainingEngine
@@ -106,10 +106,10 @@ class PushWeights(Hook):
 
     # ------------------------------------------------------------------ as a loop hook
     def before(self, loop: Loop) -> None:
-        engine = in_process(loop.trainer, "weight sync to --sampler-url")  # its loaded adapter, if any
+        engine = engine_of(loop.trainer, "weight sync to --sampler-url")  # its loaded adapter, if any
         self.check_server(engine.loaded.lora is not None)
         self.push(engine, loop.state.step)
 
     def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         if record["step"] % self.every == 0:
-            self.push(in_process(loop.trainer, "weight sync to --sampler-url"), record["step"])
+            self.push(engine_of(loop.trainer, "weight sync to --sampler-url"), record["step"])

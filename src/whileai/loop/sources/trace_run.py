@@ -26,8 +26,8 @@ from whileai.rows.io import plural
 if TYPE_CHECKING:
     from whileai.loop.plan.config import TrainConfig
     from whileai.loop.step import MethodState
-    from whileai.loop.trainers.backends import Trainer
     from whileai.methods.base import Method, Update
+    from whileai.trainers import Trainer
 
 HELDOUT_FILE = "heldout_traces.json"
 NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed and no --eval-taskset was given, "
@@ -154,7 +154,13 @@ def heldout_measure(engine: Trainer, method: Method, source: RowsFile, sampling_
     indices = source.heldout() if indices is None else indices
     if not len(indices):
         return None
-    rows = source.read(indices.tolist())
+    return measure_rows(engine, method, source.read(indices.tolist()), sampling_params, state)
+
+
+def measure_rows(engine: Trainer, method: Method, rows: list[dict[str, Any]], sampling_params: Scoring,
+                 state: MethodState) -> dict[str, Any]:
+    """``heldout_measure`` of traces at hand (``rows``, changed in place: give copies): the surrogate, the drift
+    and the share the method admits under the current policy."""
     for row, logprobs in zip(rows, score(engine, rows, sampling_params=sampling_params)):
         row["logprobs"] = logprobs
     fill(engine, rows, method.run_spec().needs, sampling_params)

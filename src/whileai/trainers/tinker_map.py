@@ -1,7 +1,7 @@
-"""The engine's shapes <-> the Tinker SDK's types, shared by both sides that speak the SDK.
+"""The engine's shapes <-> the Tinker SDK's types, for the one trainer that speaks the SDK and the provider serving it.
 
-    wai serve --tinker-url URL     whileai.service.tinker_provider: the service's runs on a Tinker-API server
-    wai train --url URL --api tinker   whileai.loop.trainers.tinker: the loop's trainer on a Tinker-API server
+    wai train --url URL --api tinker   whileai.trainers.tinker: the Tinker SDK's trainer on a Tinker-API server
+    wai serve --tinker-url URL     the same trainer, served (whileai.service.provider.TinkerProvider)
 
 Datums (engine dicts -> ``tinker.types.Datum``), outputs (``TensorData`` -> lists), Adam settings, one prompt's
 sampling settings and seed, the losses a Tinker server takes (its ``LossFnType`` names with the config keys
