@@ -10,7 +10,8 @@ Each run: builtin:tiny, flash_reinforce, 40 RL steps of 32 rollouts, lag 2, held
 samples (the loop's defaults). Arms: ``default`` leaves the warm start and both rates to the rules
 (whileai.loop.plan.rules); ``wsN`` is N warm-start steps at 3e-3 then RL at 1e-3; ``wsN@1e-2`` at 1e-2. A row of
 --out per (task, arm, seed): held-out pass@1 after the warm start ("before" RL) and after RL, RL's own paired
-gain with its 95% interval, the warm-start steps run and the wall seconds. Runs already in --out are skipped, so
+gain with its 95% interval, the final weights' pass@1 ("final": the warm start's when RL undid it and the run
+handed them back, ``rules.keep_warm_start``; else "after"), the warm-start steps run and the wall seconds. Runs already in --out are skipped, so
 the benchmark can be stopped and continued.
 
 The tasks (1,000 prompts each unless said; 10% held out as test by the JSONL default):
@@ -126,8 +127,9 @@ def run_one(task: str, arm: str, seed: int, folder: Path) -> dict[str, Any]:
     run = wai.train(taskset=taskset(task, folder), taskset_options=options(task), seed=seed, progress=False,
                     export=False, run_dir=str(folder / f"{task}-{arm}-{seed}-{os.getpid()}-{time.time_ns()}"),
                     **settings(arm))
-    compare = run.summary["compare"]
+    compare, kept = run.summary["compare"], run.summary.get("kept_warm_start")
     return {"task": task, "arm": arm, "seed": seed, "before": compare["before"], "after": compare["after"],
+            "final": kept["held_out"]["pass_at_1"] if kept else compare["after"],
             "rl_delta": compare["delta"], "rl_ci95": compare["ci95"],
             "warm_start_steps": run.summary.get("warm_start_steps_run", 0),
             "warm_start_learning_rate": run.summary["resolved"]["warm_start_learning_rate"],
@@ -149,7 +151,7 @@ def _work(job: tuple[str, str, int, str, str]) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """Per task: each arm's final held-out pass@1 per seed, the default's gap to the best hand arm (each
+    """Per task: each arm's final held-out pass@1 per seed (its final weights'), the default's gap to the best hand arm (each
     compared on the seeds both have), RL's own gain under the default (per seed, with its interval), the
     default's warm-start steps and wall seconds."""
     arms = [a for a in ARMS if any(r["arm"] == a for r in rows)]
@@ -158,7 +160,7 @@ def table(rows: list[dict[str, Any]]) -> str:
              "|---" * (len(arms) + 5) + "|"]
     met, tasks = 0, [t for t in TASKS if any(r["task"] == t for r in rows)]
     for task in tasks:
-        after = {(r["arm"], r["seed"]): r["after"] for r in rows if r["task"] == task}
+        after = {(r["arm"], r["seed"]): r.get("final", r["after"]) for r in rows if r["task"] == task}
         cells = []
         for arm in arms:
             seeds = sorted(s for a, s in after if a == arm)

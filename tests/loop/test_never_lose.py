@@ -116,6 +116,18 @@ def test_a_run_that_is_still_training_cannot_be_resumed_again(tmp_path: Path, qu
     assert not (run.dir / LOCK_FILE).exists()
 
 
+
+def test_a_live_run_still_in_its_warm_start_is_named_as_training_not_as_checkpointless(tmp_path: Path):
+    """A run in its warm start has a config and a lock but no checkpoint yet: a second --resume is told it is
+    still training (pid), not that it has nothing to resume (newcomer review)."""
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "config.toml").write_text('[train]\ntaskset = "builtin:case"\n')
+    (folder / LOCK_FILE).write_text(f"{os.getpid()} {socket.gethostname()}\n")
+    with pytest.raises(wai.ConfigError, match=f"still training \\(pid {os.getpid()}, run.lock\\)"):
+        wai.train(resume=str(folder), progress=False)
+
+
 def test_an_error_after_work_keeps_the_run_and_says_so(tmp_path: Path, capsys):
     """The preflight stops a run whose warm start taught nothing it can use: the warm start's log and TensorBoard
     stay (not removed as a half-made run), and stderr names the kept directory."""

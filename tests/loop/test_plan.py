@@ -90,12 +90,12 @@ def _own_taskset(path: Path, answer: str = "y") -> str:
 
 
 def test_a_taskset_of_your_own_gets_the_rules_each_with_its_sentence(tmp_path: Path, capsys):
-    """No Recommended: the warm start runs the rule's 800 steps at 3e-3, the cap comes from the answers
+    """No Recommended: the warm start runs the rule's 2400 steps at 3e-3, the cap comes from the answers
     (1 token + a margin of 1 + EOS = 3, not FlashReinforce's 8192), and RL after a warm start runs at 1e-3."""
     tasks = _own_taskset(tmp_path / "tasks.jsonl")
     assert main(["train", "--taskset", tasks, "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "warm_start_steps 800 [rule]" in out and "warm_start_learning_rate 0.003 [rule]" in out
+    assert "warm_start_steps 2400 [rule]" in out and "warm_start_learning_rate 0.003 [rule]" in out
     assert "max_tokens 3 [rule]" in out and "learning_rate 0.001 [rule]" in out
     assert "max_tokens: 3: the longest reference answer (1 token) + a margin of 1 + EOS" in out
     built_in = wai.loop.dry_run()  # a built-in taskset keeps its measured settings and the loop's rate

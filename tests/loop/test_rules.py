@@ -11,8 +11,8 @@ from whileai.loop.plan import rules
 # ------------------------------------------------------------------------------------- warm start
 def test_a_random_init_model_with_answers_gets_the_warm_start_budget():
     steps, source = rules.warm_start_steps(random_init=True, train_size=900, answered=900)
-    assert steps == rules.WARM_START_STEPS == 800
-    assert source.startswith("800: a random-init model with reference answers for all 900 train tasks")
+    assert steps == rules.WARM_START_STEPS == 2400
+    assert source.startswith("2400: a random-init model with reference answers for all 900 train tasks")
 
 
 def test_a_loaded_model_or_missing_answers_get_no_warm_start():
@@ -138,7 +138,7 @@ def test_a_two_layer_body_with_a_real_vocabulary_is_small_and_gpt2_is_pretrained
 @pytest.mark.slow
 def test_a_user_taskset_learns_under_the_rules(tmp_path):
     """examples/tasksets/successor.jsonl on builtin:tiny, seed 0, every setting left to the rules: the warm start
-    (800 steps at 3e-3) and RL end with held-out pass@1 above the old rule's 0.594
+    (2400 steps at 3e-3) and RL end with held-out pass@1 above the old rule's 0.594
     (2000 warm-start steps at 1e-2, docs/tasksets.md); the defaults before any rule: 0.000."""
     from pathlib import Path
 

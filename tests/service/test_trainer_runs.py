@@ -19,8 +19,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from whileai.engine import make_datum
-from whileai.service import Client, RunClient, Session
-from whileai.service.client import ServiceError
+from whileai.service import Client, RunClient, ServiceError, Session
 from whileai.service.launch import LocalServer
 
 PROBE = [1, 72, 101, 108, 108, 111, 33, 2]
@@ -57,6 +56,10 @@ def round_trip(run: RunClient) -> None:
     np.testing.assert_allclose(_probe(run), at_one, rtol=0, atol=1e-6)
     again = _step(run, 1)  # the optimizer's moments came back with the weights: the same second step
     assert again == pytest.approx(second, rel=1e-6) and run.step == 2
+    with_moments = _probe(run)
+    run.load_state("one", optimizer=False)  # the weights only: Adam starts again, so the step lands elsewhere
+    assert _step(run, 1) == pytest.approx(second, rel=1e-6)  # the same weights, so the same gradient
+    assert np.max(np.abs(_probe(run) - with_moments)) > 1e-5
     with pytest.raises(ServiceError, match="saved no state named 'two'") as missing:
         run.load_state("two")
     assert missing.value.status == 400
@@ -76,6 +79,8 @@ def test_a_local_run_saves_loads_and_exports_its_state(client: Client, tmp_path:
     session = client.create_session()
     run = session.create_run("builtin:tiny", lora_rank=4, seed=5)
     round_trip(run)
+    run.load_state("one")
+    _step(run, 1)
     first = load_file(str(Path(run.export_lora(tmp_path / "after")) / "adapter_model.safetensors"))
     run.load_state("one")
     _step(run, 1)

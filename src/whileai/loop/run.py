@@ -258,13 +258,13 @@ def _resume(run_dir_text: str, token: str | None, **changes: Any) -> Run:
     if not (run_dir / "config.toml").is_file():
         raise ConfigError(f"--resume {run_dir_text!r}: no config.toml there; give the directory of a run that "
                           "`wai train` wrote")
-    if not (run_dir / "checkpoint" / "LATEST").is_file():
-        raise ConfigError(f"--resume {run_dir_text!r}: the run has no checkpoint yet (it stopped before its first "
-                          "save), so there is nothing to resume; start it again in a new --run-dir")
     holder = live_holder(run_dir / LOCK_FILE)
     if holder is not None:
         raise ConfigError(f"--resume {run_dir_text!r}: the run is still training ({holder}, {LOCK_FILE}); stop it "
                           "first (Ctrl-C there writes a checkpoint), then resume it")
+    if not (run_dir / "checkpoint" / "LATEST").is_file():
+        raise ConfigError(f"--resume {run_dir_text!r}: the run has no checkpoint yet (it stopped before its first "
+                          "save), so there is nothing to resume; start it again in a new --run-dir")
     saved = config_io.load_toml(str(run_dir / "config.toml"))
     # TOML has no null: a run saved without a taskset (rows only) must not get the default one back
     config = config_io.build(str(run_dir / "config.toml"), **changes, **({} if "taskset" in saved else {"taskset": None}))

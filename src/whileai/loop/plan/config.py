@@ -92,7 +92,7 @@ class TrainConfig:
     warm_start_steps: int | None = None
     """supervised steps on the taskset's reference answers (Task.answer as text) before RL; None: a built-in
     taskset's recommendation for a built-in model (builtin:case, reverse, add: 14; copy: 60; lookup: 200); a taskset
-    of your own on a random-init model whose every train task has an answer: the rule's 800 (the plan prints
+    of your own on a random-init model whose every train task has an answer: the rule's 2400 (the plan prints
     why); else 0"""
     warm_start_batch: int = 16
     """reference answers per supervised warm-start step"""

@@ -143,7 +143,7 @@ def length_problems(taskset: Taskset, model: str, plan: RunPlan, cap_given: bool
         return [], []
     try:
         from whileai.envs import render_prompt
-        from whileai.service.client import load_tokenizer
+        from whileai.trainers.base import load_tokenizer
 
         tokenizer = load_tokenizer(model)
         lengths = [(t, len(render_prompt(tokenizer, t))) for t in taskset.split("train") + taskset.split("test")]

@@ -254,9 +254,7 @@ def max_tokens_rule(config: TrainConfig, method: Method | None, taskset: Taskset
     grader = config.taskset_options.get("grader", "exact" if str(config.taskset).endswith(".jsonl") else None)
     whole = rules.whole_answer(grader, int(values.get("warm_start_steps", 0)))
     if taskset is not None and _own_tasks(config, taskset) and whole and _loadable(config.model):
-        from whileai.service.client import (
-            load_tokenizer,  # transformers: only for a taskset of the user's own
-        )
+        from whileai.trainers.base import load_tokenizer  # transformers: only for a taskset of the user's own
 
         encode = load_tokenizer(config.model).encode
         lengths = rules.answer_tokens((t.answer for t in taskset.split("train")),

@@ -6,7 +6,8 @@
     run.optim_step({"learning_rate": 1e-3})
 
 A ``RunClient`` has the engine's operation names, arguments and return shapes, so code written for the
-engine (``whileai.loop.step.policy_step``) runs against it unchanged. It numbers its operations 0, 1, 2,
+engine (``whileai.loop.step.policy_step``) runs against it unchanged; ``whileai.trainers.wai.WaiTrainer`` is the
+``Trainer`` made of one. It numbers its operations 0, 1, 2,
 ...; a retry (connection lost, 429/502/503/504) resends the same number and the same bytes, and the
 server answers a repeated number from its record without running it again. Long operations come back
 as a request id that the client polls; callers never see it. Importing this module does not import torch.
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 
 from whileai.errors import BatchError, ConfigError, WhileaiError
+from whileai.trainers.base import Tokenizer, load_tokenizer
 
 RETRY_STATUSES = (429, 502, 503, 504)
 # rejected before taking a turn: the sequence number was not used and the next operation reuses it
@@ -98,17 +100,6 @@ def _to_json(value: Any) -> Any:
 
 def dumps(body: Any) -> bytes:
     return json.dumps(body, default=_to_json).encode()
-
-
-def load_tokenizer(base_model: str) -> Any:
-    """The tokenizer of a built-in model (the byte tokenizer) or of a local / hub model, loaded here."""
-    if base_model.startswith("builtin:"):
-        from whileai.engine.models import byte_tokenizer
-
-        return byte_tokenizer()
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(base_model)
 
 
 # ----------------------------------------------------------------------------- results
@@ -281,7 +272,7 @@ class RunClient:
         self.last_version: int | None = None
         self._info = dict(info)
         self._lock = threading.Lock()
-        self._tokenizer: Any = None
+        self._tokenizer: Tokenizer | None = None
 
     def __repr__(self) -> str:
         return f"RunClient({self.id!r}, base_model={self.base_model!r}, step={self.step}, next_seq={self.next_seq})"
@@ -292,7 +283,7 @@ class RunClient:
         return self.step
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """The run's tokenizer, loaded here from the same built-in or local path as the server's model."""
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.base_model)
@@ -360,7 +351,7 @@ class RunClient:
                                 sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
         """As Tinker's SDK does it: ``forward`` for the log-probabilities, your ``loss_fn(data, logprobs)`` on
         torch tensors here, then ``cross_entropy`` with weights = -dloss/dlogprob (the same gradient)."""
-        from whileai.service.custom import custom_weights
+        from whileai.trainers.custom import custom_weights
 
         scored = self.forward(data, "cross_entropy", sampling_params=sampling_params)
         weighted, loss, metrics = custom_weights(data, scored.loss_fn_outputs, loss_fn)
