@@ -21,7 +21,7 @@ import json
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from typing import Any
 import httpx
 
 from whileai.errors import BatchError, ConfigError, WhileaiError
-from whileai.trainers.base import Tokenizer, load_tokenizer
+from whileai.trainers.base import Adam, CustomLoss, Datum, LogprobsFor, Scoring, Tokenizer, load_tokenizer
 
 RETRY_STATUSES = (429, 502, 503, 504)
 # rejected before taking a turn: the sequence number was not used and the next operation reuses it
@@ -332,23 +332,23 @@ class RunClient:
         return dict(response.json())
 
     # ------------------------------------------------------------------ the engine's operations
-    def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
+    def forward_backward(self, data: Sequence[Datum], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
+                         *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         result = self.call("forward_backward", {"data": data, "loss_function": loss_fn,
                                                 "loss_config": loss_fn_config, "sampling_params": sampling_params,
                                                 "logprobs_for": logprobs_for})
         return ForwardResult(result["loss_fn_outputs"], result["metrics"], self.last_version or 0)
 
-    def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
-                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
-                reference: bool = False, logprobs_for: Any = "every") -> ForwardResult:
+    def forward(self, data: Sequence[Datum], loss_fn: str = "cross_entropy",
+                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Scoring = None,
+                reference: bool = False, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         result = self.call("forward", {"data": data, "loss_function": loss_fn, "loss_config": loss_fn_config,
                                        "sampling_params": sampling_params, "reference": reference,
                                        "logprobs_for": logprobs_for})
         return ForwardResult(result["loss_fn_outputs"], result["metrics"], self.last_version or 0)
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Callable[..., Any], *,
-                                sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
+    def forward_backward_custom(self, data: Sequence[Datum], loss_fn: CustomLoss, *,
+                                sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         """As Tinker's SDK does it: ``forward`` for the log-probabilities, your ``loss_fn(data, logprobs)`` on
         torch tensors here, then ``cross_entropy`` with weights = -dloss/dlogprob (the same gradient)."""
         from whileai.trainers.custom import custom_weights
@@ -359,7 +359,7 @@ class RunClient:
                                     logprobs_for=logprobs_for)
         return ForwardResult(out.loss_fn_outputs, {**metrics, "loss:sum": loss}, out.version)
 
-    def optim_step(self, adam_params: Any = None) -> OptimResult:
+    def optim_step(self, adam_params: Adam = None) -> OptimResult:
         result = self.call("optim_step", {"adam_params": adam_params})
         return OptimResult(float(result["grad_norm"]), result["metrics"], self.last_version or 0)
 
@@ -371,7 +371,7 @@ class RunClient:
     def save_weights_for_sampler(self) -> int:
         return int(self.call("save_weights_for_sampler")["version"])
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any, *,
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Scoring, *,
                version: int | None = None) -> list[Any]:
         """One prompt -> a list of sequences; a list of prompts -> one such list per prompt."""
         result = self.call("sample", {"prompt_tokens": prompt_tokens, "num_samples": num_samples,
@@ -381,7 +381,7 @@ class RunClient:
         return groups[0] if result["single"] else groups
 
     def compute_logprobs(self, tokens: Sequence[int], top_k: int = 0, *, reference: bool = False,
-                         sampling_params: Any = None) -> dict[str, Any]:
+                         sampling_params: Scoring = None) -> dict[str, Any]:
         result = dict(self.call("logprobs", {"tokens": tokens, "top_k": top_k, "reference": reference,
                                              "sampling_params": sampling_params}))
         if result.get("topk"):
