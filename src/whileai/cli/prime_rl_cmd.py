@@ -29,7 +29,9 @@ def methods_help() -> str:
     from whileai.prime_rl.refusals import WHOLE_METHODS
     from whileai.prime_rl.writer import WRITERS
 
-    written, refused, unmapped = [], list(WHOLE_METHODS), []
+    written: list[str] = []
+    unmapped: list[str] = []
+    refused = list(WHOLE_METHODS)
     for name in method_names():
         try:
             built = type(method(name)).name
