@@ -88,7 +88,7 @@ def evaluate(run_dir: Path, extra: dict[str, Any]) -> dict[str, Any]:
     taskset = load_taskset(RUN.get("taskset", "builtin:case"))
     tasks = taskset.split("test")[: plan.eval_tasks]
     return held_out(engine, taskset, tasks, prompts(engine.tokenizer, tasks), plan.eval_samples, plan.sampling(),
-                    plan.seed)
+                    plan.seed, cap_is_answer_length=plan.cap_is_answer_length)
 
 
 def main() -> None:

@@ -105,6 +105,31 @@ def run_case(model: Any, batch: int, args: argparse.Namespace) -> dict[str, Any]
     return out
 
 
+def report(r: dict[str, Any], args: argparse.Namespace) -> str:
+    """One line per case: ms per decode step per side, the ratios, the goal that applies to the case (the CPU's at
+    batch 1, the GPU's at 64 x 8 rows on CUDA), tokens/s, CPU time and peak memory."""
+    sides_ = list(r["ratio_to_generate"])
+    ratio = r["ratio_to_generate"]["whileai"]
+    speedup = r["generate"]["median_ms"] / r["whileai"]["median_ms"]  # tokens/s whileai / generate
+    cuda = args.device.startswith("cuda")
+    if cuda and r["batch"] * r["samples"] >= 512:
+        goal = f" (GPU goal >= 4x at 64 x 8 x 128: {'met' if speedup >= 4 else 'NOT met'})"
+    elif not cuda and r["batch"] * r["samples"] == 1:
+        goal = f" (CPU goal: whileai <= 0.5x generate's time per step: {'met' if ratio <= 0.5 else 'NOT met'})"
+    else:
+        goal = ""
+    memory = (", ".join(f"peak GPU memory {k} {r[k]['peak_memory_gb']:.2f} GB" for k in sides_) if cuda
+              else r["peak_memory"])
+    return (f"{r['batch']} prompts x {r['samples']} samples x {r['tokens']} tokens, prompts of {r['prompt_length']}: "
+            f"ms per decode step (median of {args.repeats}): "
+            + ", ".join(f"{k} {r[k]['median_ms']:.2f}" for k in sides_)
+            + f"; whileai / generate {ratio:.2f}x, model-forward sampler / generate "
+            f"{r['ratio_to_generate']['whileai_model_forward']:.2f}x; tokens/s whileai {r['whileai']['tokens_per_s']:.0f}, "
+            f"generate {r['generate']['tokens_per_s']:.0f} ({speedup:.2f}x){goal}; by process CPU time: "
+            + ", ".join(f"{k} {r[k]['median_cpu_ms']:.2f} ms ({r['cpu_ratio_to_generate'][k]:.2f}x)" for k in sides_)
+            + f"; {memory}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--shape", choices=sorted(SHAPES), default="narrow")
@@ -131,17 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     for batch in (int(b) for b in args.batches.split(",")):
         r = run_case(model, batch, args)
         results.append(r)
-        print(f"{batch} prompts x {args.samples} samples x {args.tokens} tokens, prompts of {args.prompt_length}: ms per decode step "
-              f"(median of {args.repeats}): " + ", ".join(f"{k} {r[k]['median_ms']:.2f}" for k in r["ratio_to_generate"])
-              + f"; whileai / generate {r['ratio_to_generate']['whileai']:.2f}x (goal <= 0.5x: "
-              f"{'met' if r['ratio_to_generate']['whileai'] <= 0.5 else 'NOT met'}), model-forward sampler / "
-              f"generate {r['ratio_to_generate']['whileai_model_forward']:.2f}x; tokens/s whileai "
-              f"{r['whileai']['tokens_per_s']:.0f}, generate {r['generate']['tokens_per_s']:.0f}; by process CPU time: "
-              + ", ".join(f"{k} {r[k]['median_cpu_ms']:.2f} ms ({r['cpu_ratio_to_generate'][k]:.2f}x)"
-                          for k in r["ratio_to_generate"])
-              + f"; tokens/s whileai / generate {r['generate']['median_ms'] / r['whileai']['median_ms']:.2f}x "
-              f"(GPU goal >= 4x at 64 x 8 x 128)" + "; " + (", ".join(f"peak GPU memory {k} {r[k]['peak_memory_gb']:.2f} GB" for k in r["ratio_to_generate"])
-                        if args.device.startswith("cuda") else r["peak_memory"]), flush=True)
+        print(report(r, args), flush=True)
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
     if args.json:
         print(json.dumps(results, indent=2))

@@ -1,6 +1,6 @@
 """``whileai.trainers`` sits below the loop and the server that use it (docs/decisions.md, "Layout"): none of its
-modules imports ``whileai.loop`` or the server's side of ``whileai.service`` (only the service's client, which
-``WaiTrainer`` is, and ``service.custom``, the SDK's custom-loss rule); the Tinker SDK is wrapped in one module.
+modules imports ``whileai.loop`` or ``whileai.service`` (the ``wai serve`` client is one of the trainers,
+``trainers/wai_client.py``); the Tinker SDK's clients are named in one module.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import whileai.trainers
 
 ROOT = Path(whileai.trainers.__file__).parent
 SRC = ROOT.parent
-CLIENT_SIDE = {"whileai.service.client", "whileai.service.custom"}
 
 
 def imported(path: Path) -> set[str]:
@@ -25,9 +24,9 @@ def imported(path: Path) -> set[str]:
     return out
 
 
-def test_the_trainers_import_neither_the_loop_nor_the_server():
+def test_the_trainers_import_neither_the_loop_nor_the_service():
     found = {f"{p.name} imports {m}" for p in ROOT.glob("*.py") for m in imported(p)
-             if m.startswith("whileai.loop") or (m.startswith("whileai.service") and m not in CLIENT_SIDE)}
+             if m.startswith(("whileai.loop", "whileai.service"))}
     assert found == set()
 
 
@@ -51,3 +50,13 @@ def test_the_tinker_sdk_is_wrapped_once():
     users = sorted(str(p.relative_to(SRC)) for p in SRC.rglob("*.py") if names(p) & clients)
     assert users == ["trainers/tinker.py"]
     assert "new_run" in names(SRC / "service" / "provider.py")
+
+
+def test_the_plan_names_a_trainer_backend_from_its_api_name():
+    """A new --api backend is named in the run plan without an edit to the plan (its title, or its name)."""
+    from whileai.trainers.open import title
+
+    assert title("tinker", "http://h:1") == "Tinker API at http://h:1"
+    assert title("wai", "http://h:1") == "wai serve at http://h:1"
+    assert title("loopback", "loop://here") == "loopback at loop://here"
+    assert title("wai", None) == "in-process"

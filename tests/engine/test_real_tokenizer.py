@@ -123,8 +123,9 @@ def test_cut_at_stop_and_reply_ids():
 def test_an_environments_stop_string_ends_a_turn_on_the_text_in_training_rollouts(engine):
     """`wai train`'s rollouts: an environment's stop string that the model writes inside a token ends the turn
     there (before: its ids encoded alone were matched, and the turn ran on to the cap)."""
+    from whileai.engine.sampling import SamplingParams
     from whileai.envs import Env, EnvTaskset, Task
-    from whileai.loop.sources.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import rollouts
 
     seen: list[str] = []
 
@@ -147,7 +148,8 @@ def test_an_environments_stop_string_ends_a_turn_on_the_text_in_training_rollout
         taskset = taskset_with(stop)
         tasks = taskset.split("train")
         prompt = engine.tokenizer.encode(tasks[0].prompt)
-        (row,) = rollouts(engine, taskset, tasks, [prompt], [1], Sampling(1.0, 24, False), seed=4, sampler_step=0)
+        (row,) = rollouts(engine, taskset, tasks, [prompt], [1], SamplingParams(max_tokens=24, temperature=1.0),
+                          seed=4, sampler_step=0, cap_is_answer_length=False)
         return row
 
     free = play(())

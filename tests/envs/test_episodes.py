@@ -319,8 +319,9 @@ def test_real_model_episodes_are_valid_rows():
     """builtin:tiny playing lookup with the engine's sampler: every row is a valid library row, env tokens
     are exactly what the environment wrote, and nothing exceeds the cap."""
     from whileai.engine import TrainingEngine
+    from whileai.engine.sampling import SamplingParams
     from whileai.envs import render_prompt
-    from whileai.loop.sources.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import rollouts
 
     engine = TrainingEngine("builtin:tiny", seed=0)
     tasks = load_taskset("builtin:lookup", test_size=8, train_size=8)
@@ -335,7 +336,8 @@ def test_real_model_episodes_are_valid_rows():
                                 "cross_entropy")
         engine.optim_step({"learning_rate": 1e-2})
     rows = rollouts(engine, tasks, train, [render_prompt(engine.tokenizer, t) for t in train], [2] * 8,
-                    Sampling(1.0, tasks.max_tokens, True), seed=0, sampler_step=0)
+                    SamplingParams(max_tokens=tasks.max_tokens, temperature=1.0), seed=0, sampler_step=0,
+                    cap_is_answer_length=True)
     assert len(rows) == 16
     with_env = [r for r in rows if "action_mask" in r]
     assert with_env, "the warm-started model should call the tool at least once in 16 episodes"

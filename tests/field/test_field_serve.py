@@ -10,8 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from whileai.service import Client
-from whileai.service.client import ServiceError
+from whileai.service import Client, ServiceError
 from whileai.service.launch import start_server
 
 

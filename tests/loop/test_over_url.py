@@ -78,13 +78,13 @@ def test_wai_serve_chained_to_a_tinker_api_server_gives_the_same_weights(tmp_pat
     from tests.service.chain import chained
 
     with chained(tmp_path) as (_, front):
-        with pytest.raises(wai.ConfigError, match="cannot export them \\(no export_lora\\): add --no-export"):
-            wai.train(url=front.url, token=front.token, run_dir=str(tmp_path / "refused"), progress=False)
         one_prompt = dict(method="grpo", knobs={"rollouts_per_prompt": 8}, steps=3, rollouts_per_step=8,
                           warm_start_steps=0, eval_tasks=0, progress=False, save_every=1000, export=False)
         local = wai.train(**one_prompt, run_dir=str(tmp_path / "local"))
-        relayed = wai.train(**one_prompt, url=front.url, token=front.token, run_dir=str(tmp_path / "relayed"))
+        relayed = wai.train(**{**one_prompt, "export": True}, url=front.url, token=front.token,
+                            run_dir=str(tmp_path / "relayed"))
     assert relayed.summary["where"] == f"service at {front.url}"
+    assert relayed.weights is not None and (relayed.weights / "model.safetensors").is_file()  # save_weights_external
     for mine, theirs in zip(relayed.metrics(), local.metrics(), strict=True):
         for key in ("reward", "loss", "grad_norm", "drift"):
             assert mine[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), (key, mine, theirs)

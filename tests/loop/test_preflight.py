@@ -159,8 +159,9 @@ def test_a_user_taskset_with_no_signal_stops_at_the_preflight(tmp_path):
     """Real parts: the file loads as a user's taskset, a random-init builtin:tiny samples 32 rollouts under
     the rules' cap (6 + 2 + EOS = 9) with no warm start (as today's default gives a JSONL taskset)."""
     from whileai.engine import TrainingEngine
+    from whileai.engine.sampling import SamplingParams
     from whileai.envs import load_taskset, render_prompt
-    from whileai.loop.sources.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import rollouts
 
     taskset = load_taskset(str(no_signal_taskset(tmp_path / "secret.jsonl")))
     engine = TrainingEngine("builtin:tiny", seed=0, keep_sampler_versions=1)
@@ -170,7 +171,8 @@ def test_a_user_taskset_with_no_signal_stops_at_the_preflight(tmp_path):
     cap, _ = rules.generation_cap(taskset_cap=None, answer_lengths=lengths, whole_answer=True, method_cap=8192)
     assert cap == 9
     probe = rollouts(engine, taskset, tasks, [render_prompt(engine.tokenizer, t) for t in tasks], [1] * 32,
-                     Sampling(1.0, cap, cap_is_answer_length=False), seed=0, sampler_step=0)
+                     SamplingParams(max_tokens=cap, temperature=1.0), seed=0, sampler_step=0,
+                     cap_is_answer_length=False)
     report = preflight(probe, ONE, cap=cap, answer_lengths=lengths, warm_start_steps=0, random_init=True)
     assert isinstance(report, Preflight) and not report.ok
     assert report.task_pass_share == 0.0 and report.mean_reward == 0.0

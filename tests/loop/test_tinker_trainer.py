@@ -292,7 +292,7 @@ def test_a_new_run_starts_from_a_copy_of_another_runs_state(server: LocalServer)
     """`CreateRun.from_state`: the copy loads into the new run (its step and weights), the source run keeps its
     state; a state the server does not have is a 404 naming the states it has."""
     from whileai.engine import make_datum
-    from whileai.service.client import ServiceError
+    from whileai.service import ServiceError
 
     tokens = [1, 70, 71, 72, 73]
     with Client(server.url, server.token) as client:

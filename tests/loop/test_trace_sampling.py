@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import whileai as wai
-from whileai.loop.sources.rollouts import Sampling
+from whileai.engine.sampling import SamplingParams
 from whileai.loop.sources.trace_run import sampling_lines
 from whileai.loop.sources.traces import load_vocab, scan
 from whileai.loop.step import datum, policy_step, score
@@ -25,7 +25,8 @@ from whileai.loop.step import datum, policy_step, score
 PEAKED = {"temperature": 0.7, "top_p": 0.9, "top_k": 20}
 FLAT = {"temperature": 1.3, "top_p": 0.8}  # top_k not stated: the method's (none)
 MAX_TOKENS = 6
-METHOD = Sampling(1.0, MAX_TOKENS, True).scoring()  # what `wai train` passes: the method's temperature 1
+METHOD = SamplingParams(max_tokens=MAX_TOKENS, temperature=1.0)  # what `wai train` passes (RunPlan.sampling())
+SETTINGS = {"max_tokens": MAX_TOKENS, "temperature": 1.0}  # METHOD's fields that a trace's own settings meet
 FROZEN = {"learning_rate": 0.0}  # an optimizer step that leaves the weights where they are
 
 
@@ -111,7 +112,9 @@ def test_flash_reinforce_admits_every_trace_with_no_drift_at_step_0(tmp_path: Pa
                          single_pass_tokens=10**6)
     assert all(result.update.admitted) and result.metrics["drift"] < 1e-6  # mean sequence KL, ~0
     assert [name for name, _, _ in spy.calls] == passes
-    assert all({**METHOD, **settings}.items() <= params.items() for _, _, params in spy.calls)  # the traces' own
+    # the traces' own, in the one type the loop samples with (the engine's SamplingParams)
+    assert all(isinstance(params, SamplingParams) and {**SETTINGS, **settings}.items() <= vars(params).items()
+               for _, _, params in spy.calls)
     bare = policy_step(_engine(), wai.FlashReinforce(), _without_field(rows), adam=FROZEN, sampling_params=METHOD,
                        single_pass_tokens=10**6)
     assert bare.metrics["drift"] > 1e-3  # at the method's: 0.087 (top-k 20; past trust 0.003), 0.0012 (T 0.25)
@@ -164,7 +167,7 @@ def test_a_mixed_batch_trains_in_two_passes_with_the_gradient_of_each_trace_unde
     for row, c in zip(rows, result.update.coefficients):
         if np.any(c):
             engine.forward_backward([datum(row, weights=np.asarray(c).tolist())], "cross_entropy",
-                                    sampling_params={**METHOD, **row["sampling"]})
+                                    sampling_params={**SETTINGS, **row["sampling"]})
     reference = engine.optim_step(FROZEN).grad_norm
     assert result.metrics["grad_norm"] == pytest.approx(reference, rel=1e-5)
     for row, c in zip(rows, result.update.coefficients):  # what scoring every trace at the method's would train

@@ -106,13 +106,14 @@ def _taught() -> tuple[Any, str]:
 
 
 def _sampled_by(engine: Any, n: int) -> list[dict[str, Any]]:
+    from whileai.engine.sampling import SamplingParams
     from whileai.envs import load_taskset, render_prompt
-    from whileai.loop.sources.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import rollouts
 
     taskset = load_taskset("builtin:case")
     tasks = taskset.split("train")[:n]
     rows = rollouts(engine, taskset, tasks, [render_prompt(engine.tokenizer, t) for t in tasks], [1] * n,
-                    Sampling(1.0, 4, True), 0, 0)
+                    SamplingParams(max_tokens=4, temperature=1.0), 0, 0, cap_is_answer_length=True)
     return [{k: r[k] for k in FIELDS} for r in rows]
 
 
@@ -383,15 +384,16 @@ def test_traces_written_by_a_policy_and_scored_by_a_program_raise_its_live_pass_
     taskset's grader (a program) scores them, and the file alone trains the model; pass@1 on the test split,
     sampled live before and after, rises with a paired interval above zero."""
     from whileai.engine import TrainingEngine
+    from whileai.engine.sampling import SamplingParams
     from whileai.envs import load_taskset, render_prompt
-    from whileai.loop.sources.rollouts import Sampling, rollouts
+    from whileai.loop.sources.rollouts import rollouts
 
     warm = wai.train(method="flash_reinforce", taskset="builtin:case", steps=1, warm_start_steps=14, eval_tasks=0,
                      rollouts_per_step=8, progress=False, run_dir=str(tmp_path / "warm"))
     engine, taskset = TrainingEngine(str(warm.weights), seed=0), load_taskset("builtin:case")
     tasks = taskset.split("train")[:512]
     rows = rollouts(engine, taskset, tasks, [render_prompt(engine.tokenizer, t) for t in tasks], [1] * len(tasks),
-                    Sampling(1.0, 4, True), 0, 0)
+                    SamplingParams(max_tokens=4, temperature=1.0), 0, 0, cap_is_answer_length=True)
     path = _write(tmp_path / "traces.jsonl", [{k: r[k] for k in FIELDS} for r in rows])
     run = wai.train(rows=str(path), method="flash_reinforce", model=str(warm.weights), eval_taskset="builtin:case",
                     steps=16, rollouts_per_step=32, learning_rate=1e-2, progress=False, export=False,

@@ -78,9 +78,14 @@ def test_strict_flag(capsys) -> None:
 
 
 def test_help_lists_every_method_the_writer_knows() -> None:
-    from whileai.cli.prime_rl_cmd import METHODS_HELP
+    from whileai.cli.prime_rl_cmd import methods_help
     from whileai.prime_rl.refusals import WHOLE_METHODS
     from whileai.prime_rl.writer import WRITERS
 
-    for name in [*WRITERS, *WHOLE_METHODS]:
-        assert f" {name}," in METHODS_HELP or f" {name} " in METHODS_HELP or METHODS_HELP.endswith(name), name
+    text = methods_help()
+    written = text.split("written: ")[1].split(";")[0]
+    for name in WRITERS:
+        assert f" {name}," in f" {written}," or f" {name} (as" in f" {written}", name
+    for name in [*WHOLE_METHODS, *wai.method_names()]:
+        assert f" {name}," in text or f" {name} " in text or f" {name};" in text, name
+    assert "grpo_nostd (as dr_grpo)" in written and "cispo" not in written  # a variant is written as its base

@@ -12,8 +12,8 @@ import torch
 
 from whileai.engine import AdamParams, SamplingParams
 from whileai.errors import BatchError
-from whileai.service.client import dumps
-from whileai.service.custom import custom_weights
+from whileai.trainers.custom import custom_weights
+from whileai.trainers.wai_client import dumps
 
 
 def test_importing_the_client_does_not_import_torch():
@@ -65,7 +65,7 @@ def test_an_export_archive_unpacks_the_same_with_or_without_pythons_data_filter(
     import tarfile
 
     from whileai.errors import WhileaiError
-    from whileai.service.client import _unpack
+    from whileai.trainers.wai_client import _unpack
 
     def archive(name: str) -> tarfile.TarFile:
         buffer = io.BytesIO()

@@ -31,7 +31,7 @@ def test_the_tinker_provider_advertises_the_upstream_losses(servers: tuple[Local
     ours = Client(front.url, front.token).capabilities()
     assert (theirs["provider"], ours["provider"]) == ("local", "tinker")
     assert ours["upstream"] == upstream.url and ours["losses"] == theirs["losses"]
-    assert "export_lora" not in ours["operations"]
+    assert "add_critic" not in ours["operations"] and "export_lora" in ours["operations"]
 
 
 # The same run through B and without it (weights and metrics): tests/loop/test_over_url.py, the --tinker-url chain.

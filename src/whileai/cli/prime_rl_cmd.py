@@ -21,11 +21,27 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-METHODS_HELP = ("method registry name: written: grpo, dr_grpo, max_rl, rae, rloo, opd, opsd, sft, async (with "
-                "--knob method=... --knob correction=ipo), and grpo_nostd, grpo_len_norm, sdpo (their engine loss "
-                "listed as ignored); refused with the reason: flash_reinforce, sao, bpco, ppo, dpo, rm, "
-                "groupwise_grading, reinforce_ada, and cispo, gspo, dppo, sapo, dapo, reinforce_pp, custom_loss "
-                "(no mapping)")
+def methods_help() -> str:
+    """The --method help, read from the registry and the writer: what is written, what is refused with the reason,
+    what has no mapping (a new method lands in one of these without an edit here)."""
+    from whileai.errors import ConfigError
+    from whileai.methods.registry import method, method_names
+    from whileai.prime_rl.refusals import WHOLE_METHODS
+    from whileai.prime_rl.writer import WRITERS
+
+    written: list[str] = []
+    unmapped: list[str] = []
+    refused = list(WHOLE_METHODS)
+    for name in method_names():
+        try:
+            built = type(method(name)).name
+        except ConfigError:  # a name whose defaults are not a method by themselves (async, groupwise_grading)
+            built = name
+        if name in WHOLE_METHODS:
+            continue
+        (written if built in WRITERS else unmapped).append(name if built == name else f"{name} (as {built})")
+    return (f"method registry name: written: {', '.join(written)}; refused with the reason: {', '.join(refused)}, "
+            f"and {', '.join(unmapped)} (no mapping)")
 
 
 def register(subparsers: Any) -> None:
@@ -36,7 +52,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--env", required=True, help="taskset id, e.g. reverse-text (an installed taskset package)")
     parser.add_argument("--env-field", action="append", default=[], metavar="FIELD=VALUE",
                         help="a field of the taskset's own config, e.g. split=train (repeatable)")
-    parser.add_argument("--method", required=True, help=METHODS_HELP)
+    parser.add_argument("--method", required=True, help=methods_help())
     parser.add_argument("--knob", action="append", default=[], metavar="FIELD=VALUE",
                         help="a field of the method object, e.g. rollouts_per_prompt=16 (repeatable; see `wai methods`)")
     parser.add_argument("--model", required=True, help="the model id or path to train, e.g. Qwen/Qwen3-0.6B")

@@ -57,7 +57,7 @@ class Distribution:
 PLAIN = Distribution()
 
 
-def scoring(sampling_params: Any) -> Distribution:
+def scoring(sampling_params: object) -> Distribution:
     """The ``Distribution`` of sampling settings: None (the model's own), a ``SamplingParams``, or a
     dict of its fields (only temperature, top_k and top_p change a distribution; ``max_tokens`` may be
     left out). Greedy (temperature 0) has no distribution to score under and is refused."""

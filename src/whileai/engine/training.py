@@ -16,7 +16,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -92,7 +92,15 @@ class AdamParams:
         return dict(ADAM_KNOBS)
 
 
-def as_params(cls: Any, value: Any, what: str) -> Any:
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+    from whileai.engine.sampling import SamplingParams
+
+P = TypeVar("P", bound="DataclassInstance")
+
+
+def as_params(cls: type[P], value: object, what: str) -> P:
     """``value`` as a ``cls`` (``AdamParams``/``SamplingParams``): an instance, or a dict of its fields
     (the JSON wire form); anything else, or an unknown field, raises ``ConfigError`` naming the fields."""
     if isinstance(value, cls):
@@ -367,7 +375,7 @@ class TrainingEngine:
             self.model.train(was)
 
     def _run(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None,
-             backward: bool, sampling_params: Any = None, reference: bool = False,
+             backward: bool, sampling_params: object = None, reference: bool = False,
              logprobs_for: Any = "every") -> ForwardBackwardOutput:
         spec = loss_spec(loss_fn)
         config = resolve_config(loss_fn, loss_fn_config)
@@ -393,7 +401,7 @@ class TrainingEngine:
         metrics = {"loss:sum": total, "num_tokens:sum": float(tokens), "num_datums:sum": float(len(items))}
         return ForwardBackwardOutput(outputs, metrics)
 
-    def _check_value_loss(self, loss_fn: str, sampling_params: Any, reference: bool) -> None:
+    def _check_value_loss(self, loss_fn: str, sampling_params: object, reference: bool) -> None:
         if self.critic is None:
             raise ConfigError(f"loss {loss_fn!r} trains the critic, and this engine has none: call "
                               "engine.add_critic(learning_rate=...) first")
@@ -426,7 +434,7 @@ class TrainingEngine:
         return float(loss_sum.detach())
 
     def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardBackwardOutput:
+                         *, sampling_params: object = None, logprobs_for: Any = "every") -> ForwardBackwardOutput:
         """Compute the summed loss of ``data`` and add its gradient to the accumulated one.
 
         ``sampling_params`` (a ``SamplingParams`` or a dict of its fields; None = the model's own
@@ -439,7 +447,7 @@ class TrainingEngine:
         return self._run(data, loss_fn, loss_fn_config, backward=True, sampling_params=sampling_params,
                          logprobs_for=logprobs_for)
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: Any = None,
+    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Any, *, sampling_params: object = None,
                                 logprobs_for: Any = "every") -> ForwardBackwardOutput:
         """One forward with gradients over all of ``data``, a loss of your own, one backward (Tinker's op).
 
@@ -497,7 +505,7 @@ class TrainingEngine:
                                                                                   dict(metrics).items()}})
 
     def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
-                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
+                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: object = None,
                 reference: bool = False, logprobs_for: Any = "every") -> ForwardBackwardOutput:
         """The same loss and metrics as ``forward_backward``, without gradients (eval mode).
 
@@ -514,7 +522,7 @@ class TrainingEngine:
                              reference=reference, logprobs_for=logprobs_for)
 
     # ------------------------------------------------------------------ optimizer
-    def optim_step(self, adam_params: AdamParams | Mapping[str, Any] | None = None) -> OptimStepOutput:
+    def optim_step(self, adam_params: AdamParams | Mapping[str, float] | None = None) -> OptimStepOutput:
         """One AdamW step on the accumulated gradients, then clear them. Returns the norm before clipping.
 
         A critic with accumulated gradients (from ``ppo_critic``) takes a step of its own optimizer.
@@ -574,7 +582,7 @@ class TrainingEngine:
 
     @torch.no_grad()
     def compute_logprobs(self, tokens: Sequence[int], top_k: int = 0, *, reference: bool = False,
-                         sampling_params: Any = None) -> dict[str, Any]:
+                         sampling_params: object = None) -> dict[str, Any]:
         """Per-token log-probabilities of a sequence (``None`` for the first token, which has no context).
 
         ``top_k > 0`` also returns, at every position, the ``top_k`` most likely tokens as
@@ -632,7 +640,8 @@ class TrainingEngine:
                 for n, p in self.named_params.items():
                     p.copy_(current[n])
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any, *,
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int,
+               sampling_params: SamplingParams | Mapping[str, object] | None, *,
                version: int | None = None) -> list[Any]:
         """Sample continuations (KV cache, batched). One prompt -> a list of ``SampledSequence``;
         a list of prompts -> one such list per prompt. ``sampling_params`` is a ``SamplingParams`` or a

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from whileai.errors import ConfigError
 from whileai.loop.hooks.warm_start import warm_start
@@ -24,26 +24,29 @@ from whileai.trainers import Trainer, refusals
 
 if TYPE_CHECKING:
     from whileai.envs.core import Taskset
+    from whileai.loop.sources.traces import RowsFile
+    from whileai.methods.base import Method
+    from whileai.rows.stats import Rows
 
 PROBE_TASKS, PROBE_ROLLOUTS = 16, 8  # what --method auto routes on when no rows are given
 
 
-def route_method(config: TrainConfig, plan: RunPlan, trainer: Trainer, taskset: Taskset | None, rows: Any, run_dir: Path,
-                 state: LoopState) -> tuple[TrainConfig, RunPlan, Any]:
+def route_method(config: TrainConfig, plan: RunPlan, trainer: Trainer, taskset: Taskset | None, rows: RowsFile | None,
+                 run_dir: Path, state: LoopState) -> tuple[TrainConfig, RunPlan, Method]:
     """The config, plan and method route chose; the warm start is done here (on the model the probe samples)."""
     origins = {k: s for k, s in plan.sources if s in (USER, FILE)}
     probe = make_plan(config, origins, FlashReinforce(), taskset)  # sampling settings for the probe only
     if probe.warm_start_steps:
         warm_start(trainer, taskset, probe)
     state.warm_start_done = True
-    ask: Any
+    ask: Rows
     if rows is not None:  # the file's tasks, rewards and models (which model wrote them, or none)
         ask = rows.graded()
     else:  # probe rollouts come from the model being trained (a run without rows has a taskset: checked)
         assert taskset is not None
         tasks = taskset.split("train")[:PROBE_TASKS]
         sampled = rollouts(trainer, taskset, tasks, prompts(trainer.tokenizer, tasks), [PROBE_ROLLOUTS] * len(tasks),
-                           probe.sampling(), config.seed, -1)
+                           probe.sampling(), config.seed, -1, cap_is_answer_length=probe.cap_is_answer_length)
         ask = [{"task_id": r["task_id"], "reward": r["reward"], "truncated": r["truncated"], "model": config.model}
                for r in sampled]
     answer = route(ask, model=config.model, threshold=PASS)

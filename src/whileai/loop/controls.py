@@ -38,7 +38,10 @@ from whileai.rows.stats import GAIN, LOSS, TABLE_HEADER, compare, format_table
 if TYPE_CHECKING:
     from whileai.envs.core import Task, Taskset
     from whileai.loop.run import Run
+    from whileai.rows.stats import Comparison
 
+RowsSource = str | Path | Sequence[Mapping[str, Any]]
+"""rows given to a control: a JSONL path or a list of row dicts"""
 CONTROLS: tuple[str, ...] = ("random-reward", "random-selection")
 CONTROL_SEEDS = 5  # training seeds per arm; at 2 the seed-paired t-interval (1 dof) rarely shows a real gain
 REWARD_MEMORY = 256  # how many recent training rewards a random reward is drawn from
@@ -83,9 +86,9 @@ class Controls:
     dir: Path
     method: str
     seeds: tuple[int, ...]
-    runs: dict[str, list[Any]]
+    runs: dict[str, list[Run]]
     """arm name ('real', then each control) -> its ``Run`` per seed"""
-    comparisons: dict[str, Any]
+    comparisons: dict[str, Comparison]
     """control name -> ``compare(control, real)`` on held-out pass@1"""
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,7 +108,7 @@ class Controls:
         return "\n".join(lines)
 
 
-def _meaning(control: str, comparison: Any) -> str:
+def _meaning(control: str, comparison: Comparison) -> str:
 
     what = "reward" if control == "random-reward" else "selection"
     low, high = comparison.ci95
@@ -120,7 +123,7 @@ def _meaning(control: str, comparison: Any) -> str:
 
 
 def train_with_controls(controls: Sequence[str], *, seeds: int | Sequence[int] = CONTROL_SEEDS,
-                        select_from: Any = None, progress: bool = False, **train: Any) -> Controls:
+                        select_from: RowsSource | None = None, progress: bool = False, **train: Any) -> Controls:
     """Train the real arm and each control in ``controls`` at every seed, on one budget; compare each control
     with the real arm on held-out pass@1 (``wai.compare``). ``train`` holds ``wai.train``'s arguments (not
     ``seed`` or ``resume``). ``seeds``: how many seeds per arm, counted up from ``train['seed']`` (default 0),
@@ -170,7 +173,7 @@ def _seeds(seeds: int | Sequence[int], first: int) -> list[int]:
     return out
 
 
-def _check(controls: Sequence[str], select_from: Any, train: Mapping[str, Any]) -> None:
+def _check(controls: Sequence[str], select_from: RowsSource | None, train: Mapping[str, Any]) -> None:
     """Every problem with the request at once, before any model is built."""
     problems = []
     unknown = [c for c in controls if c not in CONTROLS]
@@ -192,7 +195,8 @@ def _check(controls: Sequence[str], select_from: Any, train: Mapping[str, Any]) 
         raise ConfigError("\n".join(["controls:", *(f"  - {p}" for p in problems)]))
 
 
-def _control_arm(name: str, train: Mapping[str, Any], taskset: Taskset | None, select_from: Any, seed: int) -> dict[str, Any]:
+def _control_arm(name: str, train: Mapping[str, Any], taskset: Taskset | None, select_from: RowsSource | None,
+                 seed: int) -> dict[str, Any]:
     """``wai.train``'s arguments for the control ``name`` at ``seed``. A control trains on the budget the real
     arm had whatever its first batch shows (its rewards are noise on purpose), so the preflight does not stop it."""
     arm = {**train, "force": True}
@@ -233,7 +237,7 @@ def _taskset(train: Mapping[str, Any]) -> Taskset | None:
     return load_taskset(resolved.taskset, **resolved.taskset_options)
 
 
-def _rows(rows: Any, where: str) -> list[dict[str, Any]]:
+def _rows(rows: object, where: str) -> list[dict[str, Any]]:
     if isinstance(rows, (str, Path)):
         return [dict(r) for r in load_rows(str(rows))]
     if not isinstance(rows, Sequence) or not all(isinstance(r, Mapping) for r in rows):
@@ -258,7 +262,7 @@ def _held_out_rows(run: Run) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _pooled(runs: Sequence[Any]) -> list[dict[str, Any]]:
+def _pooled(runs: Sequence[Run]) -> list[dict[str, Any]]:
     """Every seed's held-out rows, each marked with its seed (``compare`` reads it)."""
     return [{"task_id": r["task_id"], "reward": r["reward"], "seed": str(run.config.seed)}
             for run in runs for r in _held_out_rows(run)]

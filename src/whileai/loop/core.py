@@ -37,7 +37,7 @@ def run_loop(trainer: Trainer, method: Method, plan: RunPlan, batches: Batches, 
     spec = method.run_spec()
     warmup = spec.critic.warmup if spec.critic is not None else 0  # critic-only steps before the policy moves
     queue = LagQueue(plan.lag, state.queue)
-    scoring = plan.sampling().scoring()
+    scoring = plan.sampling()
     single_pass = single_pass_budget(spec, plan.micro_batch_tokens)  # the step's path, chosen once for the run
     started = time.perf_counter()
     while state.step < plan.steps:

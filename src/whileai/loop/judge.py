@@ -15,6 +15,7 @@ from whileai.loop.step import critic_values
 if TYPE_CHECKING:
     from whileai.envs.core import Task
     from whileai.loop.run import Run
+    from whileai.trainers import Trainer
 
 
 class Judge:
@@ -26,7 +27,7 @@ class Judge:
     judge with ``threshold=`` set on its scale.
     """
 
-    def __init__(self, engine: Any, source: str) -> None:
+    def __init__(self, engine: Trainer, source: str) -> None:
         self.engine, self.source = engine, source
 
     def scores(self, rows: Sequence[Mapping[str, Any]]) -> list[float]:
@@ -42,7 +43,7 @@ class Judge:
 
 def reward_model(run: Run | str | Path) -> Judge:
     """The judge a reward-model run (``wai.train(method="rm", rows=...)``) trained: a ``Run`` or its directory."""
-    from whileai.engine import TrainingEngine  # torch: loaded only when a judge is made
+    from whileai.trainers.engine import EngineTrainer  # torch: loaded only when a judge is made
 
     folder = Path(run) if isinstance(run, (str, Path)) else run.dir
     if not (folder / "config.toml").is_file():
@@ -53,7 +54,7 @@ def reward_model(run: Run | str | Path) -> Judge:
     if problems or method is None or method.run_spec().head != "score":
         raise ConfigError(f"reward_model: the run in {str(folder)!r} trained {config.method!r}, which has no scalar "
                           "head; train one with wai.train(method='rm', rows=...)")
-    engine = TrainingEngine(config.model, lora_rank=config.lora_rank, seed=config.seed, device=config.device)
+    engine = EngineTrainer(config.model, lora_rank=config.lora_rank, seed=config.seed, device=config.device)
     engine.add_critic(1e-3)  # the rate is unused: the judge only reads the head
     engine.load_state(str(folder / "checkpoint"))
     return Judge(engine, str(folder))

@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
     from whileai.envs.core import Taskset
     from whileai.methods.base import Method
+
+RowsGiven = str | Sequence[Mapping[str, Any]] | None
+"""``train(rows=)``: a JSONL path, or rows as dicts (SFT, DPO, RM train on them as pushed)"""
 
 LOCK_FILE = "run.lock"
 """RUN_DIR/run.lock: the process training the run (pid and host), there while it runs; a resume of a run whose
@@ -99,9 +102,9 @@ class Run:
 
 
 # ----------------------------------------------------------------------------- the run
-def train(config: TrainConfig | None = None, *, method: Method | str | None = None, rows: Any = None, taskset: Any = "",
-          resume: str | None = None, config_file: str | None = None, token: str | None = None,
-          **overrides: Any) -> Run:
+def train(config: TrainConfig | None = None, *, method: Method | str | None = None, rows: RowsGiven = None,
+          taskset: Taskset | str | None = "", resume: str | None = None, config_file: str | None = None,
+          token: str | None = None, **overrides: object) -> Run:
     """Train a model; return the run. Keyword arguments override the config's fields (see ``TrainConfig``).
 
     ``method``: a name, 'auto', or a method object. ``rows``: a JSONL path or a list of row dicts (SFT, DPO,
@@ -122,8 +125,9 @@ def train(config: TrainConfig | None = None, *, method: Method | str | None = No
     return _start(config, origins, method_obj, rows_data, taskset_obj, token)
 
 
-def _inputs(config: TrainConfig | None, method: Method | str | None, rows: Any, taskset: Taskset | None, config_file: str | None,
-            overrides: dict[str, Any]) -> tuple[TrainConfig, dict[str, str], Any, Any, Any]:
+def _inputs(config: TrainConfig | None, method: Method | str | None, rows: RowsGiven, taskset: Taskset | str | None,
+            config_file: str | None, overrides: dict[str, object]
+            ) -> tuple[TrainConfig, dict[str, str], Method | None, Sequence[Mapping[str, Any]] | None, Taskset | None]:
     """The config (defaults, then the file, then the arguments) and where each set field came from."""
     if isinstance(method, str):
         overrides["method"] = method
@@ -151,7 +155,8 @@ def _inputs(config: TrainConfig | None, method: Method | str | None, rows: Any, 
     return built, origins, method_obj, rows_data, taskset_obj
 
 
-def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None, rows_data: Any,
+def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None,
+             rows_data: Sequence[Mapping[str, Any]] | None,
              taskset_obj: Taskset | None) -> tuple[Method | None, Taskset | None, RunPlan]:
     """The method, the taskset and the plan, or every problem at once (nothing loads)."""
     method, problems = resolve_method(config, method_obj)
@@ -170,15 +175,16 @@ def _prepare(config: TrainConfig, origins: Mapping[str, str], method_obj: Method
     return method, taskset, plan
 
 
-def dry_run(config: TrainConfig | None = None, *, method: Method | str | None = None, rows: Any = None, taskset: Any = "",
-            config_file: str | None = None, **overrides: Any) -> RunPlan:
+def dry_run(config: TrainConfig | None = None, *, method: Method | str | None = None, rows: RowsGiven = None,
+            taskset: Taskset | str | None = "", config_file: str | None = None, **overrides: object) -> RunPlan:
     """The run plan ``train`` would use, checked, with nothing loaded or written (``wai train --dry-run``)."""
     config_obj, origins, method_obj, rows_data, taskset_obj = _inputs(config, method, rows, taskset, config_file,
                                                                       overrides)
     return _prepare(config_obj, origins, method_obj, rows_data, taskset_obj)[2]
 
 
-def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None, rows_data: Any,
+def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method | None,
+           rows_data: Sequence[Mapping[str, Any]] | None,
            taskset_obj: Taskset | None,
            token: str | None) -> Run:
     method, taskset, plan = _prepare(config, origins, method_obj, rows_data, taskset_obj)

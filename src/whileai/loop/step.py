@@ -14,6 +14,7 @@ own ``sampling``). Nothing here reads a method's attributes or name: only ``run_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -27,6 +28,8 @@ from whileai.loop.types import Adam, Scoring
 from whileai.methods.run_spec import RunSpec
 
 if TYPE_CHECKING:
+    import torch
+
     from whileai.methods.base import Method, Update
     from whileai.trainers import Trainer
 
@@ -86,17 +89,16 @@ def completion_part(values: ArrayLike, n: int) -> list[float]:
     return np.asarray(values, dtype=np.float64)[-n:].tolist()
 
 
-def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring) -> list[tuple[Any, list[int]]]:
+def by_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring) -> list[tuple[Scoring, list[int]]]:
     """The rows grouped by the distribution their tokens are scored under, as ``(sampling_params, indices)``
     in order of first appearance. A row's own ``sampling`` (the temperature / top_p / top_k a logged trace
     was sampled with; a null one is not stated) replaces the run's ``sampling_params`` for that row."""
     if not any(r.get("sampling") for r in rows):
         return [(sampling_params, list(range(len(rows))))]
-    base = _settings(sampling_params)
-    groups: dict[tuple[float, float, int], tuple[Any, list[int]]] = {}
+    groups: dict[tuple[float, float, int], tuple[Scoring, list[int]]] = {}
     for i, row in enumerate(rows):
         own = {k: v for k, v in (row.get("sampling") or {}).items() if k in SCORED and v is not None}
-        params = {**base, **own} if own else sampling_params
+        params = _with_own(sampling_params, own) if own else sampling_params
         groups.setdefault(_distribution_key(params), (params, []))[1].append(i)
     return list(groups.values())
 
@@ -105,11 +107,21 @@ def per_distribution(rows: Sequence[Mapping[str, Any]], sampling_params: Scoring
                      call: Callable[[list[Mapping[str, Any]], Scoring], Sequence[T]]) -> list[T]:
     """``call(group_rows, group_sampling_params)`` once per group of ``by_distribution`` (one list of
     per-row results each), the results put back in row order."""
-    out: list[Any] = [None] * len(rows)
+    out: dict[int, T] = {}
     for params, indices in by_distribution(rows, sampling_params):
         for i, value in zip(indices, call([rows[i] for i in indices], params)):
             out[i] = value
-    return out
+    return [out[i] for i in range(len(rows))]
+
+
+def _with_own(sampling_params: Scoring, own: Mapping[str, Any]) -> Scoring:
+    """The run's settings with a trace's own in their place: the engine's ``SamplingParams`` stays one (the loop's
+    one sampling-parameters type); the dict form (a caller's, the wire's) stays a dict."""
+    from whileai.engine.sampling import SamplingParams
+
+    if isinstance(sampling_params, SamplingParams):
+        return dataclasses.replace(sampling_params, **own)
+    return {**_settings(sampling_params), **own}
 
 
 def _settings(sampling_params: Scoring) -> dict[str, Any]:
@@ -203,7 +215,7 @@ def fill(trainer: Trainer, rows: list[dict[str, Any]], needs: Sequence[str], sam
     missing = [n for n in needs if any(FILLED_AS.get(n, n) not in r for r in rows)]
     for name in missing:
         if name == "values":
-            filled: Sequence[Any] = critic_values(trainer, rows)
+            filled: Sequence[object] = critic_values(trainer, rows)
         elif name == "ref_logprobs":
             filled = score(trainer, rows, sampling_params=sampling_params, reference=True)
         elif name == "teacher_topk" and all("teacher_topk_tokens" in r for r in rows):
@@ -283,7 +295,7 @@ def _update(trainer: Trainer, method: Method, work: list[dict[str, Any]], state:
 
 
 def _policy_backward(trainer: Trainer, spec: RunSpec, update: Update, work: list[dict[str, Any]],
-                     groups: list[tuple[Any, list[int]]]) -> dict[str, float]:
+                     groups: list[tuple[Scoring, list[int]]]) -> dict[str, float]:
     """The policy's gradient, one call per distribution (each log pi differentiated is the one scored): the
     coefficients as the kernel's weights, or the advantages through the run spec's named loss."""
     metrics: dict[str, float] = {}  # no loss key when nothing was trained (every coefficient 0)
@@ -340,14 +352,14 @@ def fits(rows: Sequence[Mapping[str, Any]], single_pass_tokens: int) -> bool:
 
 def _single_pass(trainer: Trainer, method: Method, work: list[dict[str, Any]], state: MethodState,
                  sampling_params: Scoring,
-                 needs: Sequence[str]) -> tuple[Any, dict[str, float]]:
+                 needs: Sequence[str]) -> tuple[Update, dict[str, float]]:
     """Score and train in one forward: the log-probabilities (detached) go to the update, whose coefficients
     weight the same tensors for the backward. Equal to score-then-forward_backward, one forward cheaper."""
     import torch
 
-    holder: dict[str, Any] = {}
+    holder: dict[str, Update] = {}
 
-    def loss_fn(data: Any, logprobs: list[Any]) -> tuple[Any, dict[str, float]]:
+    def loss_fn(data: Sequence[Mapping[str, object]], logprobs: list[torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         for row, lp in zip(work, logprobs):
             row["logprobs"] = lp.detach().cpu().tolist()
         update = holder["update"] = _update(trainer, method, work, state, needs, sampling_params)
@@ -402,7 +414,7 @@ def score_head_step(trainer: Trainer, method: Method, rows: Sequence[Mapping[str
     return StepResult(update, None, metrics)
 
 
-def _critic_backward(trainer: Trainer, rows: Sequence[Mapping[str, Any]], targets: Sequence[Any]) -> float:
+def _critic_backward(trainer: Trainer, rows: Sequence[Mapping[str, Any]], targets: Sequence[ArrayLike]) -> float:
     """Accumulate the value head's gradient: 1/2 (V - target)^2 summed over the action tokens (the methods
     reference: the critic trains toward R at every action token; a tool's tokens are not fitted)."""
     data = []

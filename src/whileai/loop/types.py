@@ -18,12 +18,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.envs import render_prompt
+from whileai.errors import ConfigError
 from whileai.trainers.base import Adam as Adam  # the trainer's types, where the loop's rooms read them
 from whileai.trainers.base import LogprobsFor as LogprobsFor
 from whileai.trainers.base import Scoring as Scoring
 from whileai.trainers.base import Tokenizer as Tokenizer
 
 if TYPE_CHECKING:  # the plan is resolved above the loop's types; a Loop only carries it
+    from whileai.engine.training import TrainingEngine
+    from whileai.envs.core import Task
     from whileai.loop.hooks.teacher import RunTeacher
     from whileai.loop.plan.run_plan import RunPlan
     from whileai.loop.step import StepResult
@@ -119,6 +122,17 @@ class Source:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
 
-def prompts(tokenizer: Tokenizer, tasks: Sequence[Any]) -> list[list[int]]:
+def engine_of(trainer: Trainer, needs: str) -> TrainingEngine:
+    """``trainer`` as the in-process engine, for what reads its weights (``needs``: which part, for the error):
+    weight sync to an inference server, an EMA teacher."""
+    from whileai.engine.training import TrainingEngine
+
+    if not isinstance(trainer, TrainingEngine):
+        raise ConfigError(f"{needs} reads the weights of the trainer in this process, and the trainer is a "
+                          f"{type(trainer).__name__} (--url): train in-process (drop --url) for it")
+    return trainer
+
+
+def prompts(tokenizer: Tokenizer, tasks: Sequence[Task]) -> list[list[int]]:
     """The tokens of each task's prompt (one rendering, ``whileai.envs.render_prompt``, everywhere)."""
     return [render_prompt(tokenizer, t) for t in tasks]

@@ -14,7 +14,7 @@ import json
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, dataclass_transform
 
 import numpy as np
 
@@ -66,23 +66,52 @@ def _knob_field(method: str, name: str) -> Any:
     return field(default=spec.value, metadata={"knob": spec})
 
 
+def _row_of(cls: type) -> str | None:
+    """The knob table row of ``cls``: its ``name``, or the ``knob_row`` a base class without a name reads."""
+    return cls.__dict__.get("name") or cls.__dict__.get("knob_row")
+
+
 def _declare_knobs(cls: type) -> None:
-    """Each ``knob()`` field ``cls`` declares becomes its row's field (runs before ``@dataclass``)."""
+    """Each ``knob()`` field ``cls`` declares becomes its row's field (runs before ``@dataclass``); a shared
+    base's (``Sampled``) stay as they are, for the classes below it to place."""
     for attr, value in list(cls.__dict__.items()):
         if isinstance(value, dataclasses.Field) and KNOB_ROW in value.metadata:
-            setattr(cls, attr, _knob_field(value.metadata[KNOB_ROW] or cls.__dict__["name"], attr))
+            if row := value.metadata[KNOB_ROW] or _row_of(cls):
+                setattr(cls, attr, _knob_field(row, attr))
 
 
-def _bind_own_row(cls: type) -> None:
-    """A knob field ``cls`` inherits takes its default and rule from ``cls``'s own row where that row names
-    it, so a subclass declares only the fields it adds (runs before ``@dataclass``, which keeps the
+def _place_shared(cls: type, row: str) -> None:
+    """Each knob of a ``shared`` base above ``cls`` that no dataclass base of ``cls`` has yet becomes ``cls``'s own
+    field, placed after the knob that comes before it in ``cls``'s row of the knob table (runs before
+    ``@dataclass``), so the field order, the repr and positional construction are those the class had when it
+    wrote the field itself."""
+    have = getattr(cls, "__dataclass_fields__", {})
+    own: dict[str, Any] = dict(cls.__dict__.get("__annotations__", {}))
+    names, table = list(own), list(DEFAULTS.get(row, {}))
+    for base in reversed(cls.__mro__):
+        for name, kind in (base.__dict__.get("__annotations__", {}) if base in SHARED else {}).items():
+            if name in have or name in own:
+                continue
+            if name not in table:
+                raise TypeError(f"{cls.__name__} derives from {base.__name__} but its row {row!r} of the knob table "
+                                f"(methods/defaults.py) has no {name!r}")
+            before = [k for k in table[:table.index(name)] if k in names]
+            names.insert(names.index(before[-1]) + 1 if before else 0, name)
+            own[name] = kind
+            setattr(cls, name, _knob_field(row, name))
+    cls.__annotations__ = {n: own[n] for n in names}
+
+
+def _bind_own_row(cls: type, name: str) -> None:
+    """A knob field ``cls`` inherits takes its default and rule from ``cls``'s own row (``name``) where that row
+    names it, so a subclass declares only the fields it adds (runs before ``@dataclass``, which keeps the
     inherited field's place in the order)."""
-    row = DEFAULTS.get(cls.name, {})  # type: ignore[attr-defined]
+    row = DEFAULTS.get(name, {})
     own = cls.__dict__.get("__annotations__", {})
     for f in getattr(cls, "__dataclass_fields__", {}).values():
         if "knob" in f.metadata and f.name in row and f.name not in own:
             cls.__annotations__[f.name] = f.type
-            setattr(cls, f.name, _knob_field(cls.name, f.name))  # type: ignore[attr-defined]
+            setattr(cls, f.name, _knob_field(name, f.name))
 
 
 # The run spec's settings a method declares as fields (or class attributes) of the same name: ``run_spec()``
@@ -117,8 +146,10 @@ class Method(metaclass=_Built):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _declare_knobs(cls)
+        if row := _row_of(cls):
+            _place_shared(cls, row)
+            _bind_own_row(cls, row)
         if "name" in cls.__dict__ and cls.name:
-            _bind_own_row(cls)
             REGISTRY[cls.name] = cls
 
     def __post_init__(self) -> None:
@@ -218,6 +249,37 @@ class Method(metaclass=_Built):
     def knobs(cls) -> dict[str, Knob]:
         """The declared defaults of this method, by field name."""
         return {f.name: f.metadata["knob"] for f in dataclasses.fields(cls) if "knob" in f.metadata}
+
+
+# The sampling knobs, declared once: a method the loop samples for derives from ``Sampled`` (``SampledPerPrompt``
+# when it draws several rollouts per prompt); its own row of the knob table holds its paper values.
+SHARED: list[type] = []
+"""the bases whose knobs each method below them takes as its own fields (``_place_shared``)"""
+M = TypeVar("M", bound=type)
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+def shared(cls: M) -> M:
+    """A base whose knobs are declared once for the methods below it. To the type checker they are keyword-only
+    fields (``wai.GRPO(temperature=0.7)`` is checked); at run time each method takes them as its own fields at
+    its row's place (``_place_shared``): the field order, repr and positional construction it had before."""
+    SHARED.append(cls)
+    return cls
+
+
+@shared
+class Sampled(Method):
+    """A method whose rows the loop samples: the temperature they are drawn (and scored) at and the generation cap."""
+
+    temperature: float = knob()
+    max_tokens: int = knob()
+
+
+@shared
+class SampledPerPrompt(Sampled):
+    """A sampled method that draws ``rollouts_per_prompt`` rollouts of each prompt (a group, or several samples)."""
+
+    rollouts_per_prompt: int = knob()
 
 
 @dataclass

@@ -26,7 +26,7 @@ import numpy as np
 
 from whileai.errors import BatchError
 from whileai.methods._ops import agree, far_outside, gae_advantages, no_behavior_note, unclipped_is_min
-from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.base import Sampled, Update, knob, plural, trajectory_list
 from whileai.methods.defaults import DEFAULTS
 from whileai.methods.run_spec import CriticSpec
 from whileai.rows.batch import Batch
@@ -66,7 +66,7 @@ def _token_place(batch: Batch, token: int) -> str:
 
 
 @dataclass(frozen=True)
-class SAO(Method):
+class SAO(Sampled):
     """SAO, single-rollout asynchronous optimization (Hou et al. 2026, arXiv:2607.07508).
 
     A value critic in place of the group, length-adaptive GAE that skips observation tokens (Eq. 4-5),
@@ -89,8 +89,6 @@ class SAO(Method):
     gae_alpha: float = knob()
     critic_steps: int = knob()
     critic_warmup: int = knob()
-    temperature: float = knob()
-    max_tokens: int = knob()
     critic_learning_rate: float = knob()
 
     run_settings = {"max_lag": None, "needs": ("values",)}  # the ratio band masks what a stale sampler moved
@@ -153,7 +151,7 @@ class _Bound:
 
 
 @dataclass(frozen=True)
-class BPCO(Method):
+class BPCO(Sampled):
     """BPCO, best-practice critic optimization (Qi et al. 2026, arXiv:2608.23566).
 
     A critic bounded to the reward's range (Eq. 9, ``bound(z)``), Monte Carlo value targets (R at every
@@ -179,8 +177,6 @@ class BPCO(Method):
     gae_alpha: float = knob()
     reward_range: tuple[float, float] = knob()
     critic_warmup: int = knob()
-    temperature: float = knob()
-    max_tokens: int = knob()
     learning_rate: float = knob()
     critic_learning_rate: float = knob()
 

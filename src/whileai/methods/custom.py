@@ -26,7 +26,7 @@ import numpy as np
 
 from whileai.errors import BatchError
 from whileai.methods import losses
-from whileai.methods.base import Method, Update, knob
+from whileai.methods.base import SampledPerPrompt, Update, knob
 from whileai.methods.run_spec import FILLABLE
 from whileai.rows.batch import Batch
 
@@ -34,7 +34,7 @@ AdvantageFn = Callable[[Batch], Any]
 
 
 @dataclass(frozen=True)
-class CustomLoss(Method):
+class CustomLoss(SampledPerPrompt):
     """A user's advantage function (``advantages``) under an engine ``loss``; the other knobs say how to sample.
 
     ``needs`` lists row fields the loop must fill before the update (keys of ``RunSpec``'s ``FILLABLE``,
@@ -47,9 +47,6 @@ class CustomLoss(Method):
     loss: str = knob()
     clip: float = knob()
     clip_high: float | None = knob()
-    rollouts_per_prompt: int = knob()
-    temperature: float = knob()
-    max_tokens: int = knob()
     needs: tuple[str, ...] = ()
 
     def _check(self) -> list[str]:

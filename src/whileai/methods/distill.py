@@ -55,7 +55,7 @@ import numpy as np
 from whileai.endpoints import Endpoint
 from whileai.errors import BatchError
 from whileai.methods._ops import agree
-from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.base import SampledPerPrompt, Update, knob, plural, trajectory_list
 from whileai.methods.run_spec import TeacherSpec
 from whileai.methods.supervised import mean_ratio
 from whileai.rows.batch import TOPK_FIELDS, Batch
@@ -137,7 +137,7 @@ def keep_top(teacher_NK: np.ndarray, top_k: int) -> np.ndarray:
 
 # --------------------------------------------------------------------- the shared update
 @dataclass(frozen=True)
-class _Distill(Method):
+class _Distill(SampledPerPrompt):
     """Shared update of OPD and OPSD (fields top_k and divergence come from the subclass)."""
 
     run_settings = {"max_lag": None}
@@ -287,11 +287,8 @@ class OPD(_Distill):
 
     teacher: Endpoint | None = None
     top_k: int = knob()
-    rollouts_per_prompt: int = knob()
     divergence: str = knob()
     max_ratio: float | None = knob()
-    temperature: float = knob()
-    max_tokens: int = knob()
     loss: str = knob()
     kl_coef: float = knob()
 
@@ -337,11 +334,8 @@ class OPSD(_Distill):
     privileged: str = knob()
     anchor: str = knob()
     top_k: int = knob()
-    rollouts_per_prompt: int = knob()
     divergence: str = knob()
     max_ratio: float | None = knob()
-    temperature: float = knob()
-    max_tokens: int = knob()
     loss: str = knob()
     kl_coef: float = knob()
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from whileai.methods._ops import no_behavior_note
-from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.base import Sampled, Update, knob, plural, trajectory_list
 from whileai.rows.batch import Batch
 
 
@@ -50,15 +50,13 @@ def bernoulli_kl(behavior_logprobs: np.ndarray, logprobs: np.ndarray,
 
 
 @dataclass(frozen=True)
-class FlashReinforce(Method):
+class FlashReinforce(Sampled):
     """Critic-free REINFORCE for one rollout per prompt (Hu et al. 2026, FlashREINFORCE)."""
 
     name = "flash_reinforce"
 
     trust: float = knob()
     off_policy_steps: int = knob()
-    temperature: float = knob()
-    max_tokens: int = knob()
 
     def _run_spec(self) -> dict[str, Any]:
         return {"max_lag": self.off_policy_steps}

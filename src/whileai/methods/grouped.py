@@ -27,14 +27,14 @@ import dataclasses
 import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from whileai.errors import ConfigError
 from whileai.methods import losses
 from whileai.methods._ops import Groups, agree, far_outside, group_by, group_stats, unclipped_is_min
-from whileai.methods.base import Method, Update, knob, plural, trajectory_list
+from whileai.methods.base import SampledPerPrompt, Update, knob, plural, trajectory_list
 from whileai.rows.batch import Batch
 
 GROUP_WHY = "rollouts of the same prompt share a task_id and are compared with each other"
@@ -220,7 +220,7 @@ def named_loss_update(batch: Batch, method: Any, advantage_N: np.ndarray, admitt
 
 # --------------------------------------------------------------------- GRPO
 @dataclass(frozen=True)
-class GRPO(Method):
+class GRPO(SampledPerPrompt):
     """GRPO (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300, Eq. 3-4), with Dr. GRPO and BNPO weights.
 
     Rows sharing a ``task_id`` form a group; over the rows of a group that count (see ``truncated``)::
@@ -255,15 +255,12 @@ class GRPO(Method):
 
     name = "grpo"
 
-    rollouts_per_prompt: int = knob()
     clip: float = knob()
     clip_high: float | None = knob()
     dual_clip: float | None = knob()
     beta: float = knob()
     loss_type: str = knob()
     truncated: str = knob()
-    max_tokens: int = knob()
-    temperature: float = knob()
     loss: str = knob()
 
     run_settings = {"max_lag": None, "min_rollouts_per_prompt": 2}
@@ -454,18 +451,16 @@ def mean_normalized(rewards_B: np.ndarray, groups: Groups, unanimous_G: np.ndarr
 
 
 @dataclass(frozen=True)
-class GroupBaseline(Method):
+class GroupBaseline(SampledPerPrompt):
     """RLOO's and MaxRL's shared machinery: a group of ``rollouts_per_prompt``, any lag, the method's loss, and
     ``baseline_update`` with the subclass's advantage rule. The knobs are declared here with RLOO's row;
     each subclass's own row gives their defaults (``Method``)."""
 
-    rollouts_per_prompt: int = knob("rloo")
-    clip: float = knob("rloo")
-    clip_high: float | None = knob("rloo")
-    dual_clip: float | None = knob("rloo")
-    max_tokens: int = knob("rloo")
-    temperature: float = knob("rloo")
-    loss: str = knob("rloo")
+    knob_row: ClassVar[str] = "rloo"
+    clip: float = knob()
+    clip_high: float | None = knob()
+    dual_clip: float | None = knob()
+    loss: str = knob()
 
     run_settings = {"max_lag": None, "min_rollouts_per_prompt": 2}
 
@@ -522,7 +517,7 @@ class MaxRL(GroupBaseline):
 
 # --------------------------------------------------------------------- RAE
 @dataclass(frozen=True)
-class RAE(Method):
+class RAE(SampledPerPrompt):
     """RAE (SPIRAL, Liu et al. 2025, arXiv:2506.24119): a running reward baseline per agent.
 
     In batch order, for each trajectory i of agent a (the row's ``agent``; one shared agent when no
@@ -541,12 +536,9 @@ class RAE(Method):
     name = "rae"
 
     decay: float = knob()
-    rollouts_per_prompt: int = knob()
     clip: float = knob()
     clip_high: float | None = knob()
     dual_clip: float | None = knob()
-    max_tokens: int = knob()
-    temperature: float = knob()
     _baselines: dict[Any, float] = dataclasses.field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

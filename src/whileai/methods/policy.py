@@ -26,7 +26,7 @@ import numpy as np
 
 from whileai.methods import losses
 from whileai.methods._ops import Groups, group_by, group_stats
-from whileai.methods.base import Method, Update, knob, plural
+from whileai.methods.base import SampledPerPrompt, Update, knob, plural
 from whileai.methods.grouped import GROUP_WHY, GRPO, DrGRPO, base_stats, key_list
 from whileai.methods.shaping import SamplingPlan
 from whileai.rows.batch import Batch
@@ -175,7 +175,7 @@ RETURN_EPSILON = 1e-8  # OpenRLHF's epsilon in the batch normalization
 
 
 @dataclass(frozen=True)
-class ReinforcePP(Method):
+class ReinforcePP(SampledPerPrompt):
     """REINFORCE++ (Hu 2025, arXiv:2501.03262): REINFORCE with a per-token K2 penalty to a frozen reference.
 
     ``k2_t = 1/2 (log mu_t - log pi_ref,t)^2`` at each action token, ``mu`` the sampler's log-probability
@@ -190,11 +190,8 @@ class ReinforcePP(Method):
     name = "reinforce_pp"
     requires = {"ref_logprobs": K2_WHY}
 
-    rollouts_per_prompt: int = knob()
     kl_coef: float = knob()
     kl_in: str = knob()
-    max_tokens: int = knob()
-    temperature: float = knob()
     loss: ClassVar[str] = "importance_sampling"
 
     run_settings = {"max_lag": None, "needs": ("ref_logprobs",)}

@@ -3,10 +3,11 @@
     from whileai.service import Client
     run = Client(url, token).create_session().create_run("builtin:tiny")
 
-Only the client is imported here (httpx, no torch); the server lives in ``whileai.service.app``.
+Only the client is imported here (httpx, no torch): it is one of the trainers, ``whileai.trainers.wai_client``; the
+server lives in ``whileai.service.app``.
 """
 
-from whileai.service.client import (
+from whileai.trainers.wai_client import (
     Client,
     ForwardResult,
     OptimResult,

@@ -100,7 +100,7 @@ class TinkerProvider:
         convention = ("as the wai serve behind it takes them" if remote is not None else
                       "loss_config keys clip_low_threshold / clip_high_threshold (absolute ratios)")
         return {"provider": self.name, "upstream": self.url, "models": self.models,
-                "operations": [op for op in schemas.OPERATIONS if op not in ("export_lora", "add_critic")],
+                "operations": [op for op in schemas.OPERATIONS if op != "add_critic"],  # export: save_weights_external
                 "losses": losses, "clip_thresholds": convention}
 
     def open_trainer(self, spec: Spec, *, restarted: bool) -> TinkerTrainer:

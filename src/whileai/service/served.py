@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 BEFORE_LOAD = ("load_state", "finish", "noop")
 """Operations a run that came back after a restart accepts before ``load_state``."""
-SCORES = ("prompt_logprobs", "topk_prompt_logprobs", "topk_sample_logprobs", "target_prompt_logprobs", "prompt_alt_tokens_k")
+SCORES = ("prompt_logprobs", "topk_prompt_logprobs", "topk_sample_logprobs", "target_prompt_logprobs",
+          "prompt_alt_tokens_k")
 """what a sample request may ask scored besides the sampled tokens (the in-process engine only)"""
 
 
@@ -183,7 +184,8 @@ class _Empty:
     stop_reason: str = "length"
 
 
-def _scores(engine: TrainingEngine, body: schemas.Sample, single: bool, sequences: list[list[dict[str, Any]]]) -> dict[str, Any]:
+def _scores(engine: TrainingEngine, body: schemas.Sample, single: bool,
+            sequences: list[list[dict[str, Any]]]) -> dict[str, Any]:
     """What a sample request asks scored besides the sampled tokens, on the in-process engine (at the version)."""
     from whileai.service import tinker_scoring as extra
 

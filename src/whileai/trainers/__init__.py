@@ -3,7 +3,10 @@
     base.py     the ``Trainer`` protocol (operations, save / load / export / close), ``Needs``, ``refusals``
     engine.py   ``EngineTrainer``: the ``TrainingEngine`` in this process
     wai.py      ``WaiTrainer``: a run on a ``wai serve``, through its client (``wai train --url``)
+    wai_client.py   that client (``Client``, ``Session``, ``RunClient``; ``whileai.service`` hands them on)
     tinker.py   ``TinkerTrainer``: a training client on a Tinker-API server, through the SDK (``--api tinker``)
+    tinker_map.py   the engine's shapes <-> the SDK's types
+    custom.py   ``forward_backward_custom`` as the SDK does it (both server trainers)
     remote.py   the checkpoint of a trainer whose weights stay on its server: a pointer in the run's folder
     open.py     ``open_trainer``: the trainer a run's config names
 

@@ -50,6 +50,20 @@ class Tokenizer(Protocol):
         ...
 
 
+def load_tokenizer(base_model: str) -> Tokenizer:
+    """The tokenizer of a built-in model (the byte tokenizer) or of a local / hub model, loaded without the engine
+    (what a server trainer and the loop's checks read on this side)."""
+    if base_model.startswith("builtin:"):
+        from whileai.engine.models import byte_tokenizer
+
+        tokenizer: Tokenizer = byte_tokenizer()
+        return tokenizer
+    from transformers import AutoTokenizer
+
+    loaded: Tokenizer = AutoTokenizer.from_pretrained(base_model)
+    return loaded
+
+
 class LossOutput(Protocol):
     """What ``forward`` / ``forward_backward`` return: per-datum outputs (``logprobs``, ``values``) and metrics."""
 

@@ -31,6 +31,13 @@ def _tinker() -> OpenServer:
 
 SERVERS = {"wai": _wai, "tinker": _tinker}
 """--api NAME -> the opener of its trainer (imported when asked for: the SDK is an extra)"""
+TITLES = {"wai": "wai serve", "tinker": "Tinker API"}
+"""--api NAME -> how the run plan names its server (``trainer wai serve at URL``); the name itself by default"""
+
+
+def title(api: str, url: str | None) -> str:
+    """Where a run's model trains, as the plan shows it."""
+    return "in-process" if url is None else f"{TITLES.get(api, api)} at {url}"
 
 
 def open_trainer(model: str, *, url: str | None, api: str, token: str | None, lora_rank: int, device: str,

@@ -25,10 +25,20 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import httpx
 
 from whileai.errors import ConfigError, WhileaiError
-from whileai.service.client import ForwardResult, OptimResult, SampledSequence, load_tokenizer
 from whileai.trainers import tinker_map
-from whileai.trainers.base import Adam, CustomLoss, Datum, LogprobsFor, Needs, Scoring, Tokenizer, refusals
+from whileai.trainers.base import (
+    Adam,
+    CustomLoss,
+    Datum,
+    LogprobsFor,
+    Needs,
+    Scoring,
+    Tokenizer,
+    load_tokenizer,
+    refusals,
+)
 from whileai.trainers.remote import Remote, remote_checkpoint, state_name, write_pointer
+from whileai.trainers.wai_client import ForwardResult, OptimResult, SampledSequence
 
 if TYPE_CHECKING:
     from tinker import APIFuture, SamplingClient, ServiceClient, TrainingClient
@@ -173,8 +183,8 @@ class TinkerTrainer:
     def forward_backward_custom(self, data: Sequence[Datum], loss_fn: CustomLoss, *, sampling_params: Scoring = None,
                                 logprobs_for: LogprobsFor = "every") -> ForwardResult:
         """As the SDK does it: ``forward`` for the log-probabilities, ``loss_fn(data, logprobs)`` here, then
-        ``cross_entropy`` with weights = -dloss/dlogprob (``whileai.service.custom``, the service client's too)."""
-        from whileai.service.custom import custom_weights
+        ``cross_entropy`` with weights = -dloss/dlogprob (``whileai.trainers.custom``, the service client's too)."""
+        from whileai.trainers.custom import custom_weights
 
         scored = self.forward(data, "cross_entropy", sampling_params=sampling_params)
         weighted, loss, metrics = custom_weights(data, scored.loss_fn_outputs, loss_fn)
@@ -243,6 +253,8 @@ class TinkerTrainer:
         if saved["path"] != self.loaded_from or not optimizer:
             self._load(saved, optimizer)
         self.step, self.loaded_from = int(saved["step"]), None
+        # sampler weights of this step or later were another trajectory's: the next sample saves them anew
+        self._samplers = {v: c for v, c in self._samplers.items() if v < self.step}
 
     def _load(self, saved: Remote, optimizer: bool) -> None:
         if saved["run"] == self.id:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from whileai.errors import ConfigError
-from whileai.service.client import Client, RunClient, Session
 from whileai.trainers.base import Needs, add_critic, refusals
 from whileai.trainers.remote import Remote, remote_checkpoint, state_name, write_pointer
+from whileai.trainers.wai_client import Client, RunClient, Session
 
 
 class WaiTrainer(RunClient):

@@ -61,7 +61,7 @@ class Context:
         assert self.taskset is not None  # can_eval
         tasks = self.taskset.split("test")[: self.plan.eval_tasks]
         return held_out(trainer, self.taskset, tasks, prompts(trainer.tokenizer, tasks), self.plan.eval_samples,
-                        self.plan.sampling(), self.plan.seed)
+                        self.plan.sampling(), self.plan.seed, cap_is_answer_length=self.plan.cap_is_answer_length)
 
     def checkpoint(self, state: LoopState, teacher: RunTeacher | None = None) -> None:
         """Loop state first (named by the trainer step it belongs to), then the trainer's atomic snapshot."""

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from whileai.loop.sources.rollouts import Sampling, rollouts
+from whileai.loop.sources.rollouts import rollouts
 from whileai.loop.types import PASS, Hook, Loop
 from whileai.rows.stats import compare, pass_at
 
 if TYPE_CHECKING:
-    from whileai.envs.core import Taskset
+    from whileai.engine.sampling import SamplingParams
+    from whileai.envs.core import Task, Taskset
     from whileai.loop.sources.sampler import Sampler
     from whileai.loop.step import StepResult
 
@@ -25,11 +26,11 @@ if TYPE_CHECKING:  # the context evaluates with held_out, so the hook names it a
 EVAL_SEED = 1_000_003  # the same sampler seeds before and after: the two arms differ only in the weights
 
 
-def held_out(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], rollouts_per_prompt: int,
-             sampling: Sampling, seed: int) -> dict[str, Any]:
+def held_out(engine: Sampler, taskset: Taskset, tasks: Sequence[Task], prompts: Sequence[list[int]], rollouts_per_prompt: int,
+             sampling: SamplingParams, seed: int, *, cap_is_answer_length: bool) -> dict[str, Any]:
     """``rollouts_per_prompt`` episodes (completions) per held-out task at the method's temperature; pass@1 with its 95% interval."""
     rows = rollouts(engine, taskset, tasks, prompts, [rollouts_per_prompt] * len(tasks), sampling, seed + EVAL_SEED,
-                    -1)
+                    -1, cap_is_answer_length=cap_is_answer_length)
     graded = [{"task_id": r["task_id"], "reward": r["reward"], "completion": r["completion"]} for r in rows]
     result = pass_at([{"task_id": r["task_id"], "reward": r["reward"]} for r in rows], threshold=PASS)
     return {"pass_at_1": float(result.pass_at_1), "ci95": [float(x) for x in result.ci95],

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 from whileai.loop.types import Hook, Loop
 
 if TYPE_CHECKING:  # the context holds the metrics, so the hook names it as a type only
+    from tensorboardX import SummaryWriter
+    from tqdm.auto import tqdm
+
     from whileai.loop.hooks.context import Context
     from whileai.loop.step import StepResult
 
@@ -32,10 +35,10 @@ class Metrics:
         elif self.path.exists():
             self.path.unlink()
         self.board_dir, self.purge_step = run_dir / "tensorboard", None if resume_step is None else resume_step + 1
-        self._board: Any = None
+        self._board: SummaryWriter | None = None
 
     @property
-    def board(self) -> Any:
+    def board(self) -> SummaryWriter:
         """The TensorBoard writer, made at the first scalar: a tensorboard/ folder holds a run's numbers (a run
         stopped before any is written leaves none, and ``whileai.loop.run`` reads its presence as work done)."""
         if self._board is None:
@@ -82,12 +85,12 @@ class Progress:
     step, so the lines printed before it (the run plan, the warm start's header) are not split by an empty bar."""
 
     def __init__(self, total: int, initial: int, enabled: bool, description: str) -> None:
-        self.bar: Any = None
+        self.bar: tqdm | None = None
         self.enabled = enabled
         self.description = description
         self._start = (description, total, initial)
 
-    def _drawn(self) -> Any:
+    def _drawn(self) -> tqdm | None:
         if self.bar is None and self.enabled:
             from tqdm.auto import tqdm
 

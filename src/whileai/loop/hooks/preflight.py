@@ -136,7 +136,7 @@ def preflight(rows: Sequence[Mapping[str, Any]], spec: RunSpec, *, admitted_shar
     ``admitted_share`` / ``drift``: the method's admitted share and the mean drift on logged traces at step 0
     (--rows runs; None otherwise); ``cap``: the sampling cap; ``answer_lengths``: the train split's reference
     answers in tokens (``rules.answer_tokens``); ``cap_ends_answer``: the taskset sets the cap as its answers'
-    length (``Sampling.cap_is_answer_length``: an answer as long as the cap needs no EOS); ``warm_start_steps`` and ``random_init``: the plan's, for the
+    length (``RunPlan.cap_is_answer_length``: an answer as long as the cap needs no EOS); ``warm_start_steps`` and ``random_init``: the plan's, for the
     fixes (a warm start is offered to a random-init model that has none)."""
     learns_from_rewards = getattr(spec, "source", "rollouts") == "rollouts"
     rewards = [float(r["reward"]) for r in rows if r.get("reward") is not None] if learns_from_rewards else []
@@ -204,7 +204,7 @@ class _Fixes:
         return tuple(out)
 
 
-def _judge(report: Mapping[str, Any], groups: Mapping[Any, list[float]], group_method: bool, drift: float | None,
+def _judge(report: Mapping[str, Any], groups: Mapping[object, list[float]], group_method: bool, drift: float | None,
            fixes: _Fixes) -> tuple[list[Fatal], list[str]]:
     fatal, notes = [], []
     if report["admitted_share"] is not None and report["admitted_share"] <= 0:
@@ -244,7 +244,7 @@ def _judge(report: Mapping[str, Any], groups: Mapping[Any, list[float]], group_m
     return fatal, notes
 
 
-def _reward_fatal(report: Mapping[str, Any], groups: Mapping[Any, list[float]], group_method: bool,
+def _reward_fatal(report: Mapping[str, Any], groups: Mapping[object, list[float]], group_method: bool,
                   fixes: _Fixes) -> list[Fatal]:
     n, spread, mean = report["rollouts"], report["reward_spread"], report["mean_reward"]
     if spread is not None and spread <= TIE:
@@ -269,8 +269,8 @@ def _reward_fatal(report: Mapping[str, Any], groups: Mapping[Any, list[float]], 
     return []
 
 
-def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[Any, list[float]]:
-    out: dict[Any, list[float]] = defaultdict(list)
+def _groups(rows: Sequence[Mapping[str, Any]]) -> dict[object, list[float]]:
+    out: dict[object, list[float]] = defaultdict(list)
     for k, row in enumerate(rows):
         if row.get("reward") is not None:
             out[row.get("task_id", k)].append(float(row["reward"]))
@@ -447,7 +447,7 @@ class PreflightHook(Hook):
         before = measured.get("before") or measured.get("step0") or {}
         if self.ctx.config.rows_from is not None and loop_batch:  # traces from a recorder: the first batch's
             before = trace_run.measure_rows(trainer, self.ctx.method, [dict(r) for r in loop_batch],
-                                            plan.sampling().scoring(), state.method_state)
+                                            plan.sampling(), state.method_state)
         if before:
             out.update(admitted_share=before.get("admitted_share"), drift=before.get("drift"))
         if self.ctx.taskset is not None and self.ctx.rows is None:

@@ -57,7 +57,7 @@ def finish(ctx: Context, state: LoopState, seconds: float, first_step: int = 0) 
         summary["warm_start_steps_run"] = state.warm_start_steps_done
     if ctx.rows is not None:  # a traces run without an eval taskset: its held-out traces, never a pass rate
         summary.update(trace_run.finish(ctx.rows, method, ctx.config, ctx.run_dir, ctx.trainer,
-                                        plan.sampling().scoring(), state.method_state))
+                                        plan.sampling(), state.method_state))
     weights = None
     if ctx.config.export:
         weights = Path(ctx.trainer.export(str(ctx.run_dir / "final"), merged=not ctx.config.lora_rank))

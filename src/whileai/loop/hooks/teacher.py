@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 from whileai.envs import render_prompt
 from whileai.errors import ConfigError
 from whileai.loop.hooks.context import Context
-from whileai.loop.types import Hook, Loop, Scoring, Tokenizer
+from whileai.loop.types import Hook, Loop, Scoring, Tokenizer, engine_of
 
 if TYPE_CHECKING:
-    from whileai.envs.core import Task, Taskset
+    from whileai.engine.teacher import Teacher
+    from whileai.envs.core import Prompt, Task, Taskset
     from whileai.loop.plan.config import TrainConfig
     from whileai.methods.run_spec import RunSpec, TeacherSpec
     from whileai.trainers import Trainer
@@ -88,11 +89,13 @@ def _privileged_problems(kind: str | None, taskset: Taskset | None) -> list[str]
             "(--set privileged=feedback needs nothing from the taskset)"]
 
 
-def privileged_text(kind: str, task: Any, row: Mapping[str, Any], completion: str = "") -> str:
+def privileged_text(kind: str, task: Task | None, row: Mapping[str, Any], completion: str = "") -> str:
     """The text a privileged teacher sees for ``row`` (a rollout of ``task``, whose text is ``completion``)."""
     if kind == "feedback":  # SDPO: the environment's feedback on this very attempt, or its grade
         text = row.get("feedback") or f"it scored {float(row['reward']):g} (a pass is 1)"
         return PRIVILEGED[kind].format(text=text, completion=completion)
+    if task is None:  # only the feedback kind reads no task (``RunTeacher.context`` asks the others for one)
+        raise ConfigError(f"privileged = {kind!r}: the row has no task to take the text from")
     if kind == "reference":
         text = task.answer
     elif kind == "demonstration":  # a passing solution; the built-ins' answer is one
@@ -109,7 +112,7 @@ def teacher_prompt(tokenizer: Tokenizer, task: Task, text: str) -> list[int]:
     """The task's prompt with ``text`` added: before a plain-text prompt (which the completion continues), at
     the end of the last message of a chat prompt."""
     if isinstance(task.prompt, str):
-        prompt: Any = f"{text}\n{task.prompt}"
+        prompt: Prompt = f"{text}\n{task.prompt}"
     else:
         messages = [dict(m) for m in task.prompt]
         messages[-1]["content"] = f"{messages[-1].get('content', '')}\n\n{text}"
@@ -127,7 +130,7 @@ def _before_tokens(tokenizer: Tokenizer, prompt_tokens: Sequence[int], text: str
 class RunTeacher:
     """The teacher of one run: fills the teacher fields of rows, follows the student (EMA), checkpoints."""
 
-    def __init__(self, spec: TeacherSpec, scorer: Any, tokenizer: Tokenizer, tasks: Sequence[Any]) -> None:
+    def __init__(self, spec: TeacherSpec, scorer: Teacher, tokenizer: Tokenizer, tasks: Sequence[Task]) -> None:
         self.spec, self.scorer, self.tokenizer = spec, scorer, tokenizer
         self.tasks = {t.task_id: t for t in tasks}
 
@@ -159,10 +162,11 @@ class RunTeacher:
                 row["teacher_topk_tokens"] = scores.topk_tokens.tolist()
                 row["teacher_topk_logprobs"] = scores.topk_logprobs.tolist()
 
-    def after_step(self, engine: Any) -> None:  # the in-process engine: its weights feed the EMA
-        """An EMA teacher follows the student's weights (a separate model's teacher has nothing to do)."""
+    def after_step(self, trainer: Trainer) -> None:
+        """An EMA teacher follows the student's weights (a separate model's teacher has nothing to do); an EMA
+        teacher is made of an in-process engine's weights (``policy_teacher``), whose ``named_params`` it reads."""
         if self.scorer.ema is not None:
-            self.scorer.after_step(engine.named_params)
+            self.scorer.after_step(engine_of(trainer, "an EMA teacher").named_params)
 
     def save(self, path: Path) -> bool:
         """Write what a resume needs (an EMA teacher's average); False when there is nothing to save."""

@@ -31,7 +31,7 @@ class TraceHook(Hook):
                 rows, self.ctx.taskset.split("test")[: self.ctx.plan.eval_tasks])) is not None:
             self.ctx.log.write(warning)
         trace_run.start(rows, self.ctx.method, self.ctx.config, self.ctx.run_dir, loop.trainer,
-                        self.ctx.plan.sampling().scoring(), loop.state.method_state, self.ctx.log.write)
+                        self.ctx.plan.sampling(), loop.state.method_state, self.ctx.log.write)
 
     def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         record.update(trace_run.step_record(result.update, self.batches.lines))

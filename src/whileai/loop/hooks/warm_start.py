@@ -21,7 +21,8 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from whileai.envs.episode import reference_episode
 from whileai.errors import ConfigError
@@ -29,7 +30,11 @@ from whileai.loop.hooks.context import Context, Interrupted
 from whileai.loop.plan import rules
 from whileai.loop.plan.run_plan import RULE, RunPlan
 from whileai.loop.sources.rollouts import step_tasks
-from whileai.loop.types import Hook, Loop, prompts
+from whileai.loop.types import Hook, Loop, engine_of, prompts
+
+if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
+    from whileai.trainers import Trainer
 
 REFERENCE_FILE = "reference.pt"  # in RUN_DIR/checkpoint: the reference policy taken after the warm start
 LOG_FILE = "warm_start.jsonl"  # in RUN_DIR: one line per warm-start step (loss, answer tokens, pass estimate)
@@ -62,13 +67,16 @@ def pass_estimate(records: Sequence[dict[str, Any]]) -> float:
     return math.exp(-loss * tokens)
 
 
-def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult | None = None,
+def warm_start(trainer: Trainer, taskset: Taskset | None, plan: RunPlan, done: WarmStartResult | None = None,
                each: Callable[[dict[str, Any], WarmStartResult], bool] | None = None) -> WarmStartResult:
     """``plan.warm_start_steps`` supervised steps on reference episodes, from where ``done`` left off (a resume).
     ``each(record, result)`` after every step: True stops the warm start there (Ctrl-C)."""
     from whileai.engine.datums import make_datum
 
     result = done or WarmStartResult()
+    if taskset is None:  # make_plan gives a run without a taskset no warm start
+        raise ConfigError("a warm start imitates a taskset's reference answers, and this run has no taskset: "
+                          "set --warm-start-steps 0")
     train = taskset.split("train")
     ruled = plan.source("warm_start_learning_rate").startswith(RULE + ":")  # the rule's rate falls over a long one
     for k in range(len(result.records), plan.warm_start_steps):
@@ -89,7 +97,7 @@ def warm_start(trainer: Any, taskset: Any, plan: RunPlan, done: WarmStartResult 
     return result
 
 
-def read_log(path: Any, steps_done: int) -> WarmStartResult:
+def read_log(path: Path, steps_done: int) -> WarmStartResult:
     """The warm start's records up to ``steps_done`` from RUN_DIR/warm_start.jsonl (a resume continues them);
     the file is cut to them (lines past the checkpoint were never saved)."""
     result = WarmStartResult()
@@ -157,7 +165,7 @@ class WarmStart(Hook):
         ctx.checkpoint(state)  # a later error (a grader that breaks in the first evaluation) keeps it: --resume goes on
         ctx.stop_if_asked(state)
 
-    def reference(self, trainer: Any, take: bool) -> None:
+    def reference(self, trainer: Trainer, take: bool) -> None:
         """Full fine-tuning: the reference policy (a KL term's, an 'initial' teacher's) is the policy RL starts
         from, saved once as checkpoint/reference.pt (``take``: the warm start just ended here); a resume loads
         it. Under LoRA it is the adapter-free base."""
@@ -166,7 +174,7 @@ class WarmStart(Hook):
             return
         path = self.ctx.run_dir / "checkpoint" / REFERENCE_FILE
         if take:
-            reference.reset_to(trainer.model)
+            reference.reset_to(engine_of(trainer, "the reference policy").model)
             path.parent.mkdir(exist_ok=True)
             reference.save(path)
         elif path.is_file():

@@ -17,12 +17,14 @@ from whileai.methods import method as method_named
 from whileai.trainers import Needs
 
 if TYPE_CHECKING:
+    from whileai.envs.core import Taskset
     from whileai.methods.base import Method
+    from whileai.methods.run_spec import RunSpec
 
 PYTHON_ROWS = "<rows passed in Python>"
 
 
-def resolve_method(config: TrainConfig, method: Method | None = None) -> tuple[Any, list[str]]:
+def resolve_method(config: TrainConfig, method: Method | None = None) -> tuple[Method | None, list[str]]:
     """The method object (None for 'auto', chosen later) and any problem building it."""
     if method is not None and not isinstance(method, str):
         return method, []
@@ -35,7 +37,8 @@ def resolve_method(config: TrainConfig, method: Method | None = None) -> tuple[A
         return None, [f"method = {name!r}: {err}"]
 
 
-def check(config: TrainConfig, method: Method, taskset: Any = None, plan: RunPlan | None = None) -> list[str]:
+def check(config: TrainConfig, method: Method | None, taskset: Taskset | None = None,
+          plan: RunPlan | None = None) -> list[str]:
     """Every impossible combination of the config and the method's run spec, each with a fix."""
     problems = config_io.check_ranges(config) + trace_run.rows_problems(config, method, config.rows == PYTHON_ROWS) \
         + recorder.problems(config, method)
@@ -66,7 +69,7 @@ def check(config: TrainConfig, method: Method, taskset: Any = None, plan: RunPla
     return problems + server_sampler_problems(config, method, plan)
 
 
-def _rollout_problems(config: TrainConfig, method: Method, spec: Any) -> list[str]:
+def _rollout_problems(config: TrainConfig, method: Method, spec: RunSpec) -> list[str]:
     problems = []
     if spec.rollouts_per_prompt < spec.min_rollouts_per_prompt:
         problems.append(f"method {method.name!r} takes its baseline over a prompt's group, and "
@@ -81,12 +84,12 @@ def _rollout_problems(config: TrainConfig, method: Method, spec: Any) -> list[st
     return problems
 
 
-def _needs_reference(spec: Any) -> bool:
+def _needs_reference(spec: RunSpec) -> bool:
     """The run keeps a reference policy: for ref_logprobs (beta > 0) or an 'initial' teacher."""
     return "ref_logprobs" in spec.needs or (spec.teacher is not None and spec.teacher.weights == "initial")
 
 
-def _reference_problems(config: TrainConfig, method: Method, spec: Any, plan: RunPlan) -> list[str]:
+def _reference_problems(config: TrainConfig, method: Method, spec: RunSpec, plan: RunPlan) -> list[str]:
     """Full fine-tuning re-takes the reference after the warm start; under LoRA it is the adapter-free base."""
     if not (_needs_reference(spec) and config.lora_rank and plan.warm_start_steps):
         return []
@@ -97,7 +100,7 @@ def _reference_problems(config: TrainConfig, method: Method, spec: Any, plan: Ru
             "warm start)"]
 
 
-def _load_taskset(config: TrainConfig) -> tuple[Any, list[str]]:
+def _load_taskset(config: TrainConfig) -> tuple[Taskset | None, list[str]]:
     """The taskset to sample from, or (a run from --rows) the one to evaluate on: eval_taskset, else taskset."""
     name = "eval_taskset" if config.eval_taskset is not None else "taskset"
     spec = getattr(config, name)

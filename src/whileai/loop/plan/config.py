@@ -17,11 +17,14 @@ import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whileai.activation_checkpointing import KNOB as CHECKPOINTING
 from whileai.errors import ConfigError
 from whileai.trainers.open import SERVERS
+
+if TYPE_CHECKING:  # the plan is resolved from the config; the config only writes it out
+    from whileai.loop.plan.run_plan import RunPlan
 
 try:  # Python 3.11+
     import tomllib
@@ -160,7 +163,7 @@ def _type_of(name: str) -> type:
     return type(default.default)
 
 
-def _type_problem(name: str, value: Any) -> str | None:
+def _type_problem(name: str, value: object) -> str | None:
     if value is None and name in _OPTIONAL:
         return None
     want = _type_of(name)
@@ -217,7 +220,7 @@ def load_toml(path: str) -> dict[str, Any]:
     return dict(data["train"])
 
 
-def build(toml_path: str | None = None, **overrides: Any) -> TrainConfig:
+def build(toml_path: str | None = None, **overrides: object) -> TrainConfig:
     """Defaults, then the TOML file, then ``overrides``; every problem reported at once (nothing loads)."""
     values: dict[str, Any] = {}
     problems: list[str] = []
@@ -300,7 +303,7 @@ def as_dict(config: TrainConfig) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
-def to_toml(config: TrainConfig, plan: Any = None) -> str:
+def to_toml(config: TrainConfig, plan: RunPlan | None = None) -> str:
     """RUN_DIR/config.toml: the config as given (``[train]``), and the run plan every value was resolved to
     (``[plan]``, ``[sources]``: the value and the source of every setting). ``None`` values are left out (TOML
     has no null)."""

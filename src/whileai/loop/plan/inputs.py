@@ -9,9 +9,14 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from whileai.errors import WhileaiError
+
+if TYPE_CHECKING:  # the plan reads these checks' notes; they read the plan as a type only
+    from whileai.envs.core import Task, Taskset
+    from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.plan.run_plan import RunPlan
 
 PROBE_TASKS = 8
 """train tasks (and a quarter as many test tasks) the grader is probed on"""
@@ -21,7 +26,7 @@ MANY_STEPS = 100_000
 """RL or warm-start steps beyond this earn a note (days on a CPU)"""
 
 
-def report(config: Any, taskset: Any, plan: Any) -> tuple[list[str], list[str]]:
+def report(config: TrainConfig, taskset: Taskset | None, plan: RunPlan) -> tuple[list[str], list[str]]:
     """(problems, notes) for the run's taskset against its model and plan; nothing when there is no taskset."""
     problems: list[str] = []
     notes = flag_notes(plan)
@@ -40,7 +45,7 @@ def report(config: Any, taskset: Any, plan: Any) -> tuple[list[str], list[str]]:
 
 
 # ----------------------------------------------------------------------------- the grader
-def grade_within(taskset: Any, task: Any, completion: str) -> float:
+def grade_within(taskset: Taskset, task: Task, completion: str) -> float:
     """``taskset.grade(task, completion)``, or an error naming the task when it takes longer than
     ``whileai.envs.episode.GRADE_TIMEOUT_S`` (the limit every grade of the run has)."""
     from whileai.envs import episode
@@ -49,7 +54,7 @@ def grade_within(taskset: Any, task: Any, completion: str) -> float:
                                 f"on task_id={task.task_id!r} (completion {completion[:40]!r})"))
 
 
-def grader_probe(taskset: Any) -> tuple[list[str], list[str]]:
+def grader_probe(taskset: Taskset) -> tuple[list[str], list[str]]:
     """Grade a few tasks' reference answers, an empty completion and another task's answer: each grade must
     return a finite number within ``episode.GRADE_TIMEOUT_S`` (problems); rewards above 1 or reference answers that do
     not pass are notes (a pass is reward >= 1.0). A taskset that wraps another's grader (``wrapped``: the
@@ -58,7 +63,7 @@ def grader_probe(taskset: Any) -> tuple[list[str], list[str]]:
     taskset = getattr(taskset, "wrapped", taskset)
     train, test = taskset.split("train"), taskset.split("test")
     tasks = train[:PROBE_TASKS] + test[: max(1, PROBE_TASKS // 4)]
-    graded: list[tuple[Any, str, float]] = []
+    graded: list[tuple[Task, str, float]] = []
     for i, task in enumerate(tasks):
         other = tasks[(i + 1) % len(tasks)].answer
         for completion in dict.fromkeys(str(a) for a in (task.answer, "", other) if _plain(a)):
@@ -82,14 +87,14 @@ def grader_probe(taskset: Any) -> tuple[list[str], list[str]]:
     return [], notes
 
 
-def _plain(answer: Any) -> bool:
+def _plain(answer: object) -> bool:
     return isinstance(answer, str | int | float) and not isinstance(answer, bool)
 
 
 # ----------------------------------------------------------------------------- prompts
-def duplicate_notes(taskset: Any) -> list[str]:
+def duplicate_notes(taskset: Taskset) -> list[str]:
     """Prompts given more than once with answers that disagree (within and across splits)."""
-    seen: dict[str, list[Any]] = defaultdict(list)
+    seen: dict[str, list[Task]] = defaultdict(list)
     for task in taskset.split("train") + taskset.split("test"):
         seen[json.dumps(task.prompt, sort_keys=True)].append(task)
     clashes = [tasks for tasks in seen.values()
@@ -108,7 +113,7 @@ def duplicate_notes(taskset: Any) -> list[str]:
             "one answer per prompt, or grade with a function that accepts every one"]
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 30 else text[:27] + "..."
 
@@ -129,7 +134,7 @@ def context_of(model: str) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
-def length_problems(taskset: Any, model: str, plan: Any, cap_given: bool) -> tuple[list[str], list[str]]:
+def length_problems(taskset: Taskset, model: str, plan: RunPlan, cap_given: bool) -> tuple[list[str], list[str]]:
     """Every prompt (both splits, rendered as training renders it) against the model's context: a prompt that
     fills it is a problem naming the tasks; a cap at or past the context is a problem when the user set it (a
     note when it is the method's or the taskset's); prompt + cap past the context is a note."""
@@ -138,7 +143,7 @@ def length_problems(taskset: Any, model: str, plan: Any, cap_given: bool) -> tup
         return [], []
     try:
         from whileai.envs import render_prompt
-        from whileai.service.client import load_tokenizer
+        from whileai.trainers.base import load_tokenizer
 
         tokenizer = load_tokenizer(model)
         lengths = [(t, len(render_prompt(tokenizer, t))) for t in taskset.split("train") + taskset.split("test")]
@@ -170,7 +175,7 @@ def length_problems(taskset: Any, model: str, plan: Any, cap_given: bool) -> tup
 
 
 # ----------------------------------------------------------------------------- numbers
-def flag_notes(plan: Any) -> list[str]:
+def flag_notes(plan: RunPlan) -> list[str]:
     """Numbers a user may mean but rarely does (the impossible ones are refused by the config's own check)."""
     notes = []
     for name in ("steps", "warm_start_steps"):
@@ -185,7 +190,7 @@ def flag_notes(plan: Any) -> list[str]:
     return notes
 
 
-def model_problems(config: Any) -> list[str]:
+def model_problems(config: TrainConfig) -> list[str]:
     """The model, when it can never load: a missing folder named as one, not as a hub id (a run from --rows
     names it where the file's tokens are read; a run over --url holds its model on the server)."""
     if config.url is not None or config.rows is not None:

@@ -15,7 +15,7 @@ defaults and how they were chosen".
 | learning rate | random init: ``WARM_STARTED_LEARNING_RATE`` after a warm start, ``RANDOM_INIT_LEARNING_RATE`` without; a loaded model under ``SMALL_MODEL_PARAMETERS``: ``SMALL_MODEL_LEARNING_RATE`` (``SMALL_LORA_LEARNING_RATE`` under LoRA); a larger one: ``FULL_LEARNING_RATE``, ``LORA_LEARNING_RATE`` under LoRA |
 
 The loop's side: the sampling cap from ``generation_cap``'s
-answer rule is not an answer length (``Sampling.cap_is_answer_length`` stays False: a reply that reaches it
+answer rule is not an answer length (``RunPlan.cap_is_answer_length`` stays False: a reply that reaches it
 is truncated).
 """
 
@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-Ruled = tuple[Any, str]
-"""(value, source sentence)"""
+T = TypeVar("T")
+Ruled = tuple[T, str]
+"""(value, source sentence); ``Ruled[float]`` for a rate (a bare ``Ruled`` leaves the value's type open)"""
 
 WARM_START_STEPS = 1200
 """warm-start steps on a taskset of the user's own (own_tasks, two seeds: at 3e-3 falling linearly to 0, 1200 steps
@@ -68,7 +69,7 @@ LORA_LEARNING_RATE = 2e-4
 
 
 # ------------------------------------------------------------------------------------- warm start
-def warm_start_steps(*, random_init: bool, train_size: int, answered: int) -> Ruled:
+def warm_start_steps(*, random_init: bool, train_size: int, answered: int) -> Ruled[int]:
     """The supervised steps on the reference answers before RL.
 
     ``random_init``: the model starts from random weights (a ``builtin:`` model); ``train_size``: tasks in the
@@ -120,14 +121,14 @@ def keep_warm_start(compare: Mapping[str, Any]) -> str | None:
 
 
 # ------------------------------------------------------------------------------------- generation cap
-def answer_tokens(answers: Iterable[Any], encode: Any) -> list[int]:
+def answer_tokens(answers: Iterable[object], encode: Callable[[str], Sequence[int]]) -> list[int]:
     """Token counts of the reference answers that are text (``encode(text) -> ids``, no special tokens);
     an answer that is None or not a plain value (a list of an episode's turns) is skipped."""
     return [len(encode(str(a))) for a in answers if isinstance(a, str | int | float) and not isinstance(a, bool)]
 
 
 def generation_cap(*, taskset_cap: int | None, answer_lengths: Sequence[int], whole_answer: bool,
-                   method_cap: int | None) -> Ruled:
+                   method_cap: int | None) -> Ruled[int]:
     """The sampling cap (tokens per rollout) when no flag sets it.
 
     ``answer_lengths``: the train split's reference answers in tokens (``answer_tokens``); ``whole_answer``: a
@@ -151,14 +152,14 @@ def generation_cap(*, taskset_cap: int | None, answer_lengths: Sequence[int], wh
                                  f"sets a cap, and {why})")
 
 
-def whole_answer(grader: Any, warm_start_steps: int) -> bool:
+def whole_answer(grader: object, warm_start_steps: int) -> bool:
     """``generation_cap``'s ``whole_answer``: the taskset's grader (its name, as the JSONL option gives it)
     scores the whole completion, or the warm start teaches the model to write the answer and stop."""
     return warm_start_steps > 0 or (isinstance(grader, str) and grader in WHOLE_ANSWER_GRADERS)
 
 
 # ------------------------------------------------------------------------------------- learning rate
-def learning_rate(*, random_init: bool, warm_start_steps: int, lora_rank: int, parameters: int | None) -> Ruled:
+def learning_rate(*, random_init: bool, warm_start_steps: int, lora_rank: int, parameters: int | None) -> Ruled[float]:
     """The RL policy learning rate by model kind and size.
 
     ``random_init``: a ``builtin:`` model; ``warm_start_steps``: the resolved warm start; ``parameters``: a
@@ -214,7 +215,7 @@ MAX_THREADS = 8
 """the most torch CPU threads the rule gives (small models gain nothing past a few)"""
 
 
-def threads(*, omp: str | None, cores: int, load: float) -> Ruled:
+def threads(*, omp: str | None, cores: int, load: float) -> Ruled[int]:
     """torch CPU threads: ``omp`` ($OMP_NUM_THREADS) when it is a whole number >= 1; else ``cores`` (the CPUs this
     process may run on) less ``load`` (the 1-minute load average, what others already run), rounded, within
     [1, ``MAX_THREADS``]. torch's own default is every core, which on a shared machine oversubscribes it."""

@@ -19,16 +19,19 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, cast, overload
 
 from whileai.knobs import Knob, integer, number
 from whileai.loop.plan import rules
 from whileai.loop.plan.config import TrainConfig, tomllib
-from whileai.loop.sources.rollouts import Sampling
 from whileai.methods.run_spec import RunSpec
 
 if TYPE_CHECKING:
+    from whileai.engine.sampling import SamplingParams
+    from whileai.envs.core import Recommended, Taskset
     from whileai.methods.base import Method
+
+T = TypeVar("T")
 
 # Where a value came from, as the plan's table prints it.
 USER, FILE, TASKSET, METHOD, MODEL_RULE, DEFAULT, RESUME, RULE = ("user", "config file", "taskset", "method",
@@ -116,8 +119,13 @@ class RunPlan:
             return self.learning_rate * (1.0 - step / self.steps)
         return self.learning_rate
 
-    def sampling(self) -> Sampling:
-        return Sampling(self.temperature, self.max_tokens, self.cap_is_answer_length)
+    def sampling(self) -> SamplingParams:
+        """The run's sampling parameters: the method's temperature and the cap, what the rollouts sample with
+        (each turn with its own cap, stops and seed) and what the trainer scores under (a logged trace's own
+        settings replace its fields: ``whileai.loop.step.by_distribution``)."""
+        from whileai.engine.sampling import SamplingParams
+
+        return SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature)
 
     def with_threads(self, threads: int, source: str) -> RunPlan:
         """The plan of a resumed run: its threads resolved again (the machine's load is not the one it started
@@ -147,53 +155,61 @@ def saved_plan(path: Path) -> RunPlan | None:
     return RunPlan.from_saved(data["plan"], data.get("sources", {}))
 
 
-Rule = Callable[[TrainConfig, Any, Any, Mapping[str, Any]], tuple[Any, str]]
+class Resolved(TypedDict, total=False):
+    """What a rule reads of the settings resolved before it (in ``RULES``' order): the warm start, which the
+    warm start's rate, the learning rate and the cap depend on. (Every setting's type is ``RunPlan``'s.)"""
+
+    warm_start_steps: int
+
+
+Rule = Callable[[TrainConfig, "Method | None", "Taskset | None", Resolved], tuple[T, str]]
 """(config, method, taskset, the values resolved before it) -> (value, source)"""
 
 
-def _hint(config: TrainConfig, taskset: Any, name: str) -> Any:
-    """The taskset's ``Recommended`` value for ``name`` when it applies: a built-in (random-init) model on the
-    taskset's own tasks. Rows as pushed take only the warm start from it (its RL settings were measured for
-    rollouts)."""
+def _recommended(config: TrainConfig, taskset: Taskset | None, name: str) -> Recommended | None:
+    """The taskset's ``Recommended`` when it applies to ``name``: a built-in (random-init) model on the taskset's
+    own tasks. Rows as pushed take only the warm start from it (its RL settings were measured for rollouts)."""
     if taskset is None or config.taskset is None or not config.model.startswith("builtin:"):
         return None
     if config.rows is not None and name not in ("warm_start_steps", "warm_start_learning_rate"):
         return None
-    return getattr(getattr(taskset, "recommended", None), name, None)
+    return getattr(taskset, "recommended", None)
 
 
-def _own_tasks(config: TrainConfig, taskset: Any) -> bool:
+def _own_tasks(config: TrainConfig, taskset: Taskset | None) -> bool:
     """The run samples a taskset of the user's own (no measured ``Recommended``): the rules fill its settings."""
     return taskset is not None and config.taskset is not None and config.rows is None \
         and getattr(taskset, "recommended", None) is None
 
 
-def _ruled(ruled: tuple[Any, str]) -> tuple[Any, str]:
+def _ruled(ruled: tuple[T, str]) -> tuple[T, str]:
     return ruled[0], f"{RULE}: {ruled[1]}"
 
 
-def steps_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
-    hint = _hint(config, taskset, "steps")
-    return (hint, TASKSET) if hint is not None else (default("steps"), DEFAULT)
+def steps_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
+               values: Resolved) -> tuple[int, str]:
+    hint = recommended.steps if (recommended := _recommended(config, taskset, "steps")) else None
+    return (hint, TASKSET) if hint is not None else (int(default("steps")), DEFAULT)
 
 
-def warm_start_steps_rule(config: TrainConfig, method: Method, taskset: Any,
-                          values: Mapping[str, Any]) -> tuple[Any, str]:
+def warm_start_steps_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
+                          values: Resolved) -> tuple[int, str]:
     """A built-in taskset's measured count; a taskset of the user's own: the rule (until a pass estimate, on a
     random-init model whose every train task has a reference answer); else 0."""
-    hint = _hint(config, taskset, "warm_start_steps")
+    hint = recommended.warm_start_steps if (recommended := _recommended(config, taskset, "warm_start_steps")) else None
     if hint is not None:
         return hint, TASKSET
-    if _own_tasks(config, taskset):
+    if taskset is not None and _own_tasks(config, taskset):
         train = taskset.split("train")
         return _ruled(rules.warm_start_steps(random_init=config.model.startswith("builtin:"), train_size=len(train),
                                              answered=sum(t.answer is not None for t in train)))
     return 0, DEFAULT
 
 
-def warm_start_learning_rate_rule(config: TrainConfig, method: Method, taskset: Any,
-                                  values: Mapping[str, Any]) -> tuple[Any, str]:
-    hint = _hint(config, taskset, "warm_start_learning_rate")
+def warm_start_learning_rate_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
+                                  values: Resolved) -> tuple[float, str]:
+    recommended = _recommended(config, taskset, "warm_start_learning_rate")
+    hint = recommended.warm_start_learning_rate if recommended else None
     if hint is not None:
         return hint, TASKSET
     steps = int(values.get("warm_start_steps") or 0)
@@ -202,7 +218,8 @@ def warm_start_learning_rate_rule(config: TrainConfig, method: Method, taskset: 
     return rules.SHORT_WARM_START_LEARNING_RATE, DEFAULT
 
 
-def learning_rate_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def learning_rate_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
+                       values: Resolved) -> tuple[float, str]:
     """The method's declared rate; else, on a built-in model, a built-in taskset's recommendation or the
     random-init rate; else the rule by model kind and size (whileai.loop.plan.rules.learning_rate)."""
     declared = method.run_spec().learning_rate if method is not None else None
@@ -210,7 +227,7 @@ def learning_rate_rule(config: TrainConfig, method: Method, taskset: Any, values
         return declared, METHOD
     random_init = config.model.startswith("builtin:")
     if random_init and not _own_tasks(config, taskset):
-        hint = _hint(config, taskset, "learning_rate")
+        hint = recommended.learning_rate if (recommended := _recommended(config, taskset, "learning_rate")) else None
         return (hint, TASKSET) if hint is not None else (rules.RANDOM_INIT_LEARNING_RATE, MODEL_RULE)
     parameters = None if random_init else rules.model_parameters(config.model)
     if not random_init and parameters is None:  # a hub id or a folder without config.json: a pretrained LLM
@@ -219,13 +236,15 @@ def learning_rate_rule(config: TrainConfig, method: Method, taskset: Any, values
                                       lora_rank=config.lora_rank, parameters=parameters))
 
 
-def lag_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def lag_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
+             values: Resolved) -> tuple[int, str]:
     """0 for rows from a file (no sampler) or a method that trains on rows as pushed, else the default lag."""
     rows = config.rows is not None or config.rows_from is not None or (method is not None and method.run_spec().source == "rows")
-    return (0, DEFAULT) if rows else (default("lag"), DEFAULT)
+    return (0, DEFAULT) if rows else (int(default("lag")), DEFAULT)
 
 
-def max_tokens_rule(config: TrainConfig, method: Method, taskset: Any, values: Mapping[str, Any]) -> tuple[Any, str]:
+def max_tokens_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
+                    values: Resolved) -> tuple[int, str]:
     """The taskset's cap; else, for a taskset of the user's own whose completion is the answer, the longest
     reference answer + a margin + EOS; else the method's; else the rules' fallback."""
     method_cap = method.run_spec().max_tokens if method is not None else None
@@ -234,10 +253,8 @@ def max_tokens_rule(config: TrainConfig, method: Method, taskset: Any, values: M
     lengths: list[int] = []
     grader = config.taskset_options.get("grader", "exact" if str(config.taskset).endswith(".jsonl") else None)
     whole = rules.whole_answer(grader, int(values.get("warm_start_steps", 0)))
-    if _own_tasks(config, taskset) and whole and _loadable(config.model):
-        from whileai.service.client import (
-            load_tokenizer,  # transformers: only for a taskset of the user's own
-        )
+    if taskset is not None and _own_tasks(config, taskset) and whole and _loadable(config.model):
+        from whileai.trainers.base import load_tokenizer  # transformers: only for a taskset of the user's own
 
         encode = load_tokenizer(config.model).encode
         lengths = rules.answer_tokens((t.answer for t in taskset.split("train")),
@@ -256,69 +273,114 @@ def _loadable(model: str) -> bool:
     return model_problem(model) is None
 
 
-def critic_learning_rate_rule(config: TrainConfig, method: Method, taskset: Any,
-                              values: Mapping[str, Any]) -> tuple[Any, str]:
+def critic_learning_rate_rule(config: TrainConfig, method: Method | None, taskset: Taskset | None,
+                              values: Resolved) -> tuple[float | None, str]:
     """A critic method's own rate; a scalar head's (RM): the policy rate given, else its default; else none."""
     spec = method.run_spec() if method is not None else None
     if spec is not None and spec.critic is not None:
         return spec.critic.learning_rate, METHOD
     if spec is not None and spec.head == "score":
-        return (config.learning_rate, USER) if config.learning_rate else (default("score_head_learning_rate"), DEFAULT)
+        return (config.learning_rate, USER) if config.learning_rate else (float(default("score_head_learning_rate")),
+                                                                           DEFAULT)
     return None, DEFAULT
 
 
 # The rule for each setting a config may leave empty (None), in the order they resolve (a later rule reads the
-# values before it: the learning rate and the cap read the warm start).
-RULES: dict[str, Rule] = {
+# values before it: the learning rate and the cap read the warm start); ``make_plan`` calls them in this order.
+RULES: dict[str, Rule[Any]] = {
     "steps": steps_rule, "warm_start_steps": warm_start_steps_rule,
     "warm_start_learning_rate": warm_start_learning_rate_rule, "learning_rate": learning_rate_rule,
     "lag": lag_rule, "max_tokens": max_tokens_rule, "critic_learning_rate": critic_learning_rate_rule,
 }
 
 
-def with_cap(method: Method, config: TrainConfig, plan: RunPlan) -> Any:
+@overload
+def with_cap(method: Method, config: TrainConfig, plan: RunPlan) -> Method: ...
+@overload
+def with_cap(method: None, config: TrainConfig, plan: RunPlan) -> None: ...
+def with_cap(method: Method | None, config: TrainConfig, plan: RunPlan) -> Method | None:
     """The method with the plan's sampling cap as its generation cap where the user did not set that knob
     (``Method.with_cap``: a knob left at its declared default, on a method object too)."""
     return None if method is None else method.with_cap(plan.max_tokens)
 
 
-def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Method | None, taskset: Any) -> RunPlan:
+class _Resolving:
+    """``make_plan``'s settings so far and their sources; each ``rule`` is typed by its rule, so the type checker
+    follows every setting from the config's field to the plan's."""
+
+    def __init__(self, config: TrainConfig, origins: Mapping[str, str], method: Method | None,
+                 taskset: Taskset | None) -> None:
+        self.config, self.origins, self.method, self.taskset = config, origins, method, taskset
+        self.values: dict[str, object] = {}
+        self.resolved = cast(Resolved, self.values)  # what rules read of it, by the settings' names
+        self.sources: dict[str, str] = {}
+
+    def rule(self, name: str, given: T | None, rule: Rule[T]) -> T:
+        """The config's value (its source USER or FILE), else the rule's."""
+        if given is not None:
+            return self.set(name, given, self.origins.get(name, USER))
+        return self.set(name, *rule(self.config, self.method, self.taskset, self.resolved))
+
+    def optional(self, name: str, given: T | None, rule: Rule[T | None]) -> T | None:
+        """``rule`` for a setting that may stay None."""
+        if given is not None:
+            return self.set(name, given, self.origins.get(name, USER))
+        value, source = rule(self.config, self.method, self.taskset, self.resolved)
+        return self.set(name, value, source)
+
+    def config_value(self, name: str, value: T) -> T:
+        """A setting the config always holds (its default, or the user's)."""
+        return self.set(name, value, self.origins.get(name, DEFAULT))
+
+    def set(self, name: str, value: T, source: str) -> T:
+        self.values[name], self.sources[name] = value, source
+        return value
+
+
+def make_plan(config: TrainConfig, origins: Mapping[str, str], method: Method | None,
+              taskset: Taskset | None) -> RunPlan:
     """Resolve every setting once. ``origins``: where each field the config sets came from (USER or FILE);
     ``method`` None (``--method auto`` before route, or a recipe's method-independent part) leaves the
     method's settings at a one-rollout method's."""
-    values: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    for name, rule in RULES.items():
-        given = getattr(config, name)
-        if given is not None:
-            values[name], sources[name] = given, origins.get(name, USER)
-        else:
-            values[name], sources[name] = rule(config, method, taskset, values)
-        if name == "warm_start_steps" and taskset is None:
-            values[name], sources[name] = 0, DEFAULT  # no reference answers to take
+    r = _Resolving(config, origins, method, taskset)
+    steps = r.rule("steps", config.steps, steps_rule)
+    warm_start_steps = r.rule("warm_start_steps", config.warm_start_steps, warm_start_steps_rule)
+    if taskset is None:
+        warm_start_steps = r.set("warm_start_steps", 0, DEFAULT)  # no reference answers to take
+    warm_start_learning_rate = r.rule("warm_start_learning_rate", config.warm_start_learning_rate,
+                                      warm_start_learning_rate_rule)
+    learning_rate = r.rule("learning_rate", config.learning_rate, learning_rate_rule)
+    lag = r.rule("lag", config.lag, lag_rule)
+    max_tokens = r.rule("max_tokens", config.max_tokens, max_tokens_rule)
+    critic_learning_rate = r.optional("critic_learning_rate", config.critic_learning_rate, critic_learning_rate_rule)
     spec = method.run_spec() if method is not None else RunSpec()
     knob_source = f"{METHOD} (--set)" if config.knobs else METHOD
-    for name in ("method", "model", "lr_schedule", "warm_start_batch", "rollouts_per_step", "seed", "eval_tasks",
-                 "eval_samples", "eval_every", "save_every", "micro_batch_tokens"):
-        values[name] = getattr(config, name)
-        sources[name] = origins.get(name, DEFAULT)
-    values["rollouts_per_prompt"], values["temperature"] = spec.rollouts_per_prompt, spec.temperature
-    sources["rollouts_per_prompt"] = sources["temperature"] = knob_source
     task_cap = taskset.max_tokens if taskset is not None else None
-    values["cap_is_answer_length"] = config.max_tokens is None and task_cap is not None
-    sources["cap_is_answer_length"] = TASKSET if values["cap_is_answer_length"] else "derived"
-    values["sampler"] = config.sampler_url or "in-process"
-    sources["sampler"] = origins.get("sampler_url", DEFAULT) if config.sampler_url else DEFAULT
-    values["sync_every"] = config.sync_every if config.sync_every is not None else default("sync_every")
-    sources["sync_every"] = origins.get("sync_every", USER) if config.sync_every is not None else DEFAULT
-    if config.threads is not None:
-        values["threads"], sources["threads"] = config.threads, origins.get("threads", USER)
-    else:
-        values["threads"], sources["threads"] = threads_rule()
-    values["activation_checkpointing"], sources["activation_checkpointing"] = checkpointing_rule(config, origins)
-    values["trainer"] = trainer_of(config)
-    sources["trainer"] = origins.get("url", DEFAULT) if config.url is not None else DEFAULT
-    return RunPlan(**values, sources=tuple(sorted(sources.items())))
+    cap_is_answer_length = config.max_tokens is None and task_cap is not None
+    sync_every = r.rule("sync_every", config.sync_every, lambda *_: (int(default("sync_every")), DEFAULT))
+    return RunPlan(
+        method=r.config_value("method", config.method), model=r.config_value("model", config.model), steps=steps,
+        learning_rate=learning_rate, lr_schedule=r.config_value("lr_schedule", config.lr_schedule),
+        warm_start_steps=warm_start_steps, warm_start_learning_rate=warm_start_learning_rate,
+        warm_start_batch=r.config_value("warm_start_batch", config.warm_start_batch), lag=lag,
+        rollouts_per_step=r.config_value("rollouts_per_step", config.rollouts_per_step),
+        rollouts_per_prompt=r.set("rollouts_per_prompt", spec.rollouts_per_prompt, knob_source),
+        temperature=r.set("temperature", spec.temperature, knob_source), max_tokens=max_tokens,
+        cap_is_answer_length=r.set("cap_is_answer_length", cap_is_answer_length,
+                                   TASKSET if cap_is_answer_length else "derived"),
+        critic_learning_rate=critic_learning_rate, seed=r.config_value("seed", config.seed),
+        eval_tasks=r.config_value("eval_tasks", config.eval_tasks),
+        eval_samples=r.config_value("eval_samples", config.eval_samples),
+        eval_every=r.config_value("eval_every", config.eval_every),
+        save_every=r.config_value("save_every", config.save_every),
+        micro_batch_tokens=r.config_value("micro_batch_tokens", config.micro_batch_tokens),
+        sampler=r.set("sampler", config.sampler_url or "in-process",
+                      origins.get("sampler_url", DEFAULT) if config.sampler_url else DEFAULT),
+        sync_every=sync_every,
+        threads=r.rule("threads", config.threads, lambda *_: threads_rule()),
+        activation_checkpointing=r.set("activation_checkpointing", *checkpointing_rule(config, origins)),
+        trainer=r.set("trainer", trainer_of(config), origins.get("url", DEFAULT) if config.url is not None else DEFAULT),
+        sources=tuple(sorted(r.sources.items())))
 
 
 def threads_rule() -> tuple[int, str]:
@@ -351,7 +413,7 @@ def checkpointing_rule(config: TrainConfig, origins: Mapping[str, str]) -> tuple
 
 
 def trainer_of(config: TrainConfig) -> str:
-    """Where the run's model trains, as the plan shows it."""
-    if config.url is None:
-        return "in-process"
-    return f"{'Tinker API' if config.api == 'tinker' else 'wai serve'} at {config.url}"
+    """Where the run's model trains, as the plan shows it (``trainers.open.title``)."""
+    from whileai.trainers.open import title
+
+    return title(config.api, config.url)

@@ -36,6 +36,7 @@ from whileai.service.auth import TOKEN_ENV
 if TYPE_CHECKING:
     from whileai.loop.hooks.context import Context
     from whileai.loop.plan.config import TrainConfig
+    from whileai.loop.sources.sync import PushWeights
     from whileai.loop.step import StepResult
     from whileai.methods.base import Method
 
@@ -166,7 +167,7 @@ class FeedHook(Hook):
     step whose weights served it. Keeps the pushed versions in the loop state for a resumed run."""
 
     batches: Recorded
-    push: Any
+    push: PushWeights
     write: Callable[[str], None]
     ctx: Context | None = None
 
@@ -200,7 +201,7 @@ class FeedHook(Hook):
                                 "they trained on.") from None
 
 
-def problems(config: TrainConfig, method: Method) -> list[str]:
+def problems(config: TrainConfig, method: Method | None) -> list[str]:
     """The config rules of a run from a recorder (``check`` adds them to the rest)."""
     if config.rows_from is None:
         return []
@@ -222,7 +223,7 @@ def problems(config: TrainConfig, method: Method) -> list[str]:
         out.append(f"lag = {config.lag}: lag does not apply to traces from a recorder (the traffic's weights are "
                    "the server's; the gap is measured per step as recorded/version_gap): drop --lag")
     spec = method.run_spec() if method is not None else None
-    if spec is not None and (spec.source != "rollouts" or spec.min_rollouts_per_prompt > 1):
+    if method is not None and spec is not None and (spec.source != "rollouts" or spec.min_rollouts_per_prompt > 1):
         out.append(f"method {method.name!r} with rows_from: a recorded trace is one try of its ask (its task_id is "
                    "the trace id), so only a one-try RL method learns from them (flash_reinforce, rae, sao, bpco)")
     return out

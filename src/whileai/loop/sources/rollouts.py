@@ -9,6 +9,7 @@ prompt, temperature, max tokens, and an adaptive plan if it has one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,10 +18,10 @@ import numpy as np
 
 from whileai.envs.episode import is_episodic, play
 from whileai.errors import BatchError, WhileaiError
-from whileai.loop.types import LagQueue, Scoring, Tokenizer, prompts
+from whileai.loop.types import LagQueue, Tokenizer, prompts
 
 if TYPE_CHECKING:
-    from whileai.envs.core import Taskset
+    from whileai.envs.core import Task, Taskset
     from whileai.loop.sources.sampler import Sampler
     from whileai.methods.run_spec import RunSpec
 
@@ -31,56 +32,39 @@ if TYPE_CHECKING:  # the plan is resolved above the sources; they read it
     from whileai.trainers import Trainer
 
 
-@dataclass(frozen=True)
-class Sampling:
-    """How this run samples: the method's temperature, the cap, and whether the cap ends a fixed-length answer."""
-
-    temperature: float
-    max_tokens: int
-    cap_is_answer_length: bool
-    """True when the taskset sets the cap (a reply that reaches it is complete, not truncated)"""
-
-    def params(self, seed: int, max_tokens: int | None = None, stop: Sequence[str] = ()) -> SamplingParams:
-        """``stop``: stop strings, matched on the decoded text (``whileai.engine.stops``)."""
-        from whileai.engine import SamplingParams
-
-        return SamplingParams(max_tokens=max_tokens or self.max_tokens, temperature=self.temperature,
-                              stop=list(stop), seed=seed)
-
-    def scoring(self) -> Scoring:
-        """The distribution the trainer must score tokens under (the sampler's temperature). A logged trace's
-        own ``sampling`` replaces it for that trace (``whileai.loop.step.by_distribution``)."""
-        return {"max_tokens": self.max_tokens, "temperature": self.temperature}
-
-
 def completion_text(tokenizer: Tokenizer, tokens: Sequence[int]) -> str:
     """The decoded completion with special tokens (EOS) removed, as graders receive it."""
     return tokenizer.decode(list(tokens), skip_special_tokens=True)
 
 
-def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]],
-             rollouts_per_prompt: Sequence[int],
-             sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
-    """``rollouts_per_prompt[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights.
+def rollouts(engine: Sampler, taskset: Taskset, tasks: Sequence[Task], prompts: Sequence[list[int]],
+             rollouts_per_prompt: Sequence[int], sampling: SamplingParams, seed: int, sampler_step: int, *,
+             cap_is_answer_length: bool) -> list[dict[str, Any]]:
+    """``rollouts_per_prompt[i]`` graded episodes of ``tasks[i]``, sampled with the engine's current weights under
+    ``sampling`` (the run's: ``RunPlan.sampling()``; each turn gets its own cap, stops and seed).
+    ``cap_is_answer_length``: the taskset sets the cap, so a reply that reaches it is complete, not truncated.
 
     A plain taskset's episode is one completion; an ``EnvTaskset``'s alternates model turns and environment
     replies (``whileai.envs.episode``), every turn one batched ``engine.sample`` call for all live episodes."""
     def sampler(contexts: list[list[int]], n: int, max_tokens: int, stop: list[str], seed: int) -> list[Any]:
-        return engine.sample(contexts, n, sampling.params(seed, max_tokens, stop))
+        turn = dataclasses.replace(sampling, max_tokens=max_tokens or sampling.max_tokens, stop=list(stop), seed=seed)
+        return engine.sample(contexts, n, turn)
 
     rows = play(sampler, engine.tokenizer, taskset, tasks, prompts, rollouts_per_prompt, max_tokens=sampling.max_tokens,
                 seed=seed, context=getattr(engine, "max_context", None),
-                cap_ends_turn=sampling.cap_is_answer_length and not is_episodic(taskset))
+                cap_ends_turn=cap_is_answer_length and not is_episodic(taskset))
     for row in rows:
         row["sampler_step"] = sampler_step
     return rows
 
 
-def sample_batch(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompts: Sequence[list[int]], spec: RunSpec,
-                 sampling: Sampling, seed: int, sampler_step: int) -> list[dict[str, Any]]:
-    """One step's rows: ``rollouts_per_prompt`` per task, then more rounds while the method's plan asks."""
+def sample_batch(engine: Sampler, taskset: Taskset, tasks: Sequence[Task], prompts: Sequence[list[int]], spec: RunSpec,
+                 run_plan: RunPlan, seed: int, sampler_step: int) -> list[dict[str, Any]]:
+    """One step's rows: ``rollouts_per_prompt`` per task, then more rounds while the method's plan asks; sampled
+    as ``run_plan`` says."""
+    sampling, cap_is_answer_length = run_plan.sampling(), run_plan.cap_is_answer_length
     rows = rollouts(engine, taskset, tasks, prompts, [spec.rollouts_per_prompt] * len(tasks), sampling, seed,
-                    sampler_step)
+                    sampler_step, cap_is_answer_length=cap_is_answer_length)
     if spec.plan is None:
         return rows
     index = {t.task_id: i for i, t in enumerate(tasks)}
@@ -92,11 +76,11 @@ def sample_batch(engine: Sampler, taskset: Taskset, tasks: Sequence[Any], prompt
         for task_id, n in plan.resample.items():
             more[index[task_id]] = int(n)
         rows += rollouts(engine, taskset, tasks, prompts, more, sampling, seed + 7919 * round_number,
-                         sampler_step)
+                         sampler_step, cap_is_answer_length=cap_is_answer_length)
     return rows
 
 
-def step_tasks(train: Sequence[Any], n: int, seed: int, step: int) -> list[Any]:
+def step_tasks(train: Sequence[Task], n: int, seed: int, step: int) -> list[Task]:
     """The ``n`` training tasks of a step: a fixed function of (seed, step), so a resumed run draws the same."""
     if n > len(train):
         raise BatchError(f"a step needs {n} distinct training tasks but the taskset's train split has "
@@ -129,7 +113,7 @@ class Rollouts:
         tasks = step_tasks(self.taskset.split("train"), self.plan.rollouts_per_step // self.plan.rollouts_per_prompt,
                            self.plan.seed, draw)
         return sample_batch(self.trainer, self.taskset, tasks, prompts(self.trainer.tokenizer, tasks), spec,
-                            self.plan.sampling(), self.plan.seed * 1_000_003 + draw * 101, sampler_step)
+                            self.plan, self.plan.seed * 1_000_003 + draw * 101, sampler_step)
 
     def rescore(self, batch: Sequence[dict[str, Any]], step: int) -> bool:
         """Skip the scoring forward when the sampler's log-probabilities are the policy's: sampled by the

@@ -191,7 +191,7 @@ class AheadRollouts:
         tasks = step_tasks(self.taskset.split("train"), plan.rollouts_per_step // plan.rollouts_per_prompt, plan.seed,
                            draw)
         rows = sample_batch(self.sampler, self.taskset, tasks, prompts(self.sampler.tokenizer, tasks), spec,
-                            plan.sampling(), plan.seed * 1_000_003 + draw * 101, -1)
+                            plan, plan.seed * 1_000_003 + draw * 101, -1)
         versions, settings = self.sampler.take()
         if len(versions) != 1:
             raise SamplerError(f"{self.sampler.server.url} answered draw {draw} with {len(versions)} weights versions "

@@ -29,12 +29,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from whileai.errors import WhileaiError
 from whileai.service.auth import TOKEN_ENV
+
+if TYPE_CHECKING:
+    from whileai.engine.training import TrainingEngine
 
 VERSION_HEADER = "x-whileai-weights-version"
 MODE_HEADER = "x-whileai-logprobs-mode"
@@ -130,7 +133,8 @@ class ServerSampler:
         return [Sample(index, prompt, *_tokens_and_logprobs(self.url, choice, prompt),
                        str(choice.get("finish_reason")), dict(sampling), version, mode) for choice in choices]
 
-    def _ask(self, prompt: Any, n: int, sampling: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any], str]:
+    def _ask(self, prompt: list[int] | list[list[int]], n: int,
+             sampling: dict[str, Any]) -> tuple[httpx.Response, dict[str, Any], str]:
         """POST one completions request; the reply, its body, and the weights version it reports."""
         body = {"model": self.model, "prompt": prompt, "n": n, "temperature": sampling["temperature"],
                 "top_p": sampling["top_p"], "top_k": sampling["top_k"] or -1, "max_tokens": sampling["max_tokens"],
@@ -198,7 +202,7 @@ class ServerSampler:
             raise SamplerError(f"{self.url} did not reload {path}: {answer.get('message')}")
         return reply.headers.get(VERSION_HEADER) or version
 
-    def sync(self, engine: Any, folder: str | Path, name: str = "policy") -> str:
+    def sync(self, engine: TrainingEngine, folder: str | Path, name: str = "policy") -> str:
         """Write the engine's weights to ``folder`` (:func:`write_weights`) and push them: its LoRA adapter as
         ``name``, or (full fine-tuning) every weight. Returns the version later samples will report."""
         written = write_weights(engine, folder)
@@ -294,7 +298,7 @@ def _base_digest(path: str) -> str:
     return folder_version(path)
 
 
-def base_version(engine: Any) -> str | None:
+def base_version(engine: TrainingEngine) -> str | None:
     """The version a server reports for the base this engine trains on: a built-in's name and seed, a local
     folder's digest; None for a hub id (no local files to digest)."""
     from whileai.record.policy import weights_version
@@ -305,7 +309,7 @@ def base_version(engine: Any) -> str | None:
     return _base_digest(str(Path(name).resolve())) if Path(name).is_dir() else None
 
 
-def write_weights(engine: Any, folder: str | Path) -> str:
+def write_weights(engine: TrainingEngine, folder: str | Path) -> str:
     """Write what a server loads: the LoRA adapter in PEFT format (with ``whileai_base.json`` naming its base, which
     ``wai policy`` checks), or under full fine-tuning the whole model folder. Reuses ``TrainingEngine.export``
     (atomic; replaces ``folder``). Returns the folder."""

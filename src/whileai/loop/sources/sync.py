@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from whileai.errors import ConfigError
 from whileai.loop.sources.server_sampler import SamplerError, ServerSampler, write_weights
-from whileai.loop.types import Hook, Loop
+from whileai.loop.types import Hook, Loop, engine_of
 
 if TYPE_CHECKING:
+    from whileai.engine.training import TrainingEngine
     from whileai.loop.step import StepResult
 
 
@@ -66,7 +67,7 @@ class PushWeights(Hook):
     def name_at(self, step: int) -> str:
         return f"{self.name}-step{step}" if self.versioned else self.name
 
-    def push(self, trainer: Any, step: int) -> str:
+    def push(self, trainer: TrainingEngine, step: int) -> str:
         """Write the trainer's weights (before any wait: the write overlaps the sampler's draw), load them into
         the server, and return the version its answers will report from now on."""
         began = time.perf_counter()
@@ -105,10 +106,10 @@ class PushWeights(Hook):
 
     # ------------------------------------------------------------------ as a loop hook
     def before(self, loop: Loop) -> None:
-        engine: Any = loop.trainer  # weights are synced from the in-process engine: its loaded adapter, if any
+        engine = engine_of(loop.trainer, "weight sync to --sampler-url")  # its loaded adapter, if any
         self.check_server(engine.loaded.lora is not None)
-        self.push(loop.trainer, loop.state.step)
+        self.push(engine, loop.state.step)
 
     def after_step(self, loop: Loop, record: dict[str, Any], result: StepResult) -> None:
         if record["step"] % self.every == 0:
-            self.push(loop.trainer, record["step"])
+            self.push(engine_of(loop.trainer, "weight sync to --sampler-url"), record["step"])

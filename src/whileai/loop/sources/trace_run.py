@@ -20,7 +20,7 @@ from whileai.errors import WhileaiError
 from whileai.loop.sources.traces import RowsFile
 from whileai.loop.step import BOOKKEEPING, fill, plain, score, step_stats
 from whileai.loop.types import PASS, Scoring
-from whileai.routing import route
+from whileai.routing import Route, route
 from whileai.rows.io import plural
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ NO_EVAL = ("no held-out evaluation was possible: the traces cannot be replayed a
            "measure one")
 
 
-def rows_problems(config: TrainConfig, method: Method, python_rows: bool) -> list[str]:
+def rows_problems(config: TrainConfig, method: Method | None, python_rows: bool) -> list[str]:
     """The config rules of a run from a rows / traces file (``check`` adds them to the rest)."""
     problems = []
     if config.rows is not None and not python_rows and not Path(config.rows).is_file():
@@ -80,7 +80,7 @@ def dropped_note(record: Mapping[str, Any]) -> str | None:
 
 
 # ----------------------------------------------------------------------------- before training
-def route_file(source: RowsFile, model: str, run_dir: Path) -> Any:
+def route_file(source: RowsFile, model: str, run_dir: Path) -> Route | None:
     """``route`` on the file's tasks and rewards; the verdict goes to RUN_DIR/route.txt. None when route
     could not answer (the reason is saved instead)."""
     try:

@@ -36,6 +36,7 @@ from whileai.loop.sources.trace_formats import (
 from whileai.rows.io import MAX_LISTED, GradedRows, Problems, plural
 
 if TYPE_CHECKING:
+    from whileai.envs.core import Task
     from whileai.loop.plan.config import TrainConfig
     from whileai.methods.base import Method
 
@@ -388,7 +389,7 @@ def prompt_key(prompt_tokens: Sequence[int]) -> int:
     return hash(tuple(prompt_tokens))
 
 
-def contamination(source: RowsFile, heldout: Sequence[Any]) -> str | None:
+def contamination(source: RowsFile, heldout: Sequence[Task]) -> str | None:
     """A warning naming the held-out tasks (``Task``s of the evaluation taskset) that the log also trains on,
     by task id or by prompt (tokenized by the one rule, ``render_prompt``), or None when there are none."""
     from whileai.envs import render_prompt

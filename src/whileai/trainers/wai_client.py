@@ -6,7 +6,8 @@
     run.optim_step({"learning_rate": 1e-3})
 
 A ``RunClient`` has the engine's operation names, arguments and return shapes, so code written for the
-engine (``whileai.loop.step.policy_step``) runs against it unchanged. It numbers its operations 0, 1, 2,
+engine (``whileai.loop.step.policy_step``) runs against it unchanged; ``whileai.trainers.wai.WaiTrainer`` is the
+``Trainer`` made of one. It numbers its operations 0, 1, 2,
 ...; a retry (connection lost, 429/502/503/504) resends the same number and the same bytes, and the
 server answers a repeated number from its record without running it again. Long operations come back
 as a request id that the client polls; callers never see it. Importing this module does not import torch.
@@ -20,7 +21,7 @@ import json
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import httpx
 
 from whileai.errors import BatchError, ConfigError, WhileaiError
+from whileai.trainers.base import Adam, CustomLoss, Datum, LogprobsFor, Scoring, Tokenizer, load_tokenizer
 
 RETRY_STATUSES = (429, 502, 503, 504)
 # rejected before taking a turn: the sequence number was not used and the next operation reuses it
@@ -98,17 +100,6 @@ def _to_json(value: Any) -> Any:
 
 def dumps(body: Any) -> bytes:
     return json.dumps(body, default=_to_json).encode()
-
-
-def load_tokenizer(base_model: str) -> Any:
-    """The tokenizer of a built-in model (the byte tokenizer) or of a local / hub model, loaded here."""
-    if base_model.startswith("builtin:"):
-        from whileai.engine.models import byte_tokenizer
-
-        return byte_tokenizer()
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(base_model)
 
 
 # ----------------------------------------------------------------------------- results
@@ -281,7 +272,7 @@ class RunClient:
         self.last_version: int | None = None
         self._info = dict(info)
         self._lock = threading.Lock()
-        self._tokenizer: Any = None
+        self._tokenizer: Tokenizer | None = None
 
     def __repr__(self) -> str:
         return f"RunClient({self.id!r}, base_model={self.base_model!r}, step={self.step}, next_seq={self.next_seq})"
@@ -292,7 +283,7 @@ class RunClient:
         return self.step
 
     @property
-    def tokenizer(self) -> Any:
+    def tokenizer(self) -> Tokenizer:
         """The run's tokenizer, loaded here from the same built-in or local path as the server's model."""
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer(self.base_model)
@@ -341,26 +332,26 @@ class RunClient:
         return dict(response.json())
 
     # ------------------------------------------------------------------ the engine's operations
-    def forward_backward(self, data: Sequence[Any], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
-                         *, sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
+    def forward_backward(self, data: Sequence[Datum], loss_fn: str, loss_fn_config: Mapping[str, Any] | None = None,
+                         *, sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         result = self.call("forward_backward", {"data": data, "loss_function": loss_fn,
                                                 "loss_config": loss_fn_config, "sampling_params": sampling_params,
                                                 "logprobs_for": logprobs_for})
         return ForwardResult(result["loss_fn_outputs"], result["metrics"], self.last_version or 0)
 
-    def forward(self, data: Sequence[Any], loss_fn: str = "cross_entropy",
-                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Any = None,
-                reference: bool = False, logprobs_for: Any = "every") -> ForwardResult:
+    def forward(self, data: Sequence[Datum], loss_fn: str = "cross_entropy",
+                loss_fn_config: Mapping[str, Any] | None = None, *, sampling_params: Scoring = None,
+                reference: bool = False, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         result = self.call("forward", {"data": data, "loss_function": loss_fn, "loss_config": loss_fn_config,
                                        "sampling_params": sampling_params, "reference": reference,
                                        "logprobs_for": logprobs_for})
         return ForwardResult(result["loss_fn_outputs"], result["metrics"], self.last_version or 0)
 
-    def forward_backward_custom(self, data: Sequence[Any], loss_fn: Callable[..., Any], *,
-                                sampling_params: Any = None, logprobs_for: Any = "every") -> ForwardResult:
+    def forward_backward_custom(self, data: Sequence[Datum], loss_fn: CustomLoss, *,
+                                sampling_params: Scoring = None, logprobs_for: LogprobsFor = "every") -> ForwardResult:
         """As Tinker's SDK does it: ``forward`` for the log-probabilities, your ``loss_fn(data, logprobs)`` on
         torch tensors here, then ``cross_entropy`` with weights = -dloss/dlogprob (the same gradient)."""
-        from whileai.service.custom import custom_weights
+        from whileai.trainers.custom import custom_weights
 
         scored = self.forward(data, "cross_entropy", sampling_params=sampling_params)
         weighted, loss, metrics = custom_weights(data, scored.loss_fn_outputs, loss_fn)
@@ -368,7 +359,7 @@ class RunClient:
                                     logprobs_for=logprobs_for)
         return ForwardResult(out.loss_fn_outputs, {**metrics, "loss:sum": loss}, out.version)
 
-    def optim_step(self, adam_params: Any = None) -> OptimResult:
+    def optim_step(self, adam_params: Adam = None) -> OptimResult:
         result = self.call("optim_step", {"adam_params": adam_params})
         return OptimResult(float(result["grad_norm"]), result["metrics"], self.last_version or 0)
 
@@ -380,7 +371,7 @@ class RunClient:
     def save_weights_for_sampler(self) -> int:
         return int(self.call("save_weights_for_sampler")["version"])
 
-    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Any, *,
+    def sample(self, prompt_tokens: Sequence[Any], num_samples: int, sampling_params: Scoring, *,
                version: int | None = None) -> list[Any]:
         """One prompt -> a list of sequences; a list of prompts -> one such list per prompt."""
         result = self.call("sample", {"prompt_tokens": prompt_tokens, "num_samples": num_samples,
@@ -390,7 +381,7 @@ class RunClient:
         return groups[0] if result["single"] else groups
 
     def compute_logprobs(self, tokens: Sequence[int], top_k: int = 0, *, reference: bool = False,
-                         sampling_params: Any = None) -> dict[str, Any]:
+                         sampling_params: Scoring = None) -> dict[str, Any]:
         result = dict(self.call("logprobs", {"tokens": tokens, "top_k": top_k, "reference": reference,
                                              "sampling_params": sampling_params}))
         if result.get("topk"):
