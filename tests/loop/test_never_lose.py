@@ -181,3 +181,28 @@ def test_an_error_after_the_warm_start_keeps_it_resumable(tmp_path: Path, monkey
     run = wai.train(resume=str(tmp_path / "r"), progress=False)
     assert run.summary["steps"] == 2 and run.summary["warm_start_steps_run"] == 30
     assert len((tmp_path / "r" / "warm_start.jsonl").read_text().splitlines()) == 30  # not warmed up again
+
+
+def test_a_run_given_a_taskset_object_resumes_from_python_with_it(tmp_path: Path, quick):
+    """A taskset passed as a Python object (an environment of one's own) cannot live in config.toml: the stop
+    message names the Python call that resumes it, `wai train --resume` refuses naming that call, and the resumed
+    run ends as the uninterrupted one."""
+    from whileai.envs import load_taskset
+    from whileai.loop.hooks.context import Interrupted
+
+    tasks = load_taskset(UPPER)
+    settings = {**quick, "force": True, "max_tokens": 6}
+    half = wai.train(**{**settings, "steps": 2}, taskset=tasks, run_dir=str(tmp_path / "half"))
+    said = str(Interrupted(half.dir, 2, python_taskset=True))
+    assert f"Resume with: wai.train(resume={str(half.dir)!r}, taskset=<the same taskset object>)" in said
+    with pytest.raises(wai.ConfigError, match=r"a Python object.*wai.train\(resume="):
+        wai.train(resume=str(half.dir), steps=4, progress=False)
+    with pytest.raises(wai.ConfigError, match="hands back a Taskset object"):
+        wai.train(resume=str(half.dir), steps=4, progress=False, taskset="builtin:case")
+    resumed = wai.train(resume=str(half.dir), steps=4, progress=False, taskset=tasks)
+    whole = wai.train(**{**settings, "steps": 4}, taskset=tasks, run_dir=str(tmp_path / "whole"))
+    assert [m["step"] for m in resumed.metrics()] == [1, 2, 3, 4]
+    assert [m["reward"] for m in resumed.metrics()] == [m["reward"] for m in whole.metrics()]
+    spec = wai.train(**{**settings, "steps": 2}, taskset=UPPER, run_dir=str(tmp_path / "spec"))
+    with pytest.raises(wai.ConfigError, match="and this run's taskset is .*upper.jsonl.*leave taskset= out"):
+        wai.train(resume=str(spec.dir), steps=4, progress=False, taskset=tasks)

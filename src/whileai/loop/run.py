@@ -28,7 +28,7 @@ from whileai.errors import ConfigError
 from whileai.loop.auto import route_method
 from whileai.loop.core import run_loop
 from whileai.loop.hooks.checkpoints import Checkpoints
-from whileai.loop.hooks.context import Context, Interrupted, read_state
+from whileai.loop.hooks.context import Context, Interrupted, read_state, resume_command
 from whileai.loop.hooks.held_out import HeldOut
 from whileai.loop.hooks.metrics import Metrics, Progress, Record
 from whileai.loop.hooks.preflight import PreflightHook
@@ -40,7 +40,7 @@ from whileai.loop.hooks.warm_start import WarmStart
 from whileai.loop.plan import config as config_io
 from whileai.loop.plan import inputs
 from whileai.loop.plan.checks import PYTHON_ROWS, _knobs_of, _load_taskset, check, needs_of, resolve_method
-from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.config import PYTHON_TASKSET, TrainConfig
 from whileai.loop.plan.run_plan import FILE, USER, RunPlan, make_plan, saved_plan, threads_rule, with_cap
 from whileai.loop.sources import recorder, trace_run
 from whileai.loop.sources.pushed import Pushed
@@ -63,7 +63,6 @@ LOCK_FILE = "run.lock"
 """RUN_DIR/run.lock: the process training the run (pid and host), there while it runs; a resume of a run whose
 lock names a live process is refused"""
 LONG_CAP = 1024  # a generation cap at least this long, from the method's default, earns a note
-PYTHON_TASKSET = "<taskset passed in Python>"
 __all__ = ["Interrupted", "Run", "check", "dry_run", "train"]
 
 
@@ -116,10 +115,11 @@ def train(config: TrainConfig | None = None, *, method: Method | str | None = No
     if resume is not None:
         extra = sorted(set(overrides) - {"steps", "progress", "threads"})
         if extra or config is not None or config_file is not None or method is not None or rows is not None \
-                or taskset != "":
+                or isinstance(taskset, str) and taskset != "" or taskset is None:
             raise ConfigError(f"resume takes the run's saved config; only steps (to train longer), threads and progress may "
-                              f"change, not {extra or 'config/method/rows/taskset'}")
-        return _resume(resume, token, **overrides)
+                              f"change, and taskset= hands back a Taskset object the run was given, not "
+                              f"{extra or 'config/method/rows/a taskset spec'}")
+        return _resume(resume, token, None if isinstance(taskset, str) else taskset, **overrides)
     config, origins, method_obj, rows_data, taskset_obj = _inputs(config, method, rows, taskset, config_file,
                                                                   overrides)
     return _start(config, origins, method_obj, rows_data, taskset_obj, token)
@@ -204,8 +204,8 @@ def _start(config: TrainConfig, origins: Mapping[str, str], method_obj: Method |
         return _execute(config, plan, method, taskset, rows, run_dir, None, token)
     except BaseException:  # an error, a second Ctrl-C, or Ctrl-C before the handler was in place
         if holds_work(run_dir):
-            print(kept_message(run_dir, given=named), file=sys.stderr,
-                  flush=True)
+            print(kept_message(run_dir, given=named, python_taskset=config.taskset == PYTHON_TASKSET),
+                  file=sys.stderr, flush=True)
         else:  # the run wrote nothing but its config: leave no half-made run behind
             _remove_run_files(run_dir, created)
         raise
@@ -222,11 +222,11 @@ def holds_work(run_dir: Path) -> bool:
     return any((run_dir / name).exists() for name in WORK)
 
 
-def kept_message(run_dir: Path, given: bool = True) -> str:
+def kept_message(run_dir: Path, given: bool = True, python_taskset: bool = False) -> str:
     """What a run stopped by an error or a second Ctrl-C says about the directory it leaves (never removed);
     ``given``: the user named it (--run-dir), else the run made a time-stamped one and a new run makes another."""
     if (run_dir / "checkpoint" / "LATEST").exists():
-        return f"wai train: run directory {run_dir} kept; resume it with: wai train --resume {run_dir}"
+        return f"wai train: run directory {run_dir} kept; resume it with: {resume_command(run_dir, python_taskset)}"
     held = ", ".join(name for name in WORK if (run_dir / name).exists())
     again = "with another --run-dir" if given else "(it gets a directory of its own)"
     return (f"wai train: run directory {run_dir} kept ({held}); it has no checkpoint to resume from, so start the "
@@ -251,7 +251,7 @@ def _remove_run_files(run_dir: Path, created: bool) -> None:
             path.unlink()
 
 
-def _resume(run_dir_text: str, token: str | None, **changes: Any) -> Run:
+def _resume(run_dir_text: str, token: str | None, taskset_obj: Taskset | None = None, **changes: Any) -> Run:
     """Continue from the last checkpoint with the saved plan (nothing is resolved again); ``--steps N`` trains
     to step N with the N-step run's learning-rate schedule."""
     run_dir = Path(run_dir_text)
@@ -268,15 +268,18 @@ def _resume(run_dir_text: str, token: str | None, **changes: Any) -> Run:
     saved = config_io.load_toml(str(run_dir / "config.toml"))
     # TOML has no null: a run saved without a taskset (rows only) must not get the default one back
     config = config_io.build(str(run_dir / "config.toml"), **changes, **({} if "taskset" in saved else {"taskset": None}))
-    if config.taskset == PYTHON_TASKSET:
+    if (config.taskset == PYTHON_TASKSET) != (taskset_obj is not None):
         raise ConfigError(f"--resume {run_dir_text!r}: the run's taskset was a Python object, which a config file "
-                          "cannot hold; resume it from Python with the same taskset (not supported yet)")
+                          f"cannot hold; resume it from Python with the same one: "
+                          f"{resume_command(run_dir, python_taskset=True)}" if taskset_obj is None else
+                          f"resume {run_dir_text!r}: taskset= hands back a Taskset object the run was given, and this "
+                          f"run's taskset is {config.taskset!r} (from its config.toml): leave taskset= out")
     state = read_state(run_dir)
     if "steps" in changes and int(changes["steps"]) <= state.step:
         raise ConfigError(f"--resume {run_dir_text!r}: the run is at step {state.step}; --steps {config.steps} must "
                           f"be more than that to train longer")
     method, problems = resolve_method(config)
-    taskset, more = _load_taskset(config)
+    taskset, more = (taskset_obj, []) if taskset_obj is not None else _load_taskset(config)
     plan = saved_plan(run_dir / "config.toml") or make_plan(config, {}, method, taskset)
     if "steps" in changes:
         plan = plan.with_steps(int(changes["steps"]))

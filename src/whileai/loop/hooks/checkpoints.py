@@ -33,7 +33,7 @@ class Checkpoints(Hook):
             self.ctx.checkpoint(loop.state, loop.teacher)
             self.saved = step
         if stop and step < steps:
-            raise Interrupted(self.ctx.run_dir, step)
+            raise Interrupted(self.ctx.run_dir, step, python_taskset=self.ctx.python_taskset)
 
     def failed(self, loop: Loop, error: BaseException) -> None:
         url = self.ctx.trainer.url

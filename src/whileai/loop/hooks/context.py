@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from whileai.errors import ConfigError, WhileaiError
 from whileai.loop.hooks.held_out import held_out
 from whileai.loop.hooks.metrics import Metrics, Progress, write_json
-from whileai.loop.plan.config import TrainConfig
+from whileai.loop.plan.config import PYTHON_TASKSET, TrainConfig
 from whileai.loop.plan.run_plan import RunPlan
 from whileai.loop.types import LoopState, prompts
 
@@ -26,14 +26,21 @@ if TYPE_CHECKING:
     from whileai.trainers import Trainer
 
 
+def resume_command(run_dir: Path, python_taskset: bool = False) -> str:
+    """How to resume ``run_dir``: the CLI's command, or (a taskset passed as a Python object, which the run's
+    config.toml cannot hold) the call that hands the same taskset back."""
+    if python_taskset:
+        return f"wai.train(resume={str(run_dir)!r}, taskset=<the same taskset object>)"
+    return f"wai train --resume {run_dir}"
+
+
 class Interrupted(WhileaiError):
     """The run was stopped by Ctrl-C after writing a checkpoint."""
 
-    def __init__(self, run_dir: Path, step: int, during: str | None = None) -> None:
-        where = during or f"step {step}"
-        super().__init__(f"interrupted during {where}; checkpoint written. Resume with: wai train --resume {run_dir}"
-                         if during else f"interrupted after {where}; checkpoint written. Resume with: wai train "
-                         f"--resume {run_dir}")
+    def __init__(self, run_dir: Path, step: int, during: str | None = None, python_taskset: bool = False) -> None:
+        where = f"during {during}" if during else f"after step {step}"
+        super().__init__(f"interrupted {where}; checkpoint written. Resume with: "
+                         f"{resume_command(run_dir, python_taskset)}")
         self.run_dir, self.step = run_dir, step
 
 
@@ -52,6 +59,11 @@ class Context:
     metrics: Metrics
     stop: Mapping[str, bool]
     resuming: bool
+
+    @property
+    def python_taskset(self) -> bool:
+        """The run's taskset was a Python object: its resume hands the same object back (``resume_command``)."""
+        return self.config.taskset == PYTHON_TASKSET
 
     def can_eval(self) -> bool:
         return self.taskset is not None and self.plan.eval_tasks > 0
@@ -82,7 +94,7 @@ class Context:
         if self.stop["stop"]:
             state.warm_start_done = True
             self.checkpoint(state, teacher)
-            raise Interrupted(self.run_dir, state.step)
+            raise Interrupted(self.run_dir, state.step, python_taskset=self.python_taskset)
 
 
 def read_state(run_dir: Path) -> LoopState:

@@ -227,8 +227,9 @@ def _judge(report: Mapping[str, Any], groups: Mapping[object, list[float]], grou
                      "weights that served them, or fresher logs")
     if report["rollouts"] and report["pass_rate"] == 1.0 and fixes.warm_start_steps:
         notes.append(f"every one of the {report['rollouts']} probe rollouts passes after the warm start: RL has no "
-                     "reward difference to learn from on these tasks, so its steps will leave the model as it is "
-                     "(the run goes on to measure and export it; harder tasks give RL something to do)")
+                     "reward difference to learn from on these tasks, so its gradients are 0 and only Adam's momentum "
+                     "from the warm start moves the weights, a little (the run goes on to measure and export it; "
+                     "harder tasks give RL something to do)")
     elif report["rollouts"]:
         fatal += _reward_fatal(report, groups, group_method, fixes)
         if report["pass_rate"] is not None and 0 < report["pass_rate"] < 0.05:
@@ -351,7 +352,8 @@ def _all_passed(steps: Sequence[Mapping[str, Any]], cap: int | None, warm: int) 
         after = f" after a warm start of {warm} steps" if warm else ""
         return (f"rollouts passed {statistics.fmean(passes):.1%} of the time over {len(passes)} steps{after}: nothing "
                 "was left for RL to learn on the training tasks, since equal rewards give no advantage (harder "
-                "training tasks; the held-out numbers are the model's as it started)")
+                "training tasks; the updates carried no reward signal, so the held-out change is the warm start's "
+                "momentum and sampling noise, not RL)")
     return None
 
 

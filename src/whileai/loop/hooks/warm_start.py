@@ -150,7 +150,8 @@ class WarmStart(Hook):
         if ctx.stop["stop"] and len(result.records) < plan.warm_start_steps:
             ctx.checkpoint(state)
             raise Interrupted(ctx.run_dir, state.step, during=f"the warm start, after its step "
-                                                              f"{state.warm_start_steps_done} of {plan.warm_start_steps}")
+                              f"{state.warm_start_steps_done} of {plan.warm_start_steps}",
+                              python_taskset=ctx.python_taskset)
         losses = result.losses
         falling = " falling to 0" if {r["learning_rate"] for r in result.records[-1:]} != \
             {plan.warm_start_learning_rate} else ""

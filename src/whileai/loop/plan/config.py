@@ -290,6 +290,8 @@ def check_ranges(config: TrainConfig) -> list[str]:
 
 
 SCHEDULES = ("linear", "constant")
+PYTHON_TASKSET = "<taskset passed in Python>"
+"""config.taskset of a run given a Taskset object: a config file cannot hold it; a resume hands it back"""
 MAX_LEARNING_RATE = 1.0
 """the largest learning rate a config may hold (a rate above it diverges at the first Adam step)"""
 MAX_STEPS = 10_000_000
