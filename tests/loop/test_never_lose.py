@@ -61,7 +61,7 @@ def test_two_ctrl_cs_never_remove_a_run_that_holds_work(tmp_path: Path, point: s
 
 
 @pytest.mark.slow
-def test_ctrl_c_in_the_warm_start_checkpoints_within_a_step_and_resume_continues_it(tmp_path: Path):
+def test_ctrl_c_in_the_warm_start_checkpoints_within_a_step_and_resume_continues_it(tmp_path: Path, capsys):
     folder = tmp_path / "stopped"
     process = _start(folder, "--warm-start-steps", "40", "--steps", "2", "--lr-schedule", "constant")
     _wait_for(process, folder / "warm_start.jsonl", lines=3)
@@ -76,6 +76,7 @@ def test_ctrl_c_in_the_warm_start_checkpoints_within_a_step_and_resume_continues
     steps = [json.loads(line)["warm_start_step"] for line in (folder / "warm_start.jsonl").read_text().splitlines()]
     assert steps == list(range(1, len(steps) + 1)) and 3 <= len(steps) <= 8  # within one step of the signal
     resumed = wai.train(resume=str(folder), progress=False)
+    assert f"resuming {folder} in its warm start, after step {len(steps)} of 40" in capsys.readouterr().out
     whole = wai.train(taskset=UPPER, rollouts_per_step=8, eval_tasks=4, eval_samples=1, export=False,
                       progress=False, save_every=1000, warm_start_steps=40, steps=2, lr_schedule="constant", force=True,
                       run_dir=str(tmp_path / "whole"))

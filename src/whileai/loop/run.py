@@ -421,7 +421,11 @@ def _locked(config: TrainConfig, plan: RunPlan, method: Method | None, taskset: 
                     if resumed is None:
                         announce(ctx)
                     else:
-                        log.write(f"resuming {run_dir} at step {state.step} of {plan.steps} with its saved plan")
+                        warm = state.warm_start_steps_done
+                        where = (f"in its warm start, after step {warm} of {plan.warm_start_steps}" if
+                                 not state.warm_start_done and 0 < warm < plan.warm_start_steps else
+                                 f"at step {state.step} of {plan.steps}")
+                        log.write(f"resuming {run_dir} {where} with its saved plan")
                         log.write(plan.table())
                     source = source_for(ctx, state)
                     closers.extend(source.closers)
