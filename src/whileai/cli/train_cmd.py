@@ -85,7 +85,9 @@ def _add(subparsers: Any, name: str, summary: str) -> None:
         if isinstance(spec.default, bool):
             p.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction, help=docs[name])
         else:
-            p.add_argument(flag, dest=name, default=None, type=_value, metavar=name.upper(), help=docs[name])
+            given = spec.default is not None and "(default" not in docs[name]  # a fixed default, said in --help
+            text = f"{docs[name]} (default {spec.default})" if given else docs[name]
+            p.add_argument(flag, dest=name, default=None, type=_value, metavar=name.upper(), help=text)
     p.set_defaults(func=run)
 
 
